@@ -1,0 +1,77 @@
+// batch_iterator.h: turning a Dataset + Sampler into batches of tensors for the training loop.
+//
+// BatchSource is what a training or evaluation loop consumes:
+//
+//   source.start_epoch(epoch);
+//   for (Batch b; source.next(b);) { ... b.inputs (B, C, H, W) f32, b.labels (B) i64 ... }
+//   double waited = source.wait_seconds();   // for loader_wait_fraction
+//
+// BatchIterator is the synchronous implementation: next() builds the batch on the calling
+// thread, so all of that time is time the training loop waits (the "workers=0" baseline the
+// seeds complain about). The asynchronous Loader of a later issue (worker threads, a bounded
+// queue, pinned buffers, prefetch) is another BatchSource; apps hold a BatchSource and never
+// change when it arrives.
+//
+// Batches: the sampler's order of the epoch is cut into consecutive batches of batch_size;
+// the last one is smaller unless drop_last (then it is skipped). Batch tensors are freshly
+// allocated CPU tensors (Tensor::empty) each time: a batch handed out stays valid for as long
+// as the caller holds it (no buffer is reused under its feet).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "engine/tensor.h"
+
+namespace kiln {
+
+struct Batch {
+  Tensor inputs;      // f32 (B, C, H, W) on CPU: (B, example_shape...)
+  Tensor labels;      // i64 (B)
+  int64_t index = 0;  // batch number in the epoch: 0, 1, ...
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource();
+  // Begins epoch `epoch` (>= 0): the sampler's order for that epoch, batch 0 next.
+  virtual void start_epoch(int64_t epoch) = 0;
+  // Fills `out` with the next batch and returns true; false at the end of the epoch.
+  virtual bool next(Batch& out) = 0;
+  // Batches per epoch (the same every epoch).
+  virtual int64_t num_batches() const = 0;
+  // Total seconds next() spent producing or waiting for batches since start_epoch().
+  virtual double wait_seconds() const = 0;
+};
+
+class BatchIterator : public BatchSource {
+ public:
+  // `dataset` must outlive the iterator. batch_size >= 1.
+  BatchIterator(const Dataset& dataset, std::shared_ptr<Sampler> sampler, int64_t batch_size,
+                bool drop_last = false);
+
+  void start_epoch(int64_t epoch) override;
+  bool next(Batch& out) override;
+  int64_t num_batches() const override;
+  double wait_seconds() const override { return wait_seconds_; }
+
+  int64_t batch_size() const { return batch_size_; }
+
+ private:
+  const Dataset& dataset_;
+  std::shared_ptr<Sampler> sampler_;
+  int64_t batch_size_;
+  bool drop_last_;
+  Shape example_shape_;
+
+  bool started_ = false;
+  std::vector<int64_t> order_;  // the epoch's indices
+  int64_t position_ = 0;        // next position in order_
+  int64_t batch_index_ = 0;
+  double wait_seconds_ = 0.0;
+};
+
+}  // namespace kiln

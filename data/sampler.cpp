@@ -1,0 +1,92 @@
+// sampler.cpp: sequential and seeded random samplers (see sampler.h for the why).
+#include "data/sampler.h"
+
+#include <limits>
+#include <numeric>
+#include <utility>
+
+#include "engine/error.h"
+#include "engine/philox.h"
+
+namespace kiln {
+
+Sampler::~Sampler() = default;
+
+namespace {
+
+// Reads consecutive 32-bit numbers of the Philox stream (key, base): number i is
+// philox_u32(key, base, i). Keeps the current 4-number block so each counter value is
+// computed once.
+class PhiloxStream {
+ public:
+  PhiloxStream(uint64_t key, uint64_t base) : key_(key), base_(base) {}
+  uint32_t next() {
+    if (i_ % 4 == 0) block_ = philox4x32_10(key_, base_ + i_ / 4);
+    return block_.v[i_++ % 4];
+  }
+
+ private:
+  uint64_t key_, base_;
+  uint64_t i_ = 0;
+  PhiloxOut block_{};
+};
+
+// A uniform integer in [0, range), range >= 1, without modulo bias (Lemire, "Fast Random
+// Integer Generation in an Interval", 2019): the high half of x * range is the answer; the few
+// x whose low half falls below 2^32 mod range are rejected and redrawn.
+uint32_t uniform_below(PhiloxStream& stream, uint32_t range) {
+  uint64_t m = static_cast<uint64_t>(stream.next()) * range;
+  uint32_t low = static_cast<uint32_t>(m);
+  if (low < range) {
+    const uint32_t threshold = (0u - range) % range;  // 2^32 mod range
+    while (low < threshold) {
+      m = static_cast<uint64_t>(stream.next()) * range;
+      low = static_cast<uint32_t>(m);
+    }
+  }
+  return static_cast<uint32_t>(m >> 32);
+}
+
+void check_size(int64_t n, const char* who) {
+  KILN_CHECK_INPUT(n >= 0, who, ": the number of examples must be >= 0, got ", n);
+}
+
+}  // namespace
+
+std::vector<int64_t> philox_permutation(int64_t n, uint64_t key, uint64_t counter_base) {
+  KILN_CHECK_INPUT(n >= 0 && n <= static_cast<int64_t>(std::numeric_limits<uint32_t>::max()),
+                   "philox_permutation: n must be in 0..2^32-1, got ", n);
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  // Fisher-Yates (Durstenfeld): for i = n-1 down to 1, swap element i with a uniformly chosen
+  // element j of 0..i. Every one of the n! orders is equally likely.
+  PhiloxStream stream(key, counter_base);
+  for (int64_t i = n - 1; i >= 1; --i) {
+    const int64_t j = uniform_below(stream, static_cast<uint32_t>(i + 1));
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  }
+  return perm;
+}
+
+SequentialSampler::SequentialSampler(int64_t n) : n_(n) { check_size(n, "SequentialSampler"); }
+
+std::vector<int64_t> SequentialSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> out(static_cast<size_t>(n_));
+  std::iota(out.begin(), out.end(), int64_t{0});
+  return out;
+}
+
+RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
+  check_size(n, "RandomSampler");
+}
+
+std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
+  // Each epoch gets its own region of the counter space: 2^40 counters (2^42 numbers), far
+  // more than a shuffle of up to 2^32 elements draws, so epochs never share random numbers.
+  constexpr int kEpochShift = 40;
+  KILN_CHECK_INPUT(epoch >= 0 && epoch < (int64_t{1} << (64 - kEpochShift)),
+                   "RandomSampler::indices: epoch must be in 0..2^24-1, got ", epoch);
+  return philox_permutation(n_, seed_, static_cast<uint64_t>(epoch) << kEpochShift);
+}
+
+}  // namespace kiln

@@ -1,0 +1,60 @@
+// sampler.h: which dataset indices make up an epoch, and in what order.
+//
+// A Sampler is a pure function of the epoch number: indices(epoch) returns the whole
+// epoch's order at once. No hidden state advances between calls, so a resumed run (epoch 3
+// of a checkpoint) sees exactly the order an uninterrupted run saw, and several consumers
+// (loader workers, ranks) can ask for the same epoch and agree.
+//
+//   SequentialSampler(n)      0, 1, ..., n-1 every epoch (evaluation).
+//   RandomSampler(n, seed)    a uniformly random permutation of 0..n-1, a different one each
+//                             epoch, the same one for the same (seed, epoch) on every platform.
+//
+// Why not std::shuffle: the algorithm of std::shuffle and of std::uniform_int_distribution is
+// implementation-defined, so libstdc++, libc++ and MSVC give different orders from the same
+// seed. RandomSampler runs its own Fisher-Yates shuffle on the Philox4x32 counter stream of
+// engine/philox.h (key = seed, counter base = epoch << 40), with Lemire's unbiased bounded
+// integer method; every step is specified integer arithmetic, so the order is identical
+// everywhere (tests/data/sampler_test.cpp pins a few golden indices).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln {
+
+class Sampler {
+ public:
+  virtual ~Sampler();
+  // The dataset indices of epoch `epoch` (>= 0), in order. Size: size().
+  virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
+  // Number of indices per epoch.
+  virtual int64_t size() const = 0;
+};
+
+class SequentialSampler : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t n);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+};
+
+class RandomSampler : public Sampler {
+ public:
+  RandomSampler(int64_t n, uint64_t seed);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return n_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  int64_t n_;
+  uint64_t seed_;
+};
+
+// A uniform random permutation of 0..n-1 drawn from the Philox stream (key, counter base):
+// the shuffle RandomSampler uses, exposed for tests and for other samplers (distributed).
+std::vector<int64_t> philox_permutation(int64_t n, uint64_t key, uint64_t counter_base);
+
+}  // namespace kiln

@@ -1,0 +1,98 @@
+#include "engine/allocator.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "engine/error.h"
+
+namespace kiln::cpu_allocator {
+namespace {
+
+constexpr size_t kAlign = 64;
+
+// Sizes are rounded so that nearby requests share blocks: to 64 B below 4 KiB, to 4 KiB above.
+size_t round_size(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  size_t step = bytes < 4096 ? 64 : 4096;
+  return (bytes + step - 1) / step * step;
+}
+
+struct Pool {
+  std::mutex mu;
+  std::multimap<size_t, void*> free_blocks;  // rounded size -> block
+  MemoryStats stats;
+};
+
+Pool& pool() {
+  static Pool* p = new Pool();  // never destroyed: tensors may be freed during static teardown
+  return *p;
+}
+
+}  // namespace
+
+void* allocate(size_t bytes) {
+  size_t size = round_size(bytes);
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    auto it = p.free_blocks.find(size);
+    if (it != p.free_blocks.end()) {
+      void* ptr = it->second;
+      p.free_blocks.erase(it);
+      p.stats.current_bytes += size;
+      if (p.stats.current_bytes > p.stats.peak_bytes) p.stats.peak_bytes = p.stats.current_bytes;
+      return ptr;
+    }
+  }
+  void* ptr = std::aligned_alloc(kAlign, size);
+  if (!ptr) {
+    release_cached();
+    ptr = std::aligned_alloc(kAlign, size);
+  }
+  if (!ptr) {
+    MemoryStats s = stats();
+    throw Error(detail::str("out of CPU memory allocating ", bytes, " bytes (in use ",
+                            s.current_bytes, ", reserved ", s.reserved_bytes,
+                            "): use a smaller batch size"));
+  }
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.stats.os_allocs++;
+  p.stats.reserved_bytes += size;
+  p.stats.current_bytes += size;
+  if (p.stats.current_bytes > p.stats.peak_bytes) p.stats.peak_bytes = p.stats.current_bytes;
+  return ptr;
+}
+
+void deallocate(void* ptr, size_t bytes) {
+  if (!ptr) return;
+  size_t size = round_size(bytes);
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.stats.current_bytes -= size;
+  p.free_blocks.emplace(size, ptr);
+}
+
+MemoryStats stats() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.stats;
+}
+
+void reset_peak() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.stats.peak_bytes = p.stats.current_bytes;
+}
+
+void release_cached() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  for (auto& [size, ptr] : p.free_blocks) {
+    std::free(ptr);
+    p.stats.reserved_bytes -= static_cast<int64_t>(size);
+  }
+  p.free_blocks.clear();
+}
+
+}  // namespace kiln::cpu_allocator

@@ -1,0 +1,84 @@
+// autograd.h: define-by-run reverse-mode differentiation.
+//
+// How it works (the same idea as PyTorch's engine, in ~200 lines):
+//  1. An op whose inputs require grad creates a Node subclass that knows the op's backward,
+//     stores what backward needs (Node::saved and its own members), and records one edge per
+//     input: the input's grad_fn, or, for a leaf, the leaf's AccumulateGrad node.
+//  2. backward(root, grad) walks the graph once to count, for each node, how many edges point
+//     at it; then runs nodes in reverse creation order (a max-heap on the sequence number),
+//     each only after all gradients flowing into it have been summed.
+//  3. After a node ran, its saved tensors are released, so activation memory is freed while
+//     backward proceeds. Running backward twice through the same graph is an error.
+//  4. AccumulateGrad adds into the leaf's .grad, then calls the leaf's grad-ready hooks:
+//     DataParallel uses them to start a bucket's allreduce while backward continues.
+// Grad mode is thread-local, so many threads can train independent graphs at once.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace kiln {
+
+struct Node {
+  Node();
+  virtual ~Node() = default;
+  // grad_out has the shape of this node's output. Returns one gradient per input edge, in
+  // the order of `next`; an undefined Tensor means "no gradient for that input".
+  virtual std::vector<Tensor> apply(const Tensor& grad_out) = 0;
+  virtual const char* name() const = 0;
+  // Frees what backward needed. Nodes with extra members override and call the base.
+  virtual void release_saved() { saved.clear(); released = true; }
+
+  std::vector<std::shared_ptr<Node>> next;  // one per input; null if the input needs no grad
+  std::vector<Tensor> saved;                // tensors kept for backward
+  uint64_t sequence_nr;                     // creation order: later nodes run first
+  bool released = false;
+};
+
+// The sink for a leaf tensor's gradient.
+struct AccumulateGrad : Node {
+  explicit AccumulateGrad(const std::shared_ptr<TensorImpl>& leaf) : leaf(leaf) {}
+  std::vector<Tensor> apply(const Tensor& grad_out) override;
+  const char* name() const override { return "AccumulateGrad"; }
+  void release_saved() override {}  // shared by every graph that uses the leaf: never released
+  std::weak_ptr<TensorImpl> leaf;
+};
+
+// Thread-local switch: when disabled, ops record nothing.
+struct GradMode {
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+// Disables graph recording in this thread for its lifetime (evaluation, optimizer steps).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True when grad mode is on and any of the inputs requires grad: the op must record a node.
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs);
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// The node a gradient for `t` must flow to: its grad_fn, its leaf accumulator, or null.
+std::shared_ptr<Node> gradient_edge(const Tensor& t);
+
+// Connects `node` to `inputs` (node->next) and marks `output` as produced by it.
+// Call only when any_requires_grad(...) was true.
+void set_history(Tensor& output, const std::shared_ptr<Node>& node,
+                 const std::vector<Tensor>& inputs);
+
+// Runs the backward pass from `root` seeded with `grad` (same shape as root).
+void backward(const Tensor& root, const Tensor& grad);
+
+}  // namespace kiln

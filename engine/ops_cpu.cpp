@@ -1,0 +1,190 @@
+// ops_cpu.cpp: the CPU kernels of the core ops. Plain loops over contiguous buffers, OpenMP
+// across elements (or rows) when there is enough work to pay for waking the threads.
+#include "engine/ops_cpu.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kiln::cpu {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelGrain = 1 << 15;
+
+template <typename T>
+static T apply_binary(BinaryOp op, T a, T b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+  }
+  return T(0);
+}
+
+template <typename T>
+void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row) {
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    T bv = kind == Broadcast::Same ? b[i] : kind == Broadcast::Scalar ? b[0] : b[i % row];
+    out[i] = apply_binary(op, a[i], bv);
+  }
+}
+
+template <typename T>
+void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
+  auto run = [&](auto f) {
+#pragma omp parallel for if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+  };
+  switch (op) {
+    case UnaryOp::Neg: return run([](T v) { return -v; });
+    case UnaryOp::Exp: return run([](T v) { return std::exp(v); });
+    case UnaryOp::Log: return run([](T v) { return std::log(v); });
+    case UnaryOp::Square: return run([](T v) { return v * v; });
+    case UnaryOp::Relu: return run([](T v) { return v > T(0) ? v : T(0); });
+    case UnaryOp::AddScalar: return run([scalar](T v) { return v + scalar; });
+    case UnaryOp::MulScalar: return run([scalar](T v) { return v * scalar; });
+  }
+}
+
+template <typename T>
+void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n) {
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) grad_x[i] = y[i] > T(0) ? grad_y[i] : T(0);
+}
+
+template <typename T>
+void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
+  // Each output element is owned by one thread, and summed in a fixed order: reproducible.
+#pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      T acc = 0;
+      for (int64_t l = 0; l < len; ++l) acc += x[(o * len + l) * inner + i];
+      out[o * inner + i] = acc;
+    }
+  }
+}
+
+template <typename T>
+void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale) {
+#pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t l = 0; l < len; ++l)
+      for (int64_t i = 0; i < inner; ++i) out[(o * len + l) * inner + i] = g[o * inner + i] * scale;
+}
+
+template <typename T>
+void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner) {
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t best = 0;
+      for (int64_t l = 1; l < len; ++l)
+        if (x[(o * len + l) * inner + i] > x[(o * len + best) * inner + i]) best = l;
+      out[o * inner + i] = best;
+    }
+  }
+}
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                 const float* b, float* c, float beta) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
+              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), beta, c,
+              static_cast<int>(n));
+}
+
+template <>
+void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+                  const double* b, double* c, double beta) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
+              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), beta, c,
+              static_cast<int>(n));
+}
+
+template <typename T>
+void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1) {
+  // Walk the output in order; find each element's source through the swapped strides.
+  std::vector<int64_t> in_stride(static_cast<size_t>(rank)), out_dims(dims, dims + rank);
+  int64_t s = 1;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    in_stride[static_cast<size_t>(d)] = s;
+    s *= dims[d];
+  }
+  std::swap(out_dims[static_cast<size_t>(d0)], out_dims[static_cast<size_t>(d1)]);
+  std::vector<int64_t> src_stride = in_stride;
+  std::swap(src_stride[static_cast<size_t>(d0)], src_stride[static_cast<size_t>(d1)]);
+  int64_t n = s;
+  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t src = 0;
+    for (int64_t d = 0; d < rank; ++d) src += idx[static_cast<size_t>(d)] * src_stride[static_cast<size_t>(d)];
+    out[i] = x[src];
+    for (int64_t d = rank - 1; d >= 0; --d) {  // odometer increment of the output index
+      if (++idx[static_cast<size_t>(d)] < out_dims[static_cast<size_t>(d)]) break;
+      idx[static_cast<size_t>(d)] = 0;
+    }
+  }
+}
+
+template <typename T>
+void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+#pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const T* xr = x + o * len * inner + i;
+      T* yr = y + o * len * inner + i;
+      // Subtract the max first: exp never overflows, the result is unchanged.
+      T mx = xr[0];
+      for (int64_t l = 1; l < len; ++l) mx = std::max(mx, xr[l * inner]);
+      T total = 0;
+      for (int64_t l = 0; l < len; ++l) total += std::exp(xr[l * inner] - mx);
+      if (log) {
+        T lse = mx + std::log(total);
+        for (int64_t l = 0; l < len; ++l) yr[l * inner] = xr[l * inner] - lse;
+      } else {
+        for (int64_t l = 0; l < len; ++l) yr[l * inner] = std::exp(xr[l * inner] - mx) / total;
+      }
+    }
+  }
+}
+
+template <typename T>
+void softmax_backward(const T* gy, const T* y, T* gx, int64_t outer, int64_t len, int64_t inner,
+                      bool log) {
+#pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t i = 0; i < inner; ++i) {
+      int64_t base = o * len * inner + i;
+      T dot = 0;
+      for (int64_t l = 0; l < len; ++l)
+        dot += log ? gy[base + l * inner] : gy[base + l * inner] * y[base + l * inner];
+      for (int64_t l = 0; l < len; ++l) {
+        int64_t j = base + l * inner;
+        // softmax: gx = y (gy - sum(gy y));  log-softmax: gx = gy - exp(y) sum(gy)
+        gx[j] = log ? gy[j] - std::exp(y[j]) * dot : y[j] * (gy[j] - dot);
+      }
+    }
+  }
+}
+
+#define KILN_INSTANTIATE(T)                                                                    \
+  template void binary<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t);      \
+  template void unary<T>(UnaryOp, const T*, T*, int64_t, T);                                   \
+  template void relu_backward<T>(const T*, const T*, T*, int64_t);                             \
+  template void sum_dim<T>(const T*, T*, int64_t, int64_t, int64_t);                           \
+  template void expand_dim<T>(const T*, T*, int64_t, int64_t, int64_t, T);                     \
+  template void argmax_dim<T>(const T*, int64_t*, int64_t, int64_t, int64_t);                  \
+  template void transpose<T>(const T*, T*, const int64_t*, int64_t, int64_t, int64_t);         \
+  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool);                     \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);
+KILN_INSTANTIATE(float)
+KILN_INSTANTIATE(double)
+#undef KILN_INSTANTIATE
+
+}  // namespace kiln::cpu

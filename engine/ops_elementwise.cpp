@@ -1,0 +1,184 @@
+// ops_elementwise.cpp: elementwise ops, their broadcasting rule, and their gradients.
+#include "engine/autograd.h"
+#include "engine/dispatch.h"
+#include "engine/ops.h"
+#include "engine/ops_cpu.h"
+
+namespace kiln {
+
+using cpu::BinaryOp;
+using cpu::Broadcast;
+using cpu::UnaryOp;
+
+namespace {
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add: return "add";
+    case BinaryOp::Sub: return "sub";
+    case BinaryOp::Mul: return "mul";
+    case BinaryOp::Div: return "div";
+  }
+  return "?";
+}
+
+Broadcast broadcast_kind(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.shape() == b.shape()) return Broadcast::Same;
+  if (b.numel() == 1) return Broadcast::Scalar;
+  if (b.dim() == 1 && a.dim() >= 1 && a.size(-1) == b.size(0)) return Broadcast::Row;
+  throw Error(detail::str(op, ": cannot broadcast ", shape_str(b.shape()), " onto ",
+                          shape_str(a.shape()),
+                          ": the second operand must have the same shape, one element, or be "
+                          "a row matching the last dimension"));
+}
+
+// Sums a gradient of a's shape down to b's shape (the adjoint of the broadcast).
+Tensor reduce_to(const Tensor& g, const Shape& b_shape, Broadcast kind) {
+  switch (kind) {
+    case Broadcast::Same: return g;
+    case Broadcast::Scalar: return sum(g).reshape(b_shape);
+    case Broadcast::Row: return sum(g.reshape({-1, b_shape[0]}), {0});
+  }
+  return g;
+}
+
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, Broadcast kind) {
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+  switch (a.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+                       kind == Broadcast::Row ? b.numel() : 1);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend(binary_name(op));
+  }
+  return out;
+}
+
+struct BinaryBackward : Node {
+  BinaryOp op;
+  Broadcast kind;
+  BinaryBackward(BinaryOp o, Broadcast k) : op(o), kind(k) {}
+  const char* name() const override { return "BinaryBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    // saved = {a, b} (only for mul and div).
+    Tensor ga, gb;
+    bool need_a = next[0] != nullptr, need_b = next[1] != nullptr;
+    switch (op) {
+      case BinaryOp::Add:
+        ga = g;
+        if (need_b) gb = reduce_to(g, shape_b, kind);
+        break;
+      case BinaryOp::Sub:
+        ga = g;
+        if (need_b) gb = neg(reduce_to(g, shape_b, kind));
+        break;
+      case BinaryOp::Mul:
+        if (need_a) ga = binary_forward(BinaryOp::Mul, g, saved[1], kind);
+        if (need_b) gb = reduce_to(mul(g, saved[0]), shape_b, kind);
+        break;
+      case BinaryOp::Div: {
+        Tensor ga_full = binary_forward(BinaryOp::Div, g, saved[1], kind);  // g / b
+        if (need_a) ga = ga_full;
+        // d(a/b)/db = -a / b^2 = -(g / b) * (a / b)
+        if (need_b) gb = neg(reduce_to(mul(ga_full, binary_forward(BinaryOp::Div, saved[0], saved[1], kind)), shape_b, kind));
+        break;
+      }
+    }
+    return {ga, gb};
+  }
+  Shape shape_b;  // b's shape, for reduce_to
+};
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  check_same_device(a, b, name);
+  check_same_dtype(a, b, name);
+  Broadcast kind = broadcast_kind(a, b, name);
+  Tensor out = binary_forward(op, a, b, kind);
+  if (any_requires_grad({&a, &b})) {
+    auto node = std::make_shared<BinaryBackward>(op, kind);
+    node->shape_b = b.shape();
+    if (op == BinaryOp::Mul || op == BinaryOp::Div) node->saved = {a.detach(), b.detach()};
+    set_history(out, node, {a, b});
+  }
+  return out;
+}
+
+Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* name) {
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(x.dtype(), name, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend(name);
+  }
+  return out;
+}
+
+struct UnaryBackward : Node {
+  UnaryOp op;
+  double scalar;
+  UnaryBackward(UnaryOp o, double s) : op(o), scalar(s) {}
+  const char* name() const override { return "UnaryBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    // saved = {x, y}
+    const Tensor& x = saved[0];
+    const Tensor& y = saved[1];
+    switch (op) {
+      case UnaryOp::Neg: return {neg(g)};
+      case UnaryOp::Exp: return {mul(g, y)};
+      case UnaryOp::Log: return {div(g, x)};
+      case UnaryOp::Square: return {mul(mul(g, x), 2.0)};
+      case UnaryOp::AddScalar: return {g};
+      case UnaryOp::MulScalar: return {mul(g, scalar)};
+      case UnaryOp::Relu: {
+        Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
+        switch (g.device().type) {
+          case DeviceType::CPU:
+            dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+              using T = typename decltype(tag)::type;
+              cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+            });
+            break;
+          case DeviceType::CUDA: no_cuda_backend("relu_backward");
+        }
+        return {gx};
+      }
+    }
+    return {};
+  }
+};
+
+Tensor unary(UnaryOp op, const Tensor& x, double scalar, const char* name) {
+  Tensor out = unary_forward(op, x, scalar, name);
+  if (any_requires_grad({&x})) {
+    auto node = std::make_shared<UnaryBackward>(op, scalar);
+    bool needs_x = op == UnaryOp::Log || op == UnaryOp::Square;
+    bool needs_y = op == UnaryOp::Exp || op == UnaryOp::Relu;
+    node->saved = {needs_x ? x.detach() : Tensor(), needs_y ? out.detach() : Tensor()};
+    set_history(out, node, {x});
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Add, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Sub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(BinaryOp::Div, a, b); }
+Tensor add(const Tensor& a, double b) { return unary(UnaryOp::AddScalar, a, b, "add"); }
+Tensor mul(const Tensor& a, double b) { return unary(UnaryOp::MulScalar, a, b, "mul"); }
+Tensor neg(const Tensor& a) { return unary(UnaryOp::Neg, a, 0, "neg"); }
+Tensor exp(const Tensor& a) { return unary(UnaryOp::Exp, a, 0, "exp"); }
+Tensor log(const Tensor& a) { return unary(UnaryOp::Log, a, 0, "log"); }
+Tensor square(const Tensor& a) { return unary(UnaryOp::Square, a, 0, "square"); }
+Tensor relu(const Tensor& a) { return unary(UnaryOp::Relu, a, 0, "relu"); }
+
+}  // namespace kiln

@@ -1,0 +1,145 @@
+// ops_reduce.cpp: sum, mean and argmax over dims. Several dims are reduced one at a time,
+// highest first, each as an (outer, len, inner) reduction: one small kernel serves them all.
+#include <algorithm>
+
+#include "engine/autograd.h"
+#include "engine/dispatch.h"
+#include "engine/ops.h"
+#include "engine/ops_cpu.h"
+
+namespace kiln {
+
+int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
+  int64_t d = dim < 0 ? dim + rank : dim;
+  KILN_CHECK(d >= 0 && d < rank, op, ": dim ", dim, " is out of range for a tensor of rank ", rank);
+  return d;
+}
+
+namespace {
+
+// Sums x over one dim, keeping it as size 1.
+Tensor sum_one_dim(const Tensor& x, int64_t d) {
+  Shape out_shape = x.shape();
+  out_shape[static_cast<size_t>(d)] = 1;
+  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  DimSplit s = split_at(x.shape(), d);
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend("sum");
+  }
+  return out;
+}
+
+// Broadcasts g (shape with dim d of size 1) back to `shape`, times scale.
+Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double scale) {
+  Tensor out = Tensor::empty(shape, g.dtype(), g.device());
+  DimSplit s = split_at(shape, d);
+  switch (g.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
+                           static_cast<T>(scale));
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend("sum_backward");
+  }
+  return out;
+}
+
+struct SumBackward : Node {
+  Shape input_shape;
+  std::vector<int64_t> dims;  // sorted ascending, wrapped
+  double scale;               // 1 for sum, 1/count for mean
+  const char* name() const override { return "SumBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    // Re-insert the reduced dims as size 1, then expand them back one by one.
+    Shape kept = input_shape;
+    for (auto d : dims) kept[static_cast<size_t>(d)] = 1;
+    Tensor grad = g.reshape(kept);
+    Shape cur = kept;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      int64_t d = dims[i];
+      cur[static_cast<size_t>(d)] = input_shape[static_cast<size_t>(d)];
+      grad = expand_one_dim(grad, cur, d, i == 0 ? scale : 1.0);
+    }
+    if (dims.empty()) grad = mul(grad, scale);
+    return {grad};
+  }
+};
+
+Tensor reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, bool is_mean,
+              const char* op) {
+  int64_t rank = x.dim();
+  for (auto& d : dims) d = wrap_dim(d, rank, op);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  int64_t count = 1;
+  for (auto d : dims) count *= x.size(d);
+
+  Tensor out;
+  {
+    NoGradGuard no_grad;  // the pieces below are one op for autograd
+    out = x;
+    for (auto it = dims.rbegin(); it != dims.rend(); ++it) out = sum_one_dim(out, *it);
+    if (dims.empty()) out = out.clone();
+    if (is_mean) out = mul(out, 1.0 / static_cast<double>(count));
+    Shape out_shape;
+    for (int64_t i = 0; i < rank; ++i) {
+      bool reduced = std::binary_search(dims.begin(), dims.end(), i);
+      if (!reduced) out_shape.push_back(x.size(i));
+      else if (keepdim) out_shape.push_back(1);
+    }
+    out = out.reshape(out_shape);
+  }
+  if (any_requires_grad({&x})) {
+    auto node = std::make_shared<SumBackward>();
+    node->input_shape = x.shape();
+    node->dims = dims;
+    node->scale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
+    set_history(out, node, {x});
+  }
+  return out;
+}
+
+std::vector<int64_t> all_dims(const Tensor& x) {
+  std::vector<int64_t> d(static_cast<size_t>(x.dim()));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int64_t>(i);
+  return d;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& a) { return reduce(a, all_dims(a), false, false, "sum"); }
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce(a, dims, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& a) { return reduce(a, all_dims(a), false, true, "mean"); }
+Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce(a, dims, keepdim, true, "mean");
+}
+
+Tensor argmax(const Tensor& a, int64_t dim) {
+  int64_t d = wrap_dim(dim, a.dim(), "argmax");
+  Shape out_shape = a.shape();
+  out_shape.erase(out_shape.begin() + d);
+  Tensor out = Tensor::empty(out_shape, DType::I64, a.device());
+  DimSplit s = split_at(a.shape(), d);
+  switch (a.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend("argmax");
+  }
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,48 @@
+// adadelta.cpp: Adadelta's step: one OpenMP loop per parameter over adadelta_update.
+#include "engine/optim/adadelta.h"
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace kiln {
+
+Adadelta::Adadelta(std::vector<Tensor> params, double lr, double rho, double eps,
+                   double weight_decay)
+    : Optimizer(std::move(params), lr), rho_(rho), eps_(eps), weight_decay_(weight_decay) {
+  KILN_CHECK_INPUT(rho >= 0 && rho <= 1, "Adadelta: rho must be in [0, 1], got ", rho);
+  KILN_CHECK_INPUT(eps >= 0, "Adadelta: eps must be >= 0, got ", eps);
+  KILN_CHECK_INPUT(weight_decay >= 0, "Adadelta: weight_decay must be >= 0, got ", weight_decay);
+}
+
+namespace {
+
+// p, g, s, a are (n).
+template <typename T>
+void adadelta_step_cpu(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) adadelta_update<T>(p[i], g[i], s[i], a[i], lr, rho, eps, wd);
+}
+
+}  // namespace
+
+void Adadelta::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = grad_of(i);
+    if (!g.defined()) continue;
+    Tensor& p = params_[i];
+    KILN_CHECK(p.device().is_cpu(), "Adadelta: the update for ", p.device().str(),
+               " parameters is not built yet (CPU only in this version)");
+    Tensor s = buffer(i, "square_avg");
+    Tensor a = buffer(i, "acc_delta");
+    dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(), T(lr_),
+                           T(rho_), T(eps_), T(weight_decay_));
+    });
+    ++state_[i].step;
+  }
+  ++step_count_;
+}
+
+}  // namespace kiln

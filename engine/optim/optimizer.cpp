@@ -1,0 +1,116 @@
+// optimizer.cpp: parameter bookkeeping, zero_grad, state_dict save/load shared by all
+// optimizers. The update rules live in sgd.cpp, adam.cpp, adadelta.cpp.
+#include "engine/optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace kiln {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr)
+    : params_(std::move(params)), state_(params_.size()), lr_(lr) {
+  KILN_CHECK_INPUT(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be >= 0, got ", lr);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    KILN_CHECK(params_[i].defined(), "optimizer: parameter ", i, " is undefined");
+    KILN_CHECK(is_floating(params_[i].dtype()), "optimizer: parameter ", i,
+               " must be f32 or f64, got ", params_[i].str());
+    for (size_t j = 0; j < i; ++j)
+      KILN_CHECK(!params_[i].same(params_[j]), "optimizer: parameter ", i,
+                 " is the same tensor as parameter ", j, ": pass each parameter once");
+  }
+}
+
+void Optimizer::set_lr(double lr) {
+  KILN_CHECK_INPUT(std::isfinite(lr) && lr >= 0, name(), ": learning rate must be >= 0, got ", lr);
+  lr_ = lr;
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.set_grad(Tensor());
+}
+
+Tensor Optimizer::grad_of(size_t i) const {
+  const Tensor& p = params_[i];
+  Tensor g = p.grad();
+  if (!g.defined()) return g;
+  KILN_CHECK(g.shape() == p.shape(), name(), ": parameter ", i, " ", shape_str(p.shape()),
+             " has a gradient of shape ", shape_str(g.shape()));
+  KILN_CHECK(g.dtype() == p.dtype() && g.device() == p.device(), name(), ": parameter ", i, " (",
+             p.str(), ") has a gradient of another dtype or device: ", g.str());
+  return g;
+}
+
+Tensor& Optimizer::buffer(size_t i, const std::string& buf_name, bool* created) {
+  auto& bufs = state_[i].buffers;
+  auto it = bufs.find(buf_name);
+  if (created) *created = (it == bufs.end());
+  if (it == bufs.end()) {
+    const Tensor& p = params_[i];
+    it = bufs.emplace(buf_name, Tensor::zeros(p.shape(), p.dtype(), p.device())).first;
+  }
+  return it->second;
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  out["lr"] = Tensor::from_vector(std::vector<double>{lr_}, {1});
+  out["step"] = Tensor::from_vector(std::vector<int64_t>{step_count_}, {1});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string prefix = "param." + std::to_string(i) + ".";
+    out[prefix + "step"] = Tensor::from_vector(std::vector<int64_t>{state_[i].step}, {1});
+    for (const auto& [buf_name, t] : state_[i].buffers) out[prefix + buf_name] = t.clone();
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  NoGradGuard no_grad;
+  auto scalar = [&](const std::string& key) -> const Tensor& {
+    auto it = state.find(key);
+    KILN_CHECK_INPUT(it != state.end(), name(), " state is missing '", key, "'");
+    KILN_CHECK_INPUT(it->second.numel() == 1, name(), " state entry '", key,
+                     "' must hold one value, has shape ", shape_str(it->second.shape()));
+    return it->second;
+  };
+  const double lr = scalar("lr").item();
+  const int64_t steps = static_cast<int64_t>(scalar("step").item());
+  const std::vector<std::string> known = buffer_names();
+
+  std::vector<ParamState> fresh(params_.size());
+  for (const auto& [key, t] : state) {
+    if (key == "lr" || key == "step") continue;
+    // "param.<i>.<name>"
+    size_t dot = key.find('.', 6);
+    KILN_CHECK_INPUT(key.rfind("param.", 0) == 0 && dot != std::string::npos && dot > 6, name(),
+                     " state has an unexpected entry '", key, "'");
+    const std::string index_str = key.substr(6, dot - 6);
+    const std::string field = key.substr(dot + 1);
+    KILN_CHECK_INPUT(std::all_of(index_str.begin(), index_str.end(), ::isdigit), name(),
+                     " state has an unexpected entry '", key, "'");
+    const size_t i = std::stoul(index_str);
+    KILN_CHECK_INPUT(i < params_.size(), name(), " state entry '", key, "' is for parameter ", i,
+                     " but this optimizer has ", params_.size(),
+                     " parameters: it was saved for a different model");
+    if (field == "step") {
+      KILN_CHECK_INPUT(t.numel() == 1, name(), " state entry '", key, "' must hold one value");
+      fresh[i].step = static_cast<int64_t>(t.item());
+      continue;
+    }
+    KILN_CHECK_INPUT(std::find(known.begin(), known.end(), field) != known.end(), name(),
+                     " state has an unexpected entry '", key, "': it was saved by another optimizer");
+    const Tensor& p = params_[i];
+    KILN_CHECK_INPUT(t.shape() == p.shape(), name(), " state entry '", key, "' has shape ",
+                     shape_str(t.shape()), " but parameter ", i, " has shape ", shape_str(p.shape()));
+    Tensor b = Tensor::empty(p.shape(), p.dtype(), p.device());
+    b.copy_(t);
+    fresh[i].buffers[field] = b;
+  }
+  lr_ = lr;
+  step_count_ = steps;
+  state_ = std::move(fresh);
+}
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+// serialize.h: Kiln's checkpoint file: named tensors plus text metadata, validated on load.
+//
+// Layout (little-endian; offsets in bytes):
+//   header (40 bytes)
+//     0  char[8] magic "KILNCKPT"
+//     8  u32     format version (kCheckpointVersion)
+//    12  u32     number of meta entries
+//    16  u32     number of tensor records
+//    20  u32     CRC32 of the table
+//    24  u64     table length in bytes
+//    32  u32     reserved (0)
+//    36  u32     CRC32 of bytes 0..35
+//   table (at 40)
+//     per meta entry: u32 key length, key, u32 value length, value
+//     per record:     u32 name length, name, u8 dtype, u8 ndim, u16 reserved,
+//                     i64 dims[ndim], u64 payload offset, u64 payload length, u32 payload CRC32
+//   payloads: raw contiguous element bytes, each starting at a multiple of 64
+//
+// Writing is atomic: the file is written to path + ".tmp", fsynced, renamed over path, and
+// the directory fsynced, so a crash leaves either the old checkpoint or the new one, never a
+// torn one. Reading checks everything (magic, version, sizes, CRCs, bounds) and throws a
+// kiln::Error of kind Input naming the file and, for a corrupt payload, the record.
+// Tensors are saved from any device (copied to the host) and loaded on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "engine/tensor.h"
+
+namespace kiln {
+
+constexpr uint32_t kCheckpointVersion = 1;
+
+struct Checkpoint {
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> meta;  // e.g. "epoch", "step", "rng_offset", "model"
+};
+
+void write_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                      const std::map<std::string, std::string>& meta = {});
+Checkpoint read_checkpoint(const std::string& path);
+
+// CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320; the same as zlib's crc32), continuing
+// from `crc` so a buffer can be checksummed in pieces. crc32("123456789") == 0xCBF43926.
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+}  // namespace kiln

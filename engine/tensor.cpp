@@ -1,0 +1,365 @@
+#include "engine/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "engine/allocator.h"
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace kiln {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// ---- Storage ----------------------------------------------------------------------------------
+
+static void check_device_available(Device device) {
+  if (device.is_cuda()) {
+    throw Error("device " + device.str() +
+                    " is not available: this build of Kiln has no CUDA backend yet; use --device cpu",
+                ErrorKind::Usage);
+  }
+}
+
+Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
+  check_device_available(dev);
+  data = cpu_allocator::allocate(nbytes);
+}
+
+Storage::~Storage() {
+  if (device.is_cpu()) cpu_allocator::deallocate(data, bytes);
+}
+
+// ---- Element conversion (host side) ----------------------------------------------------------
+
+namespace {
+
+template <typename Dst>
+void convert_from(const void* src, DType src_type, Dst* dst, int64_t n) {
+  auto run = [&](auto* s) {
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(s[i]);
+  };
+  switch (src_type) {
+    case DType::F32: return run(static_cast<const float*>(src));
+    case DType::F64: return run(static_cast<const double*>(src));
+    case DType::I32: return run(static_cast<const int32_t*>(src));
+    case DType::I64: return run(static_cast<const int64_t*>(src));
+    case DType::U8: return run(static_cast<const uint8_t*>(src));
+  }
+}
+
+// Copies n elements between host buffers of possibly different dtypes.
+void convert_copy(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
+    return;
+  }
+  switch (dt) {
+    case DType::F32: return convert_from(src, st, static_cast<float*>(dst), n);
+    case DType::F64: return convert_from(src, st, static_cast<double*>(dst), n);
+    case DType::I32: return convert_from(src, st, static_cast<int32_t*>(dst), n);
+    case DType::I64: return convert_from(src, st, static_cast<int64_t*>(dst), n);
+    case DType::U8: return convert_from(src, st, static_cast<uint8_t*>(dst), n);
+  }
+}
+
+// The gradient of t.to(device) is grad.to(source device).
+struct ToDeviceBackward : Node {
+  Device source;
+  explicit ToDeviceBackward(Device s) : source(s) {}
+  std::vector<Tensor> apply(const Tensor& g) override { return {g.to(source)}; }
+  const char* name() const override { return "ToDeviceBackward"; }
+};
+
+struct ReshapeBackward : Node {
+  Shape input_shape;
+  explicit ReshapeBackward(Shape s) : input_shape(std::move(s)) {}
+  std::vector<Tensor> apply(const Tensor& g) override { return {g.reshape(input_shape)}; }
+  const char* name() const override { return "ReshapeBackward"; }
+};
+
+}  // namespace
+
+// ---- Factories --------------------------------------------------------------------------------
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (auto d : shape)
+    KILN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->numel = shape_numel(shape);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(impl->numel) * dtype_size(dtype), device);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.0, dtype, device);
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 1.0, dtype, device);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.fill_(value);
+  return t;
+}
+
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  KILN_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
+             values.size(), " values do not fill shape ", shape_str(shape));
+  Tensor host = empty(shape, dtype_of<T>::value, Device());
+  std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  return device.is_cpu() && device.index == 0 ? host : host.to(device);
+}
+
+// ---- Metadata ---------------------------------------------------------------------------------
+
+const Shape& Tensor::shape() const {
+  KILN_CHECK(defined(), "shape() of an undefined tensor");
+  return impl_->shape;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t r = dim();
+  int64_t w = d < 0 ? d + r : d;
+  KILN_CHECK(w >= 0 && w < r, "size(", d, ") of a tensor with shape ", shape_str(shape()));
+  return impl_->shape[static_cast<size_t>(w)];
+}
+
+int64_t Tensor::numel() const { return defined() ? impl_->numel : 0; }
+DType Tensor::dtype() const {
+  KILN_CHECK(defined(), "dtype() of an undefined tensor");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  KILN_CHECK(defined(), "device() of an undefined tensor");
+  return impl_->storage->device;
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor(undefined)";
+  return std::string("Tensor ") + dtype_name(dtype()) + " " + shape_str(shape()) + " on " +
+         device().str();
+}
+
+void* Tensor::raw_data() const {
+  KILN_CHECK(defined(), "data of an undefined tensor");
+  return static_cast<char*>(impl_->storage->data) +
+         impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
+}
+
+template <typename T>
+T* Tensor::data() const {
+  KILN_CHECK(defined(), "data<", dtype_name(dtype_of<T>::value), ">() of an undefined tensor");
+  KILN_CHECK(impl_->dtype == dtype_of<T>::value, "data<", dtype_name(dtype_of<T>::value),
+             ">() of a tensor of dtype ", dtype_name(impl_->dtype));
+  return static_cast<T*>(raw_data());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor host = device().is_cpu() ? *this : to(Device());
+  std::vector<T> out(static_cast<size_t>(numel()));
+  convert_copy(host.raw_data(), host.dtype(), out.data(), dtype_of<T>::value, numel());
+  return out;
+}
+
+double Tensor::item() const {
+  KILN_CHECK(numel() == 1, "item() needs a tensor of one element, got shape ", shape_str(shape()));
+  return to_vector<double>()[0];
+}
+
+// ---- Copies and views -------------------------------------------------------------------------
+
+Tensor Tensor::to(Device target, bool non_blocking) const {
+  if (device() == target) return *this;
+  Tensor out = empty(shape(), dtype(), target);
+  out.copy_(*this);
+  if (any_requires_grad({this})) {
+    set_history(out, std::make_shared<ToDeviceBackward>(device()), {*this});
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (dtype() == target) return *this;
+  Tensor out = empty(shape(), target, device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
+  impl->shape = impl_->shape;
+  impl->dtype = impl_->dtype;
+  impl->numel = impl_->numel;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  Shape s = new_shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      KILN_CHECK(infer < 0, "reshape to ", shape_str(new_shape), ": only one -1 is allowed");
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    KILN_CHECK(known > 0 && numel() % known == 0, "cannot reshape ", shape_str(shape()), " to ",
+               shape_str(new_shape));
+    s[static_cast<size_t>(infer)] = numel() / known;
+  }
+  KILN_CHECK(shape_numel(s) == numel(), "cannot reshape ", shape_str(shape()), " (", numel(),
+             " elements) to ", shape_str(new_shape));
+  Tensor out = detach();
+  out.impl_->shape = s;
+  if (any_requires_grad({this})) {
+    set_history(out, std::make_shared<ReshapeBackward>(shape()), {*this});
+  }
+  return out;
+}
+
+Tensor Tensor::flatten(int64_t start_dim) const {
+  int64_t r = dim();
+  int64_t s = start_dim < 0 ? start_dim + r : start_dim;
+  KILN_CHECK(s >= 0 && s <= r, "flatten(", start_dim, ") of shape ", shape_str(shape()));
+  Shape out(shape().begin(), shape().begin() + s);
+  int64_t rest = 1;
+  for (int64_t i = s; i < r; ++i) rest *= shape()[static_cast<size_t>(i)];
+  out.push_back(rest);
+  return reshape(out);
+}
+
+void Tensor::copy_(const Tensor& src) {
+  KILN_CHECK(numel() == src.numel(), "copy_: source ", src.str(), " does not match ", str());
+  check_device_available(device());
+  check_device_available(src.device());
+  // Both on (possibly different) CPUs: host memory either way.
+  convert_copy(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
+}
+
+void Tensor::fill_(double value) {
+  check_device_available(device());
+  int64_t n = numel();
+  auto run = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    T v = static_cast<T>(value);
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) p[i] = v;
+  };
+  switch (dtype()) {
+    case DType::F32: return run(data<float>());
+    case DType::F64: return run(data<double>());
+    case DType::I32: return run(data<int32_t>());
+    case DType::I64: return run(data<int64_t>());
+    case DType::U8: return run(data<uint8_t>());
+  }
+}
+
+void Tensor::set_data(const Tensor& other) {
+  KILN_CHECK(defined() && other.defined(), "set_data on an undefined tensor");
+  impl_->storage = other.impl_->storage;
+  impl_->offset = other.impl_->offset;
+  impl_->shape = other.impl_->shape;
+  impl_->dtype = other.impl_->dtype;
+  impl_->numel = other.impl_->numel;
+  impl_->grad = Tensor();
+}
+
+// ---- Autograd ---------------------------------------------------------------------------------
+
+bool Tensor::requires_grad() const { return defined() && impl_->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool requires_grad) {
+  KILN_CHECK(defined(), "set_requires_grad on an undefined tensor");
+  KILN_CHECK(is_leaf(), "set_requires_grad on a non-leaf tensor (", str(),
+             "): use detach() first");
+  KILN_CHECK(!requires_grad || is_floating(dtype()), "only floating tensors can require grad, got ",
+             str());
+  impl_->requires_grad = requires_grad;
+  return *this;
+}
+
+bool Tensor::is_leaf() const { return !impl_->grad_fn; }
+Tensor Tensor::grad() const { return impl_->grad; }
+void Tensor::set_grad(const Tensor& grad) {
+  KILN_CHECK(!grad.defined() || grad.shape() == shape(), "set_grad: gradient ", grad.str(),
+             " does not match ", str());
+  impl_->grad = grad;
+}
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_->grad_fn; }
+
+void Tensor::backward(const Tensor& grad) const {
+  if (grad.defined()) {
+    kiln::backward(*this, grad);
+    return;
+  }
+  KILN_CHECK(numel() == 1, "backward() without a gradient needs a one-element tensor, got ",
+             shape_str(shape()), ": pass backward(grad)");
+  kiln::backward(*this, Tensor::ones(shape(), dtype(), device()));
+}
+
+void Tensor::register_grad_ready_hook(GradHook hook) {
+  KILN_CHECK(is_leaf() && requires_grad(), "grad-ready hooks go on leaves that require grad, not ",
+             str());
+  impl_->grad_ready_hooks.push_back(std::move(hook));
+}
+
+// ---- Checks -----------------------------------------------------------------------------------
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", shape_str(a.shape()), " vs ",
+             shape_str(b.shape()));
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.device() == b.device(), op, ": tensors on different devices: ", a.device().str(),
+             " and ", b.device().str(), "; move one with .to(device)");
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": dtypes differ: ", dtype_name(a.dtype()), " vs ",
+             dtype_name(b.dtype()));
+}
+
+// ---- Explicit instantiations ------------------------------------------------------------------
+#define KILN_INSTANTIATE(T)                                                               \
+  template T* Tensor::data<T>() const;                                                    \
+  template std::vector<T> Tensor::to_vector<T>() const;                                   \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device);
+KILN_INSTANTIATE(float)
+KILN_INSTANTIATE(double)
+KILN_INSTANTIATE(int32_t)
+KILN_INSTANTIATE(int64_t)
+KILN_INSTANTIATE(uint8_t)
+#undef KILN_INSTANTIATE
+
+}  // namespace kiln

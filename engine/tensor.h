@@ -1,0 +1,135 @@
+// tensor.h: the Tensor handle.
+//
+// A Tensor is a cheap handle (a shared_ptr) to a TensorImpl: shared Storage, an element
+// offset into it, a shape, a dtype and a device. Tensors are always contiguous (row-major);
+// reshape() shares storage, transpose() copies. That keeps every kernel simple: it sees a
+// dense buffer and a shape.
+//
+// Autograd fields live here too: requires_grad, the producing Node (grad_fn), the accumulated
+// .grad of a leaf, and the leaf's grad-ready hooks (see autograd.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/dtype.h"
+
+namespace kiln {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[128, 1, 28, 28]"
+int64_t shape_numel(const Shape& s);
+
+// Bytes on one device. Freed through the device's allocator when the last tensor lets go.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device;
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor;
+struct Node;
+struct TensorImpl;
+using GradHook = std::function<void(Tensor& grad)>;
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor (no storage); defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- Factories. Memory from empty() is uninitialised. -------------------------------
+  static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device());
+  static Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
+                     Device device = Device());
+  // Copies host values into a new tensor of dtype_of<T> on `device`.
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                            Device device = Device());
+
+  // ---- Metadata. ------------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const;
+  DType dtype() const;
+  Device device() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  std::string str() const;  // "Tensor f32 [2, 3] on cpu:0"
+
+  // ---- Data access (the tensor's own device memory; host memory only for CPU). ----------
+  void* raw_data() const;
+  template <typename T>
+  T* data() const;  // checks that T matches dtype()
+  // Copies to host as T (converting dtype). Works for any device.
+  template <typename T>
+  std::vector<T> to_vector() const;
+  double item() const;  // the single element of a 1-element tensor, as double
+
+  // ---- Copies and views. ------------------------------------------------------------------
+  Tensor to(Device device, bool non_blocking = false) const;  // differentiable
+  Tensor to(DType dtype) const;                                // not differentiable
+  Tensor clone() const;   // deep copy, no autograd history
+  Tensor detach() const;  // shares storage, no autograd history
+  Tensor reshape(const Shape& shape) const;  // shares storage; differentiable; one -1 allowed
+  Tensor view(const Shape& shape) const { return reshape(shape); }
+  Tensor flatten(int64_t start_dim = 1) const;
+  // In-place (never recorded by autograd; used by optimizers and init).
+  void copy_(const Tensor& src);  // same shape; any devices; converts dtype
+  void fill_(double value);
+  // Replaces this tensor's data (storage, shape, dtype, device) with `other`'s, keeping its
+  // identity and autograd flags: how Module::to() moves parameters under optimizers' feet.
+  void set_data(const Tensor& other);
+  void zero_() { fill_(0.0); }
+
+  // ---- Autograd. ----------------------------------------------------------------------------
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad);  // only for leaves
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined until a backward pass reached this leaf
+  void set_grad(const Tensor& grad);
+  const std::shared_ptr<Node>& grad_fn() const;
+  // Runs backward from this tensor; `grad` defaults to ones for a 1-element tensor.
+  void backward(const Tensor& grad = Tensor()) const;
+  // Called once per backward pass after this leaf's gradient is fully accumulated.
+  void register_grad_ready_hook(GradHook hook);
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& other) const { return impl_ == other.impl_; }
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  int64_t offset = 0;  // in elements
+  Shape shape;
+  DType dtype = DType::F32;
+  int64_t numel = 0;
+
+  // Autograd.
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;         // the node that produced this tensor (null: leaf)
+  Tensor grad;                           // accumulated gradient of a leaf
+  std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad node, shared by its users
+  std::vector<GradHook> grad_ready_hooks;
+};
+
+// Helpers used everywhere a shape or a device must match.
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
+void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
+
+}  // namespace kiln

@@ -1,0 +1,172 @@
+// batchnorm2d.cpp: the batch_norm2d op (checks, statistics, running-stat update, autograd
+// node) and the BatchNorm2d module. Kernels: batchnorm2d_cpu.cpp (and later batchnorm2d.cu).
+#include "layers/batchnorm2d.h"
+
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/dispatch.h"
+#include "engine/error.h"
+#include "layers/batchnorm2d_kernels.h"
+
+namespace kiln {
+
+using cpu::BatchNormMode;
+
+namespace {
+
+constexpr const char* kOp = "batch_norm2d";
+
+// A per-channel tensor (weight, bias, running stats) must be (C) like x's channels, and share
+// x's dtype and device. Undefined is allowed (the caller decides what that means).
+void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
+  if (!t.defined()) return;
+  KILN_CHECK(t.dim() == 1 && t.size(0) == x.size(1), kOp, ": ", what, " has shape ",
+             shape_str(t.shape()), " but the input ", shape_str(x.shape()), " has ", x.size(1),
+             " channels: expected [", x.size(1), "]");
+  KILN_CHECK(t.dtype() == x.dtype(), kOp, ": ", what, " is ", dtype_name(t.dtype()),
+             " but the input is ", dtype_name(x.dtype()), ": convert one with .to(dtype)");
+  check_same_device(t, x, kOp);
+}
+
+// Saves x, the per-channel mean and invstd actually used, and the weight (or undefined).
+struct BatchNorm2dBackward : Node {
+  BatchNormMode mode = BatchNormMode::Train;
+  const char* name() const override { return "BatchNorm2dBackward"; }
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    const Tensor& x = saved[0];       // (N, C, H, W)
+    const Tensor& mean = saved[1];    // (C)
+    const Tensor& invstd = saved[2];  // (C)
+    const Tensor& weight = saved[3];  // (C) or undefined
+    const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+    // Only the gradients some input needs are computed (next[i] is null otherwise).
+    Tensor gx, gw, gb;
+    if (next[0]) gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+    if (next[1]) gw = Tensor::empty({c}, x.dtype(), x.device());
+    if (next[2]) gb = Tensor::empty({c}, x.dtype(), x.device());
+    switch (x.device().type) {
+      case DeviceType::CPU:
+        dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+          cpu::batch_norm2d_backward_cpu<T>(mode, grad_out.data<T>(), x.data<T>(),
+                                            mean.data<T>(), invstd.data<T>(), ptr(weight),
+                                            ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+        });
+        break;
+      case DeviceType::CUDA: no_cuda_backend("batch_norm2d_backward");
+    }
+    return {gx, gw, gb};
+  }
+};
+
+}  // namespace
+
+Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                    double momentum, double eps) {
+  KILN_CHECK(x.defined(), kOp, ": the input is undefined");
+  KILN_CHECK(x.dim() == 4, kOp, ": expected an input of shape (N, C, H, W), got ",
+             shape_str(x.shape()));
+  KILN_CHECK(is_floating(x.dtype()), kOp, ": expected an f32 or f64 tensor, got ", x.str());
+  check_channel_tensor("weight", weight, x);
+  check_channel_tensor("bias", bias, x);
+  check_channel_tensor("running_mean", running_mean, x);
+  check_channel_tensor("running_var", running_var, x);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), kOp,
+             ": give both running_mean and running_var, or neither");
+  if (!(eps >= 0) || !(momentum >= 0 && momentum <= 1))
+    throw Error(detail::str(kOp, ": need eps >= 0 and 0 <= momentum <= 1, got eps=", eps,
+                            ", momentum=", momentum),
+                ErrorKind::Usage);
+
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3), m = n * hw;
+  // Batch statistics in training, and whenever there are no running statistics to use.
+  const bool batch_stats = training || !running_mean.defined();
+  const bool update_running = training && running_mean.defined();
+  KILN_CHECK(!batch_stats || m > 1, kOp, ": expected more than 1 value per channel to compute ",
+             "batch statistics, got input ", shape_str(x.shape()),
+             ": use a larger batch, or eval mode");
+
+  Tensor mean = Tensor::empty({c}, x.dtype(), x.device());
+  Tensor invstd = Tensor::empty({c}, x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(x.dtype(), kOp, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+        if (batch_stats) {
+          Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+          cpu::batch_norm2d_stats_cpu<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+          cpu::batch_norm2d_invstd_cpu<T>(var.data<T>(), invstd.data<T>(), c, eps);
+          // The running statistics are state, not part of the graph: written in place.
+          if (update_running)
+            cpu::batch_norm2d_update_running_cpu<T>(mean.data<T>(), var.data<T>(),
+                                                    running_mean.data<T>(),
+                                                    running_var.data<T>(), c, m, momentum);
+        } else {
+          mean.copy_(running_mean);
+          cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
+        }
+        cpu::batch_norm2d_forward_cpu<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend(kOp);
+  }
+
+  if (any_requires_grad({&x, &weight, &bias})) {
+    auto node = std::make_shared<BatchNorm2dBackward>();
+    node->mode = batch_stats ? BatchNormMode::Train : BatchNormMode::Eval;
+    node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor()};
+    set_history(y, node, {x, weight, bias});
+  }
+  return y;
+}
+
+// ---- Module -----------------------------------------------------------------------------
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double> momentum,
+                         bool affine, DType dtype)
+    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+  if (num_features < 1 || !(eps >= 0) || (momentum && !(*momentum >= 0 && *momentum <= 1)) ||
+      !is_floating(dtype))
+    throw Error(detail::str("BatchNorm2d: invalid num_features=", num_features, ", eps=", eps,
+                            ", momentum=", momentum ? std::to_string(*momentum) : "None",
+                            ", dtype=", dtype_name(dtype),
+                            ": need num_features >= 1, eps >= 0, 0 <= momentum <= 1, f32/f64"),
+                ErrorKind::Usage);
+  if (affine) {
+    weight_ = register_parameter("weight", Tensor::ones({num_features}, dtype));
+    bias_ = register_parameter("bias", Tensor::zeros({num_features}, dtype));
+  }
+  running_mean_ = register_buffer("running_mean", Tensor::zeros({num_features}, dtype));
+  running_var_ = register_buffer("running_var", Tensor::ones({num_features}, dtype));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({1}, DType::I64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: expected an input of shape ",
+             "(N, C, H, W), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
+  KILN_CHECK(x.size(1) == num_features_, "BatchNorm2d(", num_features_, "): the input ",
+             shape_str(x.shape()), " has ", x.size(1), " channels, expected ", num_features_);
+  if (!is_training())
+    return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, false, 0.0, eps_);
+  // momentum = None: the cumulative average over the batches seen so far, as PyTorch.
+  const double batches = num_batches_tracked_.item() + 1;
+  const double momentum = momentum_ ? *momentum_ : 1.0 / batches;
+  Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true, momentum, eps_);
+  num_batches_tracked_.fill_(batches);  // only once the step succeeded
+  return y;
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  std::ostringstream os;
+  os << num_features_ << ", eps=" << eps_ << ", momentum=";
+  if (momentum_) os << *momentum_; else os << "None";
+  os << ", affine=" << (weight_.defined() ? "true" : "false");
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,51 @@
+// batchnorm2d_kernels.h: the CPU kernels behind layers/batchnorm2d.h (internal to kiln_layers).
+//
+// Layout: x is (N, C, HW) with HW = H * W, i.e. NCHW with the plane flattened. Channel c owns
+// the N strided slabs x[n][c][0..HW); M = N * HW values are normalised together. The kernels
+// run OpenMP over channels (each channel's statistics are reduced by one thread, in a fixed
+// order: deterministic, whatever the thread count), and accumulate in double.
+//
+//   mean   = sum(x) / M,  var = sum((x - mean)^2) / M  (biased: what the forward divides by)
+//   invstd = 1 / sqrt(var + eps)
+//   y      = (x - mean) * invstd * weight + bias
+// Backward, with xhat = (x - mean) * invstd:
+//   grad_bias   = sum(grad_y)
+//   grad_weight = sum(grad_y * xhat)
+//   training:   grad_x = weight * invstd * (grad_y - grad_bias / M - xhat * grad_weight / M)
+//               (mean and invstd depend on x: the full formula)
+//   eval:       grad_x = weight * invstd * grad_y     (running statistics are constants)
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+enum class BatchNormMode { Train, Eval };
+
+// x is (N, C, HW); mean and var are (C), written: the batch mean and biased variance.
+template <typename T>
+void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+
+// var, invstd are (C): invstd = 1 / sqrt(var + eps).
+template <typename T>
+void batch_norm2d_invstd_cpu(const T* var, T* invstd, int64_t c, double eps);
+
+// mean, var (biased, over m values), running_mean, running_var are (C); the running
+// statistics move towards the batch's by `momentum`, the variance made unbiased (m / (m - 1)).
+template <typename T>
+void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mean,
+                                     T* running_var, int64_t c, int64_t m, double momentum);
+
+// x, y are (N, C, HW); mean, invstd are (C); weight, bias are (C) or null (no affine: 1, 0).
+template <typename T>
+void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
+                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw);
+
+// grad_y, x are (N, C, HW); mean, invstd, weight are (C) (weight null: 1). Outputs may each
+// be null when that gradient is not needed: grad_x (N, C, HW), grad_weight (C), grad_bias (C).
+template <typename T>
+void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                               const T* invstd, const T* weight, T* grad_x, T* grad_weight,
+                               T* grad_bias, int64_t n, int64_t c, int64_t hw);
+
+}  // namespace kiln::cpu

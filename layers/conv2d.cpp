@@ -1,0 +1,197 @@
+// conv2d.cpp: the conv2d op (shape checks, dispatch to the kernels, autograd node) and the
+// Conv2d module. The kernels live in conv2d_cpu.cpp (hand) and conv2d_dnnl.cpp (vendor).
+//
+// Dispatch is two plain switches: on the device (CPU now; CUDA arrives with its backend) and,
+// on CPU, on kernel_impl(): Impl::Hand -> im2col + GEMM, Impl::Vendor -> oneDNN (f32 only;
+// f64, which gradient checks use, always takes the hand kernels).
+#include "layers/conv2d.h"
+
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/impl.h"
+#include "engine/init.h"
+#include "layers/conv2d_kernels.h"
+
+namespace kiln {
+namespace {
+
+// The implementation a CPU convolution of this dtype runs with.
+Impl cpu_impl_for(DType dtype) {
+  return dtype == DType::F32 ? kernel_impl() : Impl::Hand;
+}
+
+// y (N, K, P, Q) = conv(x, w) + b.
+void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
+             Impl impl) {
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* bp = b.defined() ? b.data<T>() : nullptr;
+        if constexpr (std::is_same_v<T, float>) {
+          if (impl == Impl::Vendor) {
+            conv2d_forward_dnnl(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+            return;
+          }
+        }
+        conv2d_forward_cpu<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+      });
+      break;
+    case DeviceType::CUDA:
+      throw Error(detail::str("conv2d: the CUDA backend is not built yet; got input ", x.str(),
+                              ": run on the CPU (--device cpu)"));
+  }
+}
+
+// The gradients of x, w, b that are defined (allocated) by the caller; undefined ones are
+// skipped. x is needed for dw, w for dx.
+void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+              Tensor& db, const ConvGeometry& g, Impl impl) {
+  switch (dy.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+        T* dwp = dw.defined() ? dw.data<T>() : nullptr;
+        T* dbp = db.defined() ? db.data<T>() : nullptr;
+        const T* xp = x.defined() ? x.data<T>() : nullptr;
+        const T* wp = w.defined() ? w.data<T>() : nullptr;
+        if constexpr (std::is_same_v<T, float>) {
+          if (impl == Impl::Vendor) {
+            conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+            return;
+          }
+        }
+        if (dxp) conv2d_backward_data_cpu<T>(dy.data<T>(), wp, dxp, g);
+        if (dwp || dbp) conv2d_backward_weight_cpu<T>(xp, dy.data<T>(), dwp, dbp, g);
+      });
+      break;
+    case DeviceType::CUDA:
+      throw Error(detail::str("conv2d_backward: the CUDA backend is not built yet; got ",
+                              dy.str(), ": run on the CPU (--device cpu)"));
+  }
+}
+
+struct Conv2dBackward : Node {
+  ConvGeometry g{};
+  Impl impl = Impl::Hand;
+  bool has_bias = false;
+  // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
+
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    KILN_CHECK(grad_out.shape() == Shape({g.n, g.k, g.p, g.q}),
+               "conv2d backward: the output gradient has shape ", shape_str(grad_out.shape()),
+               ", expected ", shape_str({g.n, g.k, g.p, g.q}));
+    const Tensor& x = saved[0];
+    const Tensor& w = saved[1];
+    const DType dt = grad_out.dtype();
+    const Device dev = grad_out.device();
+    Tensor dx, dw, db;
+    if (next[0]) dx = Tensor::empty({g.n, g.c, g.h, g.w}, dt, dev);
+    if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev);
+    if (has_bias && next[2]) db = Tensor::empty({g.k}, dt, dev);
+    if (g.n == 0) {  // an empty batch: the sums over images are empty
+      if (dw.defined()) dw.zero_();
+      if (db.defined()) db.zero_();
+    } else {
+      backward(x, w, grad_out, dx, dw, db, g, impl);
+    }
+    std::vector<Tensor> grads{dx, dw};
+    if (has_bias) grads.push_back(db);
+    return grads;
+  }
+  const char* name() const override { return "Conv2dBackward"; }
+};
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
+              int64_t padding) {
+  KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
+  KILN_CHECK(x.dim() == 4, "conv2d: expected the input as (N, C, H, W), got ",
+             shape_str(x.shape()), "; add a batch or channel dimension with reshape()");
+  KILN_CHECK(w.dim() == 4, "conv2d: expected the weight as (K, C, R, S), got ",
+             shape_str(w.shape()));
+  check_same_device(x, w, "conv2d");
+  check_same_dtype(x, w, "conv2d");
+  KILN_CHECK(is_floating(x.dtype()), "conv2d: expected f32 or f64 tensors, got ", x.str());
+  KILN_CHECK(x.size(1) == w.size(1), "conv2d: the input ", shape_str(x.shape()), " has ",
+             x.size(1), " channels but the weight ", shape_str(w.shape()), " expects ",
+             w.size(1), " (weight is (out_channels, in_channels, kH, kW))");
+  if (b.defined()) {
+    check_same_device(x, b, "conv2d");
+    check_same_dtype(x, b, "conv2d");
+    KILN_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv2d: the bias has shape ",
+               shape_str(b.shape()), " but the weight ", shape_str(w.shape()), " needs [",
+               w.size(0), "]");
+  }
+  KILN_CHECK(stride >= 1, "conv2d: stride must be >= 1, got ", stride);
+  KILN_CHECK(padding >= 0, "conv2d: padding must be >= 0, got ", padding);
+  ConvGeometry g{};
+  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
+  g.k = w.size(0), g.r = w.size(2), g.s = w.size(3);
+  g.stride = stride, g.pad = padding;
+  KILN_CHECK(g.r >= 1 && g.s >= 1 && g.k >= 1 && g.c >= 1, "conv2d: the weight ",
+             shape_str(w.shape()), " has an empty dimension");
+  KILN_CHECK(g.h + 2 * padding >= g.r && g.w + 2 * padding >= g.s, "conv2d: the input ",
+             shape_str(x.shape()), " with padding ", padding, " is smaller than the kernel ",
+             shape_str(w.shape()), "; pad the input or use a smaller kernel");
+  g.p = (g.h + 2 * padding - g.r) / stride + 1;
+  g.q = (g.w + 2 * padding - g.s) / stride + 1;
+
+  const Impl impl = cpu_impl_for(x.dtype());
+  Tensor y = Tensor::empty({g.n, g.k, g.p, g.q}, x.dtype(), x.device());
+  if (g.n > 0) forward(x, w, b, y, g, impl);
+
+  const bool with_b = b.defined();
+  if (with_b ? any_requires_grad({&x, &w, &b}) : any_requires_grad({&x, &w})) {
+    auto node = std::make_shared<Conv2dBackward>();
+    node->g = g;
+    node->impl = impl;
+    node->has_bias = with_b;
+    // Save only what backward reads: x for dw, w for dx.
+    node->saved = {w.requires_grad() ? x.detach() : Tensor(),
+                   x.requires_grad() ? w.detach() : Tensor()};
+    std::vector<Tensor> inputs{x, w};
+    if (with_b) inputs.push_back(b);
+    set_history(y, node, inputs);
+  }
+  return y;
+}
+
+// ---- Conv2d module -----------------------------------------------------------------------------
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride,
+               int64_t padding, bool bias, Generator& gen)
+    : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size),
+      stride_(stride), padding_(padding) {
+  KILN_CHECK_INPUT(in_channels >= 1 && out_channels >= 1 && kernel_size >= 1,
+                   "Conv2d: in_channels, out_channels and kernel_size must be >= 1, got ",
+                   in_channels, ", ", out_channels, ", ", kernel_size);
+  KILN_CHECK_INPUT(stride >= 1 && padding >= 0, "Conv2d: stride must be >= 1 and padding >= 0, got ",
+                   stride, " and ", padding);
+  const int64_t fan_in = in_channels * kernel_size * kernel_size;
+  Tensor w = Tensor::empty({out_channels, in_channels, kernel_size, kernel_size});
+  default_init_(w, fan_in, gen);
+  weight = register_parameter("weight", w);
+  if (bias) {
+    Tensor b = Tensor::empty({out_channels});
+    default_init_(b, fan_in, gen);
+    this->bias = register_parameter("bias", b);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride_, padding_); }
+
+std::string Conv2d::extra_repr() const {
+  std::ostringstream os;
+  os << in_channels_ << ", " << out_channels_ << ", kernel_size=(" << kernel_size_ << ", "
+     << kernel_size_ << "), stride=(" << stride_ << ", " << stride_ << ")";
+  if (padding_ != 0) os << ", padding=(" << padding_ << ", " << padding_ << ")";
+  if (!bias.defined()) os << ", bias=False";
+  return os.str();
+}
+
+}  // namespace kiln

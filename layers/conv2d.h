@@ -1,0 +1,47 @@
+// conv2d.h: 2-D convolution (cross-correlation, as in every DL framework), the functional op
+// conv2d() and the Conv2d module.
+//
+// Shapes: x is (N, C, H, W), w is (K, C, R, S), b is (K) or undefined, and
+//   y = conv2d(x, w, b, stride, padding) is (N, K, P, Q) with
+//   P = (H + 2*padding - R) / stride + 1,  Q = (W + 2*padding - S) / stride + 1,
+//   y[n][k][p][q] = b[k] + sum_{c,r,s} w[k][c][r][s] * x[n][c][p*stride - padding + r]
+//                                                         [q*stride - padding + s]
+// (x reads as zero outside the image). Same stride and padding in both directions.
+//
+// Kernels (see layers/conv2d_kernels.h): on CPU, kernel_impl() picks Impl::Hand (im2col +
+// OpenBLAS GEMM, layers/conv2d_cpu.cpp) or Impl::Vendor (oneDNN, layers/conv2d_dnnl.cpp;
+// f32 only, f64 always uses the hand kernels). Backward computes only the gradients needed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/philox.h"
+#include "layers/module.h"
+
+namespace kiln {
+
+// Throws kiln::Error naming both shapes when x, w, b do not fit together.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride = 1,
+              int64_t padding = 0);
+
+class Conv2d : public Module {
+ public:
+  // Weights (out, in, k, k) and bias (out) drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+  // fan_in = in_channels * k * k, as PyTorch does.
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
+         int64_t padding = 0, bool bias = true, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+
+  Tensor weight;  // (out_channels, in_channels, kernel_size, kernel_size)
+  Tensor bias;    // (out_channels), undefined when bias = false
+
+ protected:
+  std::string extra_repr() const override;  // "1, 32, kernel_size=(3, 3), stride=(1, 1)"
+
+ private:
+  int64_t in_channels_, out_channels_, kernel_size_, stride_, padding_;
+};
+
+}  // namespace kiln

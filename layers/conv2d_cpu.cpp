@@ -1,0 +1,260 @@
+// conv2d_cpu.cpp: the hand CPU kernels of Conv2d: im2col + GEMM.
+//
+// The idea (Chellapilla et al. 2006; Caffe made it famous). A convolution output pixel is a
+// dot product between the K filters and the C*R*S input values under the filter window. If we
+// copy, for one image, every window into a column of a matrix
+//
+//     col[(c*R + r)*S + s][p*Q + q] = x[c][p*stride - pad + r][q*stride - pad + s]   (0 outside)
+//
+// (C*R*S rows, P*Q columns), then the whole convolution of that image is one matrix product:
+//
+//     y[n] (K, P*Q) = w (K, C*R*S) * col (C*R*S, P*Q)            forward
+//     dw   (K, C*R*S) += dy[n] (K, P*Q) * col^T (P*Q, C*R*S)      backward-weight
+//     dcol (C*R*S, P*Q) = w^T (C*R*S, K) * dy[n] (K, P*Q)         backward-data, then
+//     dx[n] = col2im(dcol): each column entry is added back to the pixel it was copied from.
+//
+// The copy costs memory traffic (every input pixel is copied R*S times), but it turns the
+// convolution into a GEMM, the most optimised routine there is: OpenBLAS runs it near the
+// machine's peak, which no readable direct loop nest does.
+//
+// Parallelism: OpenMP over the images of the batch. Each thread owns its column buffer
+// (thread_local, kept alive across calls so its pages are not faulted in every step) and makes
+// single-threaded BLAS calls (OpenBLAS built for OpenMP sees omp_in_parallel() and does not
+// spawn threads of its own: one thread pool, no oversubscription).
+//
+// backward-weight sums over images, so threads would race on dw: each thread sums its own
+// images into a private partial, and the partials are added in thread order at the end, so
+// the result is bit-identical from run to run for a fixed thread count.
+//
+// Special case: a 1x1 kernel with stride 1 and no padding needs no im2col at all (col is x).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "layers/conv2d_kernels.h"
+
+namespace kiln {
+namespace {
+
+// ---- GEMM: one name for float and double ---------------------------------------------------------
+// Row-major C (m, n) = alpha * op(A) * op(B) + beta * C, with op(A) (m, k) and op(B) (k, n).
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                 const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
+                 double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+// A per-thread scratch buffer of at least `count` elements. It only grows, and lives as long
+// as the thread (OpenMP keeps its worker threads), so steady-state training allocates nothing.
+// Slot tells apart buffers that one thread holds at the same time.
+enum class Slot { Columns, Partials };
+template <typename T, Slot slot = Slot::Columns>
+T* scratch(size_t count) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < count) buf.resize(count);
+  return buf.data();
+}
+
+// The output columns q whose input column iw = q*stride - pad + s falls inside [0, W):
+// q in [lo, hi). Everything outside reads (or writes) the zero padding.
+inline void valid_range(int64_t s, const ConvGeometry& g, int64_t& lo, int64_t& hi) {
+  int64_t off = s - g.pad;  // iw = q*stride + off
+  lo = off >= 0 ? 0 : (-off + g.stride - 1) / g.stride;
+  hi = g.w - off <= 0 ? 0 : (g.w - off - 1) / g.stride + 1;
+  lo = std::min(lo, g.q);
+  hi = std::clamp(hi, lo, g.q);
+}
+
+bool is_pointwise(const ConvGeometry& g) {
+  return g.r == 1 && g.s == 1 && g.stride == 1 && g.pad == 0;
+}
+
+// im2col for one image: col (C*R*S, P*Q) from x (C, H, W), zeros where the window hangs over
+// the border. One row of col is one (c, r, s): the input plane c shifted by (r, s); so for
+// stride 1 each output row p is a contiguous copy of an input row, a memcpy.
+template <typename T>
+void im2col(const T* x,  // x is (C, H, W)
+            T* col,      // col is (C*R*S, P*Q)
+            const ConvGeometry& g) {
+  const int64_t pq = g.p * g.q;
+  for (int64_t c = 0; c < g.c; ++c) {
+    for (int64_t r = 0; r < g.r; ++r) {
+      for (int64_t s = 0; s < g.s; ++s) {
+        T* row = col + ((c * g.r + r) * g.s + s) * pq;
+        int64_t lo, hi;
+        valid_range(s, g, lo, hi);
+        const int64_t off = s - g.pad;
+        for (int64_t p = 0; p < g.p; ++p) {
+          T* out = row + p * g.q;
+          const int64_t ih = p * g.stride - g.pad + r;
+          if (ih < 0 || ih >= g.h) {
+            std::fill(out, out + g.q, T(0));
+            continue;
+          }
+          const T* in = x + (c * g.h + ih) * g.w;
+          std::fill(out, out + lo, T(0));
+          if (g.stride == 1) {
+            std::memcpy(out + lo, in + lo + off, sizeof(T) * (hi - lo));
+          } else {
+            for (int64_t q = lo; q < hi; ++q) out[q] = in[q * g.stride + off];
+          }
+          std::fill(out + hi, out + g.q, T(0));
+        }
+      }
+    }
+  }
+}
+
+// col2im for one image: the adjoint of im2col. Every entry of dcol is added to the input pixel
+// it was copied from; entries that came from the padding are dropped. dx is overwritten.
+template <typename T>
+void col2im(const T* dcol,  // dcol is (C*R*S, P*Q)
+            T* dx,          // dx is (C, H, W)
+            const ConvGeometry& g) {
+  const int64_t pq = g.p * g.q;
+  std::fill(dx, dx + g.c * g.h * g.w, T(0));
+  for (int64_t c = 0; c < g.c; ++c) {
+    for (int64_t r = 0; r < g.r; ++r) {
+      for (int64_t s = 0; s < g.s; ++s) {
+        const T* row = dcol + ((c * g.r + r) * g.s + s) * pq;
+        int64_t lo, hi;
+        valid_range(s, g, lo, hi);
+        const int64_t off = s - g.pad;
+        for (int64_t p = 0; p < g.p; ++p) {
+          const int64_t ih = p * g.stride - g.pad + r;
+          if (ih < 0 || ih >= g.h) continue;
+          const T* in = row + p * g.q;
+          T* out = dx + (c * g.h + ih) * g.w + off;
+          if (g.stride == 1) {
+            for (int64_t q = lo; q < hi; ++q) out[q] += in[q];  // vectorises
+          } else {
+            for (int64_t q = lo; q < hi; ++q) out[q * g.stride] += in[q];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// ---- forward ---------------------------------------------------------------------------------------
+template <typename T>
+void conv2d_forward_cpu(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
+  const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
+  const bool pointwise = is_pointwise(g);
+  // One image: no team, so that OpenBLAS may use the threads inside the GEMM instead.
+#pragma omp parallel for schedule(static) if (g.n > 1)
+  for (int64_t n = 0; n < g.n; ++n) {
+    const T* xn = x + n * chw;  // (C, H, W)
+    T* yn = y + n * g.k * pq;   // (K, P, Q)
+    const T* col = xn;          // 1x1/stride 1/no pad: x already is the column matrix
+    if (!pointwise) {
+      T* buf = scratch<T>(static_cast<size_t>(crs * pq));
+      im2col(xn, buf, g);
+      col = buf;
+    }
+    // Start y from the bias (or zero) and let the GEMM accumulate into it (beta = 1): the bias
+    // costs no extra pass over y, and OpenBLAS skips its own pass that scales C by beta.
+    for (int64_t k = 0; k < g.k; ++k) std::fill(yn + k * pq, yn + (k + 1) * pq, b ? b[k] : T(0));
+    // y[n] (K, PQ) += w (K, CRS) * col (CRS, PQ)
+    gemm(false, false, g.k, pq, crs, T(1), w, crs, col, pq, T(1), yn, pq);
+  }
+}
+
+// ---- backward-data ---------------------------------------------------------------------------------
+template <typename T>
+void conv2d_backward_data_cpu(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+  const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
+  const bool pointwise = is_pointwise(g);
+#pragma omp parallel for schedule(static) if (g.n > 1)
+  for (int64_t n = 0; n < g.n; ++n) {
+    const T* dyn = dy + n * g.k * pq;  // (K, P, Q)
+    T* dxn = dx + n * chw;             // (C, H, W)
+    // dcol (CRS, PQ) = w^T (CRS, K) * dy[n] (K, PQ); for 1x1 convs dcol is dx[n] itself.
+    T* dcol = pointwise ? dxn : scratch<T>(static_cast<size_t>(crs * pq));
+    gemm(true, false, crs, pq, g.k, T(1), w, crs, dyn, pq, T(0), dcol, pq);
+    if (!pointwise) col2im(dcol, dxn, g);
+  }
+}
+
+// ---- backward-weight -------------------------------------------------------------------------------
+template <typename T>
+void conv2d_backward_weight_cpu(const T* x, const T* dy, T* dw, T* db, const ConvGeometry& g) {
+  const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
+  const int64_t kcrs = g.k * crs;
+  const bool pointwise = is_pointwise(g);
+  const int nt = std::max<int>(1, std::min<int64_t>(omp_get_max_threads(), g.n));
+  // partial[t] = (dw_t (K, CRS), db_t (K)): thread t's sums over its own images.
+  const int64_t part = kcrs + g.k;
+  T* partial = scratch<T, Slot::Partials>(static_cast<size_t>(nt * part));
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num();
+    T* dw_t = partial + t * part;
+    T* db_t = dw_t + kcrs;
+    std::fill(db_t, db_t + g.k, T(0));
+    bool first = true;  // the first image overwrites dw_t (beta = 0): no zeroing pass
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* xn = x + n * chw;
+      const T* dyn = dy + n * g.k * pq;
+      if (dw) {
+        const T* col = xn;
+        if (!pointwise) {
+          T* buf = scratch<T>(static_cast<size_t>(crs * pq));
+          im2col(xn, buf, g);
+          col = buf;
+        }
+        // dw_t (K, CRS) += dy[n] (K, PQ) * col^T (PQ, CRS)
+        gemm(false, true, g.k, crs, pq, T(1), dyn, pq, col, pq, first ? T(0) : T(1), dw_t, crs);
+      }
+      if (db) {
+        for (int64_t k = 0; k < g.k; ++k) {
+          T acc = 0;
+          const T* row = dyn + k * pq;
+          for (int64_t i = 0; i < pq; ++i) acc += row[i];
+          db_t[k] += acc;
+        }
+      }
+      first = false;
+    }
+    if (first) std::fill(dw_t, dw_t + kcrs, T(0));  // a thread that got no image
+#pragma omp barrier
+    // Reduce the partials in thread order (0, 1, ...), element ranges split over the threads.
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < part; ++i) {
+      T acc = partial[i];
+      for (int u = 1; u < nt; ++u) acc += partial[u * part + i];
+      if (i < kcrs) {
+        if (dw) dw[i] = acc;
+      } else if (db) {
+        db[i - kcrs] = acc;
+      }
+    }
+  }
+}
+
+template void conv2d_forward_cpu<float>(const float*, const float*, const float*, float*,
+                                        const ConvGeometry&);
+template void conv2d_forward_cpu<double>(const double*, const double*, const double*, double*,
+                                         const ConvGeometry&);
+template void conv2d_backward_data_cpu<float>(const float*, const float*, float*,
+                                              const ConvGeometry&);
+template void conv2d_backward_data_cpu<double>(const double*, const double*, double*,
+                                               const ConvGeometry&);
+template void conv2d_backward_weight_cpu<float>(const float*, const float*, float*, float*,
+                                                const ConvGeometry&);
+template void conv2d_backward_weight_cpu<double>(const double*, const double*, double*, double*,
+                                                 const ConvGeometry&);
+
+}  // namespace kiln

@@ -1,0 +1,220 @@
+// conv2d_dnnl.cpp: the vendor CPU path of Conv2d, through oneDNN (Debian's libdnnl, v2.6), the
+// library PyTorch's CPU convolutions use. Float only; double always takes the hand kernels.
+//
+// oneDNN works in two steps: describe the operation (shapes, strides, padding, memory
+// layouts) and let the library pick an implementation, a "primitive descriptor"; then create
+// the primitive (this JIT-compiles its kernel, ~milliseconds) and execute it on memory
+// objects. We create each primitive once per shape and keep it in a cache.
+//
+// Layouts. Our tensors are plain NCHW (weights OIHW). oneDNN's fastest kernels want blocked
+// layouts (nChw16c: channels in blocks of 16, so one AVX-512 register holds 16 channels of a
+// pixel). We let oneDNN choose (format_tag::any); where it chose our layout we hand it our
+// buffers directly, and where it did not we reorder into a buffer of its layout, kept in the
+// cache entry, and back. That is what PyTorch's mkldnn path does too.
+//
+// Threads. This libdnnl uses OpenMP: it runs on the calling thread's OpenMP budget
+// (omp_set_num_threads / kiln::set_num_threads). Some implementations fix their thread split
+// when the primitive is created, so the thread budget is part of the cache key. The cache and
+// the stream are thread_local: pipeline stages on several threads each get their own
+// primitives and never lock.
+#include <omp.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "engine/error.h"
+#include "layers/conv2d_kernels.h"
+
+namespace kiln {
+namespace {
+
+using dnnl::memory;
+using tag = dnnl::memory::format_tag;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// One tensor argument of a primitive: our buffer is used in place when the primitive accepts
+// our layout; otherwise it is staged through a buffer in the primitive's layout.
+struct Operand {
+  memory::desc user_md;  // our layout (nchw / oihw / x)
+  memory::desc prim_md;  // the layout the primitive wants
+  memory staged;         // a buffer in prim_md when the two differ
+  dnnl::reorder to_prim, to_user;
+
+  Operand() = default;
+  Operand(const memory::desc& user, const memory::desc& prim) : user_md(user), prim_md(prim) {
+    if (user_md != prim_md) {
+      staged = memory(prim_md, cpu_engine());
+      memory u(user_md, cpu_engine(), DNNL_MEMORY_NONE);
+      to_prim = dnnl::reorder(u, staged);
+      to_user = dnnl::reorder(staged, u);
+    }
+  }
+  bool direct() const { return user_md == prim_md; }
+  // The memory the primitive reads: ours, or a reordered copy of it.
+  memory input(const void* ptr) {
+    memory u(user_md, cpu_engine(), const_cast<void*>(ptr));
+    if (direct()) return u;
+    to_prim.execute(cpu_stream(), u, staged);
+    return staged;
+  }
+  // The memory the primitive writes; call finish_output(ptr) after the primitive ran.
+  memory output(void* ptr) {
+    return direct() ? memory(user_md, cpu_engine(), ptr) : staged;
+  }
+  void finish_output(void* ptr) {
+    if (direct()) return;
+    memory u(user_md, cpu_engine(), ptr);
+    to_user.execute(cpu_stream(), staged, u);
+  }
+};
+
+// Everything for one convolution shape: forward, backward-data and backward-weights
+// primitives (the backward ones created on first use), with their operands.
+struct ConvPrimitives {
+  memory::desc x_md, w_md, b_md, y_md;  // our layouts
+  memory::dims strides, pad;
+  bool bias = false;
+  dnnl::convolution_forward::primitive_desc fwd_pd;
+  dnnl::convolution_forward fwd;
+  Operand fx, fw, fy;
+  bool have_bwd_data = false;
+  dnnl::convolution_backward_data bwd_data;
+  Operand dx_op, dw_op_data, dy_op_data;
+  bool have_bwd_weights = false;
+  dnnl::convolution_backward_weights bwd_weights;
+  Operand bx, bdw, bdy;
+
+  ConvPrimitives(const ConvGeometry& g, bool with_bias) : bias(with_bias) {
+    const auto f32 = memory::data_type::f32;
+    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, tag::nchw);
+    w_md = memory::desc({g.k, g.c, g.r, g.s}, f32, tag::oihw);
+    b_md = memory::desc({g.k}, f32, tag::x);
+    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, tag::nchw);
+    strides = {g.stride, g.stride};
+    pad = {g.pad, g.pad};
+    auto any = [&](const memory::desc& md) { return memory::desc(md.dims(), f32, tag::any); };
+    auto d = with_bias
+                 ? dnnl::convolution_forward::desc(
+                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                       any(x_md), any(w_md), b_md, any(y_md), strides, pad, pad)
+                 : dnnl::convolution_forward::desc(
+                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                       any(x_md), any(w_md), any(y_md), strides, pad, pad);
+    fwd_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
+    fwd = dnnl::convolution_forward(fwd_pd);
+    fx = Operand(x_md, fwd_pd.src_desc());
+    fw = Operand(w_md, fwd_pd.weights_desc());
+    fy = Operand(y_md, fwd_pd.dst_desc());
+  }
+
+  void make_bwd_data() {
+    auto any = [&](const memory::desc& md) {
+      return memory::desc(md.dims(), memory::data_type::f32, tag::any);
+    };
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any(x_md),
+                                            any(w_md), any(y_md), strides, pad, pad);
+    dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), fwd_pd);
+    bwd_data = dnnl::convolution_backward_data(pd);
+    dx_op = Operand(x_md, pd.diff_src_desc());
+    dw_op_data = Operand(w_md, pd.weights_desc());
+    dy_op_data = Operand(y_md, pd.diff_dst_desc());
+    have_bwd_data = true;
+  }
+
+  void make_bwd_weights() {
+    auto any = [&](const memory::desc& md) {
+      return memory::desc(md.dims(), memory::data_type::f32, tag::any);
+    };
+    auto d = bias ? dnnl::convolution_backward_weights::desc(
+                        dnnl::algorithm::convolution_direct, any(x_md), any(w_md), b_md,
+                        any(y_md), strides, pad, pad)
+                  : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
+                                                             any(x_md), any(w_md), any(y_md),
+                                                             strides, pad, pad);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), fwd_pd);
+    bwd_weights = dnnl::convolution_backward_weights(pd);
+    bx = Operand(x_md, pd.src_desc());
+    bdw = Operand(w_md, pd.diff_weights_desc());
+    bdy = Operand(y_md, pd.diff_dst_desc());
+    have_bwd_weights = true;
+  }
+};
+
+// The cache: geometry, bias or not, and this thread's budget -> primitives.
+using Key = std::array<int64_t, 12>;
+
+ConvPrimitives& primitives(const ConvGeometry& g, bool bias) {
+  thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
+  Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(), 0};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    try {
+      it = cache.emplace(key, std::make_unique<ConvPrimitives>(g, bias)).first;
+    } catch (const dnnl::error& e) {
+      throw Error(detail::str("oneDNN could not create a convolution for input [", g.n, ", ",
+                              g.c, ", ", g.h, ", ", g.w, "], weights [", g.k, ", ", g.c, ", ",
+                              g.r, ", ", g.s, "]: ", e.what(),
+                              "; use the hand kernels (KILN_KERNELS=hand)"));
+    }
+  }
+  return *it->second;
+}
+
+}  // namespace
+
+void conv2d_forward_dnnl(const float* x, const float* w, const float* b, float* y,
+                         const ConvGeometry& g) {
+  ConvPrimitives& cp = primitives(g, b != nullptr);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cp.fx.input(x)},
+                                       {DNNL_ARG_WEIGHTS, cp.fw.input(w)},
+                                       {DNNL_ARG_DST, cp.fy.output(y)}};
+  if (b) args[DNNL_ARG_BIAS] = memory(cp.b_md, cpu_engine(), const_cast<float*>(b));
+  cp.fwd.execute(cpu_stream(), args);
+  cp.fy.finish_output(y);
+  cpu_stream().wait();
+}
+
+void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float* dx,
+                         float* dw, float* db, const ConvGeometry& g) {
+  ConvPrimitives& cp = primitives(g, db != nullptr);
+  memory dy_w;  // dy in the layout of backward-weights; reused by backward-data if it fits
+  if (dw || db) {
+    if (!cp.have_bwd_weights) cp.make_bwd_weights();
+    dy_w = cp.bdy.input(dy);
+    // oneDNN always computes dw; when the caller does not want it, it lands in the staging
+    // buffer (or a throwaway one) and is dropped.
+    memory dw_mem = dw ? cp.bdw.output(dw)
+                       : (cp.bdw.direct() ? memory(cp.bdw.prim_md, cpu_engine()) : cp.bdw.staged);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cp.bx.input(x)},
+                                         {DNNL_ARG_DIFF_DST, dy_w},
+                                         {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
+    if (db) args[DNNL_ARG_DIFF_BIAS] = memory(cp.b_md, cpu_engine(), db);
+    cp.bwd_weights.execute(cpu_stream(), args);
+    if (dw) cp.bdw.finish_output(dw);
+  }
+  if (dx) {
+    if (!cp.have_bwd_data) cp.make_bwd_data();
+    // dy is read-only: the copy made for backward-weights serves here too when the layouts
+    // agree (they do for the blocked kernels), saving one reorder of the largest tensor.
+    memory dy_d = (dy_w && cp.bdy.prim_md == cp.dy_op_data.prim_md) ? dy_w
+                                                                    : cp.dy_op_data.input(dy);
+    cp.bwd_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, dy_d},
+                                       {DNNL_ARG_WEIGHTS, cp.dw_op_data.input(w)},
+                                       {DNNL_ARG_DIFF_SRC, cp.dx_op.output(dx)}});
+    cp.dx_op.finish_output(dx);
+  }
+  cpu_stream().wait();
+}
+
+}  // namespace kiln

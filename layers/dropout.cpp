@@ -1,0 +1,113 @@
+// dropout.cpp: the dropout op (CPU kernels, autograd node) and the Dropout module.
+#include "layers/dropout.h"
+
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace kiln {
+
+namespace {
+
+void check_p(double p) {
+  if (!(p >= 0.0 && p < 1.0))
+    throw Error(detail::str("dropout: p must be in [0, 1), got ", p,
+                            " (p is the probability of zeroing an element)"),
+                ErrorKind::Usage);
+}
+
+// ---- CPU kernels --------------------------------------------------------------------------
+// One Philox call yields 4 numbers, so the loops run over groups of 4 elements: group j holds
+// elements 4j..4j+3 and uses counter base + j, exactly what philox_u32(seed, base, i) reads,
+// so `uniform01(r.v[k]) >= p` below is dropout_keep(seed, base, 4j + k, p) without 4x the work.
+
+// x, y are (n): y[i] = keep(i) ? x[i] * scale : 0.
+template <typename T>
+void dropout_forward_cpu(const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
+                         uint64_t base) {
+  const int64_t groups = (n + 3) / 4;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < groups; ++j) {
+    const PhiloxOut r = philox4x32_10(seed, base + static_cast<uint64_t>(j));
+    for (int64_t k = 0; k < 4 && 4 * j + k < n; ++k) {
+      const int64_t i = 4 * j + k;
+      y[i] = uniform01(r.v[k]) >= p ? x[i] * scale : T(0);
+    }
+  }
+}
+
+// gy, gx are (n): gx[i] = keep(i) ? gy[i] * scale : 0 (the same mask, recomputed).
+template <typename T>
+void dropout_backward_cpu(const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
+                          uint64_t base) {
+  dropout_forward_cpu<T>(gy, gx, n, p, scale, seed, base);
+}
+
+enum class Pass { Forward, Backward };
+
+// Applies the mask of (seed, base) to `in` (x in forward, grad_out in backward).
+Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale, uint64_t seed,
+                  uint64_t base) {
+  const char* op = pass == Pass::Forward ? "dropout" : "dropout_backward";
+  Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
+  switch (in.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(in.dtype(), op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (pass == Pass::Backward)
+          dropout_backward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+        else
+          dropout_forward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+      });
+      break;
+    case DeviceType::CUDA:
+      throw Error(detail::str(op, ": the CUDA kernel is not built yet; got ", in.str()));
+  }
+  return out;
+}
+
+struct DropoutBackward : Node {
+  uint64_t seed = 0, base = 0;
+  float p = 0;
+  double scale = 1;
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    return {apply_mask(Pass::Backward, grad_out, p, scale, seed, base)};
+  }
+  const char* name() const override { return "DropoutBackward"; }
+};
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  check_p(p);
+  KILN_CHECK(x.defined(), "dropout: the input is undefined");
+  KILN_CHECK(is_floating(x.dtype()), "dropout: expected an f32 or f64 tensor, got ", x.str());
+  if (!training || p == 0.0) return x;
+  const uint64_t base = gen.reserve(static_cast<uint64_t>(x.numel()));
+  const uint64_t seed = gen.seed();
+  const float pf = static_cast<float>(p);
+  const double scale = 1.0 / (1.0 - p);
+  Tensor y = apply_mask(Pass::Forward, x, pf, scale, seed, base);
+  if (any_requires_grad({&x})) {
+    auto node = std::make_shared<DropoutBackward>();
+    node->seed = seed;
+    node->base = base;
+    node->p = pf;
+    node->scale = scale;
+    set_history(y, node, {x});
+  }
+  return y;
+}
+
+Dropout::Dropout(double p, Generator& gen) : p_(p), gen_(&gen) { check_p(p); }
+
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, is_training(), *gen_); }
+
+std::string Dropout::extra_repr() const {
+  std::ostringstream os;
+  os << "p=" << p_;
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,287 @@
+// pool2d.cpp: the pooling ops (checks, output shapes, dispatch, autograd nodes) and modules.
+// The kernels live in pool2d_cpu.cpp (CPU) and, later, pool2d.cu (CUDA).
+#include "layers/pool2d.h"
+
+#include <limits>
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/dispatch.h"
+#include "engine/error.h"
+#include "layers/pool2d_kernels.h"
+
+namespace kiln {
+
+using cpu::Pool2dGeometry;
+
+namespace {
+
+// Pooling parameters are usage errors (they come from model code or flags).
+void check_pool_params(const char* op, int64_t kernel_size, int64_t stride, int64_t padding) {
+  if (kernel_size < 1 || stride < 1 || padding < 0 || padding > kernel_size / 2)
+    throw Error(detail::str(op, ": invalid kernel_size=", kernel_size, ", stride=", stride,
+                            ", padding=", padding,
+                            ": need kernel_size >= 1, stride >= 1 and 0 <= padding <= "
+                            "kernel_size / 2"),
+                ErrorKind::Usage);
+}
+
+void check_input(const char* op, const Tensor& x) {
+  KILN_CHECK(x.defined(), op, ": the input is undefined");
+  KILN_CHECK(x.dim() == 4 || x.dim() == 3, op, ": expected an input of shape (N, C, H, W) or ",
+             "(C, H, W), got ", shape_str(x.shape()));
+  KILN_CHECK(is_floating(x.dtype()), op, ": expected an f32 or f64 tensor, got ", x.str());
+}
+
+// (C, H, W) is pooled as (1, C, H, W); the result is reshaped back by the caller.
+Tensor as_4d(const Tensor& x) {
+  return x.dim() == 4 ? x : x.reshape({1, x.size(0), x.size(1), x.size(2)});
+}
+Tensor like_input(const Tensor& y, const Tensor& x) {
+  return x.dim() == 4 ? y : y.reshape({y.size(1), y.size(2), y.size(3)});
+}
+
+// The geometry of a windowed pool on x4 (N, C, H, W), with a check that the output exists.
+Pool2dGeometry window_geometry(const char* op, const Tensor& x4, int64_t kernel_size,
+                               int64_t stride, int64_t padding) {
+  Pool2dGeometry g;
+  g.n = x4.size(0);
+  g.c = x4.size(1);
+  g.in_h = x4.size(2);
+  g.in_w = x4.size(3);
+  g.kernel_h = g.kernel_w = kernel_size;
+  g.stride_h = g.stride_w = stride;
+  g.pad_h = g.pad_w = padding;
+  KILN_CHECK(g.in_h + 2 * padding >= kernel_size && g.in_w + 2 * padding >= kernel_size, op,
+             ": input ", shape_str(x4.shape()), " is smaller than the window (kernel_size=",
+             kernel_size, ", padding=", padding, "): use a smaller kernel or a larger input");
+  g.out_h = pool2d_output_size(g.in_h, kernel_size, stride, padding);
+  g.out_w = pool2d_output_size(g.in_w, kernel_size, stride, padding);
+  return g;
+}
+
+Shape out_shape(const Pool2dGeometry& g) { return {g.n, g.c, g.out_h, g.out_w}; }
+Shape in_shape(const Pool2dGeometry& g) { return {g.n, g.c, g.in_h, g.in_w}; }
+
+// ---- Max pooling ----------------------------------------------------------------------
+
+// Forward on x4: returns y and the int32 argmax indices (the kernels' own index type).
+std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry& g) {
+  KILN_CHECK(g.in_h * g.in_w <= std::numeric_limits<int32_t>::max(),
+             "max_pool2d: an input plane of ", g.in_h, " x ", g.in_w,
+             " elements is too large for int32 indices");
+  Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device());
+  Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device());
+  switch (x4.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::max_pool2d_forward_cpu<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend("max_pool2d");
+  }
+  return {y, idx};
+}
+
+// Saves only the int32 indices (not the input): backward scatters grad_out through them.
+struct MaxPool2dBackward : Node {
+  Pool2dGeometry g;
+  const char* name() const override { return "MaxPool2dBackward"; }
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    const Tensor& idx = saved[0];  // (N, C, OH, OW) int32
+    Tensor gx = Tensor::empty(in_shape(g), grad_out.dtype(), grad_out.device());
+    switch (grad_out.device().type) {
+      case DeviceType::CPU:
+        dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cpu::max_pool2d_backward_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(),
+                                          gx.data<T>(), g);
+        });
+        break;
+      case DeviceType::CUDA: no_cuda_backend("max_pool2d_backward");
+    }
+    return {gx};
+  }
+};
+
+// The differentiable op on x4; returns y (N, C, OH, OW) and the int32 indices.
+std::pair<Tensor, Tensor> max_pool2d_4d(const Tensor& x, int64_t kernel_size,
+                                        std::optional<int64_t> stride, int64_t padding) {
+  const char* op = "max_pool2d";
+  check_input(op, x);
+  const int64_t s = stride.value_or(kernel_size);
+  check_pool_params(op, kernel_size, s, padding);
+  Tensor x4 = as_4d(x);
+  Pool2dGeometry g = window_geometry(op, x4, kernel_size, s, padding);
+  auto [y, idx] = max_pool2d_run(x4, g);
+  if (any_requires_grad({&x4})) {
+    auto node = std::make_shared<MaxPool2dBackward>();
+    node->g = g;
+    node->saved = {idx};
+    set_history(y, node, {x4});
+  }
+  return {y, idx};
+}
+
+// ---- Average pooling (windowed and adaptive) ---------------------------------------------
+
+enum class AvgKind { Window, Adaptive };
+enum class Pass { Forward, Backward };
+
+// Forward: `in` is x (N, C, H, W), returns y. Backward: `in` is grad_y, returns grad_x.
+Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeometry& g,
+                      bool include_pad) {
+  const bool backward = pass == Pass::Backward;
+  const char* op = kind == AvgKind::Window ? (backward ? "avg_pool2d_backward" : "avg_pool2d")
+                   : (backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d");
+  Tensor out = Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device());
+  switch (in.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(in.dtype(), op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = in.data<T>();
+        T* dst = out.data<T>();
+        if (kind == AvgKind::Window && !backward)
+          cpu::avg_pool2d_forward_cpu<T>(src, dst, g, include_pad);
+        else if (kind == AvgKind::Window)
+          cpu::avg_pool2d_backward_cpu<T>(src, dst, g, include_pad);
+        else if (!backward)
+          cpu::adaptive_avg_pool2d_forward_cpu<T>(src, dst, g);
+        else
+          cpu::adaptive_avg_pool2d_backward_cpu<T>(src, dst, g);
+      });
+      break;
+    case DeviceType::CUDA: no_cuda_backend(op);
+  }
+  return out;
+}
+
+// Average pooling is linear: backward needs only the geometry, nothing saved.
+struct AvgPool2dBackward : Node {
+  AvgKind kind = AvgKind::Window;
+  Pool2dGeometry g;
+  bool include_pad = true;
+  const char* name() const override {
+    return kind == AvgKind::Window ? "AvgPool2dBackward" : "AdaptiveAvgPool2dBackward";
+  }
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    return {avg_pool2d_run(kind, Pass::Backward, grad_out, g, include_pad)};
+  }
+};
+
+Tensor avg_pool2d_record(AvgKind kind, const Tensor& x, const Tensor& x4,
+                         const Pool2dGeometry& g, bool include_pad) {
+  Tensor y = avg_pool2d_run(kind, Pass::Forward, x4, g, include_pad);
+  if (any_requires_grad({&x4})) {
+    auto node = std::make_shared<AvgPool2dBackward>();
+    node->kind = kind;
+    node->g = g;
+    node->include_pad = include_pad;
+    set_history(y, node, {x4});
+  }
+  return like_input(y, x);
+}
+
+}  // namespace
+
+int64_t pool2d_output_size(int64_t in, int64_t kernel_size, int64_t stride, int64_t padding) {
+  KILN_CHECK(stride >= 1, "pool2d_output_size: stride must be >= 1, got ", stride);
+  return (in + 2 * padding - kernel_size) / stride + 1;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride,
+                  int64_t padding) {
+  return like_input(max_pool2d_4d(x, kernel_size, stride, padding).first, x);
+}
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, int64_t kernel_size,
+                                                  std::optional<int64_t> stride,
+                                                  int64_t padding) {
+  auto [y, idx] = max_pool2d_4d(x, kernel_size, stride, padding);
+  return {like_input(y, x), like_input(idx.to(DType::I64), x)};
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride,
+                  int64_t padding, AvgPoolDivisor divisor) {
+  const char* op = "avg_pool2d";
+  check_input(op, x);
+  const int64_t s = stride.value_or(kernel_size);
+  check_pool_params(op, kernel_size, s, padding);
+  Tensor x4 = as_4d(x);
+  Pool2dGeometry g = window_geometry(op, x4, kernel_size, s, padding);
+  return avg_pool2d_record(AvgKind::Window, x, x4, g, divisor == AvgPoolDivisor::IncludePad);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+  const char* op = "adaptive_avg_pool2d";
+  check_input(op, x);
+  if (out_h < 1 || out_w < 1)
+    throw Error(detail::str(op, ": output size (", out_h, ", ", out_w, ") must be >= 1"),
+                ErrorKind::Usage);
+  Tensor x4 = as_4d(x);
+  KILN_CHECK(x4.size(2) >= 1 && x4.size(3) >= 1, op, ": the input ", shape_str(x.shape()),
+             " has an empty plane");
+  Pool2dGeometry g;
+  g.n = x4.size(0);
+  g.c = x4.size(1);
+  g.in_h = x4.size(2);
+  g.in_w = x4.size(3);
+  g.out_h = out_h;
+  g.out_w = out_w;
+  return avg_pool2d_record(AvgKind::Adaptive, x, x4, g, /*include_pad=*/true);
+}
+
+// ---- Modules ----------------------------------------------------------------------------
+
+MaxPool2d::MaxPool2d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding)
+    : kernel_size_(kernel_size), stride_(stride.value_or(kernel_size)), padding_(padding) {
+  check_pool_params("MaxPool2d", kernel_size_, stride_, padding_);
+}
+
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_size_, stride_, padding_);
+}
+
+std::string MaxPool2d::extra_repr() const {
+  std::ostringstream os;
+  os << "kernel_size=" << kernel_size_ << ", stride=" << stride_ << ", padding=" << padding_;
+  return os.str();
+}
+
+AvgPool2d::AvgPool2d(int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                     AvgPoolDivisor divisor)
+    : kernel_size_(kernel_size),
+      stride_(stride.value_or(kernel_size)),
+      padding_(padding),
+      divisor_(divisor) {
+  check_pool_params("AvgPool2d", kernel_size_, stride_, padding_);
+}
+
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, kernel_size_, stride_, padding_, divisor_);
+}
+
+std::string AvgPool2d::extra_repr() const {
+  std::ostringstream os;
+  os << "kernel_size=" << kernel_size_ << ", stride=" << stride_ << ", padding=" << padding_
+     << ", count_include_pad=" << (divisor_ == AvgPoolDivisor::IncludePad ? "true" : "false");
+  return os.str();
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : out_h_(out_h), out_w_(out_w) {
+  if (out_h < 1 || out_w < 1)
+    throw Error(detail::str("AdaptiveAvgPool2d: output size (", out_h, ", ", out_w,
+                            ") must be >= 1"),
+                ErrorKind::Usage);
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_h_, out_w_); }
+
+std::string AdaptiveAvgPool2d::extra_repr() const {
+  std::ostringstream os;
+  os << "output_size=(" << out_h_ << ", " << out_w_ << ")";
+  return os.str();
+}
+
+}  // namespace kiln

@@ -1,0 +1,228 @@
+// sampler_test.cpp: SequentialSampler, RandomSampler (permutation, per-epoch reshuffle,
+// reproducibility, golden indices, uniformity) and BatchIterator (shapes, partial last
+// batch, drop_last, order of labels, validity of handed-out batches).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+
+#include "data/batch_iterator.h"
+#include "data/sampler.h"
+#include "engine/error.h"
+
+namespace kiln {
+namespace {
+
+bool is_permutation_of_range(std::vector<int64_t> v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) != n) return false;
+  std::sort(v.begin(), v.end());
+  for (int64_t i = 0; i < n; ++i) {
+    if (v[static_cast<size_t>(i)] != i) return false;
+  }
+  return true;
+}
+
+TEST(SequentialSampler, InOrderEveryEpoch) {
+  SequentialSampler s(7);
+  EXPECT_EQ(s.size(), 7);
+  const std::vector<int64_t> expected{0, 1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(s.indices(0), expected);
+  EXPECT_EQ(s.indices(5), expected);
+  EXPECT_TRUE(SequentialSampler(0).indices(0).empty());
+  EXPECT_THROW(SequentialSampler(-1), Error);
+}
+
+TEST(RandomSampler, IsAPermutation) {
+  for (int64_t n : {1, 2, 7, 1000}) {
+    RandomSampler s(n, 123);
+    for (int64_t epoch : {0, 1, 17}) {
+      EXPECT_TRUE(is_permutation_of_range(s.indices(epoch), n)) << "n=" << n << " epoch=" << epoch;
+    }
+  }
+  EXPECT_TRUE(RandomSampler(0, 1).indices(0).empty());
+}
+
+TEST(RandomSampler, ReshufflesPerEpochAndReproduces) {
+  RandomSampler a(1000, 42), b(1000, 42), c(1000, 43);
+  EXPECT_NE(a.indices(0), a.indices(1));
+  EXPECT_NE(a.indices(1), a.indices(2));
+  EXPECT_EQ(a.indices(3), b.indices(3));  // same seed, same epoch: same order
+  EXPECT_EQ(a.indices(3), a.indices(3));  // no hidden state between calls
+  EXPECT_NE(a.indices(0), c.indices(0));  // another seed: another order
+  std::vector<int64_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), int64_t{0});
+  EXPECT_NE(a.indices(0), identity);
+}
+
+// Golden values from an independent Python implementation of Philox4x32-10 + Lemire's bounded
+// integers + Fisher-Yates (the spec in sampler.h). They must hold on every platform and
+// compiler: a change here changes every training run's data order.
+TEST(RandomSampler, GoldenIndices) {
+  auto first10 = [](const std::vector<int64_t>& v) {
+    return std::vector<int64_t>(v.begin(), v.begin() + 10);
+  };
+  EXPECT_EQ(first10(RandomSampler(1000, 42).indices(0)),
+            (std::vector<int64_t>{394, 617, 397, 168, 449, 654, 173, 722, 615, 263}));
+  EXPECT_EQ(first10(RandomSampler(1000, 42).indices(1)),
+            (std::vector<int64_t>{875, 606, 576, 643, 882, 45, 731, 737, 129, 905}));
+  EXPECT_EQ(RandomSampler(10, 0).indices(0), (std::vector<int64_t>{6, 9, 0, 2, 1, 8, 4, 5, 7, 3}));
+  EXPECT_EQ(first10(RandomSampler(60000, 1).indices(3)),
+            (std::vector<int64_t>{41291, 51748, 32120, 40478, 8015, 28102, 16977, 53150, 47692,
+                                  5115}));
+}
+
+// Over many epochs, each of the 3! = 6 orders of 3 elements must come up about equally often
+// (a biased shuffle, e.g. swapping with any j in 0..n-1, fails this).
+TEST(RandomSampler, OrdersAreUniform) {
+  RandomSampler s(3, 7);
+  std::map<std::vector<int64_t>, int> counts;
+  const int epochs = 6000;
+  for (int e = 0; e < epochs; ++e) counts[s.indices(e)]++;
+  ASSERT_EQ(counts.size(), 6u);
+  double chi2 = 0;
+  for (const auto& kv : counts) {
+    const double d = kv.second - epochs / 6.0;
+    chi2 += d * d / (epochs / 6.0);
+  }
+  EXPECT_LT(chi2, 20.5) << "chi-square with 5 degrees of freedom; p < 0.001 above 20.5";
+}
+
+TEST(RandomSampler, RejectsBadEpoch) {
+  RandomSampler s(5, 1);
+  EXPECT_THROW(s.indices(-1), Error);
+}
+
+// A tiny data set: example i is shape (1, 2, 3) filled with i*10 + k, label i % 5.
+class ToyDataset : public Dataset {
+ public:
+  explicit ToyDataset(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  Shape example_shape() const override { return {1, 2, 3}; }
+  int64_t num_classes() const override { return 5; }
+  int64_t get(int64_t index, float* out) const override {
+    if (index < 0 || index >= n_) throw Error("ToyDataset: index out of range");
+    for (int k = 0; k < 6; ++k) out[k] = static_cast<float>(index * 10 + k);
+    return index % 5;
+  }
+  std::string describe() const override { return "toy"; }
+
+ private:
+  int64_t n_;
+};
+
+// Collects every batch of one epoch.
+std::vector<Batch> run_epoch(BatchSource& source, int64_t epoch) {
+  source.start_epoch(epoch);
+  std::vector<Batch> out;
+  for (Batch b; source.next(b);) out.push_back(b);
+  return out;
+}
+
+TEST(BatchIterator, ShapesAndPartialLastBatch) {
+  ToyDataset ds(11);
+  BatchIterator it(ds, std::make_shared<SequentialSampler>(11), 4);
+  EXPECT_EQ(it.num_batches(), 3);
+  std::vector<Batch> batches = run_epoch(it, 0);
+  ASSERT_EQ(batches.size(), 3u);
+  const int64_t sizes[] = {4, 4, 3};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(batches[i].inputs.shape(), (Shape{sizes[i], 1, 2, 3}));
+    EXPECT_EQ(batches[i].inputs.dtype(), DType::F32);
+    EXPECT_TRUE(batches[i].inputs.device().is_cpu());
+    EXPECT_EQ(batches[i].labels.shape(), (Shape{sizes[i]}));
+    EXPECT_EQ(batches[i].labels.dtype(), DType::I64);
+    EXPECT_EQ(batches[i].index, static_cast<int64_t>(i));
+  }
+  // Contents: sequential order, so batch 2 holds examples 8, 9, 10.
+  const std::vector<float> x = batches[2].inputs.to_vector<float>();
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int k = 0; k < 6; ++k) EXPECT_EQ(x[static_cast<size_t>(r * 6 + k)], (8 + r) * 10 + k);
+  }
+  Batch extra;
+  EXPECT_FALSE(it.next(extra));  // stays at the end
+  EXPECT_FALSE(it.next(extra));
+  EXPECT_GE(it.wait_seconds(), 0.0);
+}
+
+TEST(BatchIterator, DropLast) {
+  ToyDataset ds(11);
+  BatchIterator it(ds, std::make_shared<SequentialSampler>(11), 4, /*drop_last=*/true);
+  EXPECT_EQ(it.num_batches(), 2);
+  std::vector<Batch> batches = run_epoch(it, 0);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[1].inputs.size(0), 4);
+
+  // Exact multiple: nothing dropped. Batch larger than the data set: one batch, or none.
+  BatchIterator exact(ds, std::make_shared<SequentialSampler>(8), 4, true);
+  EXPECT_EQ(run_epoch(exact, 0).size(), 2u);
+  BatchIterator big(ds, std::make_shared<SequentialSampler>(11), 64);
+  EXPECT_EQ(big.num_batches(), 1);
+  std::vector<Batch> one = run_epoch(big, 0);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].inputs.size(0), 11);
+  BatchIterator big_drop(ds, std::make_shared<SequentialSampler>(11), 64, true);
+  EXPECT_EQ(big_drop.num_batches(), 0);
+  EXPECT_TRUE(run_epoch(big_drop, 0).empty());
+}
+
+TEST(BatchIterator, LabelsFollowTheSamplerOrder) {
+  ToyDataset ds(13);
+  auto sampler = std::make_shared<RandomSampler>(13, 5);
+  BatchIterator it(ds, sampler, 5);
+  for (int64_t epoch : {0, 1}) {
+    const std::vector<int64_t> order = sampler->indices(epoch);
+    std::vector<Batch> batches = run_epoch(it, epoch);
+    ASSERT_EQ(batches.size(), 3u);
+    size_t pos = 0;
+    for (const Batch& b : batches) {
+      const std::vector<int64_t> y = b.labels.to_vector<int64_t>();
+      const std::vector<float> x = b.inputs.to_vector<float>();
+      for (size_t r = 0; r < y.size(); ++r, ++pos) {
+        EXPECT_EQ(y[r], order[pos] % 5);
+        EXPECT_EQ(x[r * 6], order[pos] * 10);  // the example itself, not only its label
+      }
+    }
+    EXPECT_EQ(pos, order.size());
+  }
+}
+
+TEST(BatchIterator, HandedOutBatchesStayValid) {
+  ToyDataset ds(6);
+  BatchIterator it(ds, std::make_shared<SequentialSampler>(6), 2);
+  it.start_epoch(0);
+  Batch first, second;
+  ASSERT_TRUE(it.next(first));
+  const std::vector<float> before = first.inputs.to_vector<float>();
+  ASSERT_TRUE(it.next(second));
+  EXPECT_FALSE(first.inputs.same(second.inputs));
+  EXPECT_EQ(first.inputs.to_vector<float>(), before);
+  // A new epoch starts again at batch 0.
+  it.start_epoch(1);
+  Batch again;
+  ASSERT_TRUE(it.next(again));
+  EXPECT_EQ(again.index, 0);
+  EXPECT_EQ(again.inputs.to_vector<float>(), before);
+}
+
+TEST(BatchIterator, Errors) {
+  ToyDataset ds(6);
+  try {
+    BatchIterator bad(ds, std::make_shared<SequentialSampler>(6), 0);
+    FAIL() << "batch size 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+  }
+  BatchIterator it(ds, std::make_shared<SequentialSampler>(6), 2);
+  Batch b;
+  EXPECT_THROW(it.next(b), Error);  // before start_epoch
+  // A sampler that reaches past the data set: the dataset's own error comes through.
+  BatchIterator past(ds, std::make_shared<SequentialSampler>(7), 4);
+  past.start_epoch(0);
+  ASSERT_TRUE(past.next(b));
+  EXPECT_THROW(past.next(b), Error);
+}
+
+}  // namespace
+}  // namespace kiln

