@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     std::printf("conv_bench: batch %lld, %d thread(s), forward+backward, median of %d\n",
                 static_cast<long long>(batch), threads, iters);
     std::printf("%-22s %12s %10s   %12s %10s   %s\n", "", "hand ms", "GFLOP/s", "vendor ms",
-                "GFLOP/s", "vendor/hand");
+                "GFLOP/s", "vendor speed-up");
     double total[2] = {0, 0};
     for (const ConvSpec& s : specs) {
       Setup st = make_setup(s, batch);

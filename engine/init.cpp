@@ -37,15 +37,20 @@ void fill_on_host(Tensor& t, const char* op, Fill&& fill) {
 }
 
 // out is (n): out[i] = lo + (hi - lo) * U_i, U_i = uniform01(philox_u32(seed, base, i)).
+// The loop runs over counters (4 numbers each), as philox_u32 would read them, so each
+// Philox call is made once, not four times.
 template <typename T>
 void uniform_cpu(T* out, int64_t n, double lo, double hi, uint64_t seed, uint64_t base) {
+  const int64_t groups = (n + 3) / 4;
+  const T top = static_cast<T>(hi), below_top = std::nextafter(top, static_cast<T>(lo));
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    double u = uniform01(philox_u32(seed, base, static_cast<uint64_t>(i)));
-    T v = static_cast<T>(lo + (hi - lo) * u);
-    // Rounding to float can land exactly on hi; keep the interval half-open.
-    if (v >= static_cast<T>(hi) && hi > lo) v = std::nextafter(static_cast<T>(hi), static_cast<T>(lo));
-    out[i] = v;
+  for (int64_t j = 0; j < groups; ++j) {
+    const PhiloxOut r = philox4x32_10(seed, base + static_cast<uint64_t>(j));
+    for (int64_t k = 0; k < 4 && 4 * j + k < n; ++k) {
+      T v = static_cast<T>(lo + (hi - lo) * static_cast<double>(uniform01(r.v[k])));
+      // Rounding to float can land exactly on hi; keep the interval half-open.
+      out[4 * j + k] = (v < top || hi <= lo) ? v : below_top;
+    }
   }
 }
 

@@ -9,10 +9,16 @@
 
 namespace kiln::cpu {
 
+namespace {
+// Below this many elements a kernel runs on the calling thread (a team costs more than it
+// saves; gradient checks call tiny kernels thousands of times).
+constexpr int64_t kParallelMinElements = 1 << 15;
+}  // namespace
+
 template <typename T>
 void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
   const double m = static_cast<double>(n * hw);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t ch = 0; ch < c; ++ch) {
     // Pass 1: the mean.
     double s = 0;
@@ -58,7 +64,7 @@ template <typename T>
 void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw) {
   // y = x * scale + shift with scale = invstd * weight, shift = bias - mean * scale.
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t ch = 0; ch < c; ++ch) {
       const T w = weight ? weight[ch] : T(1);
@@ -78,7 +84,7 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
   const double m = static_cast<double>(n * hw);
   // The sums are needed for grad_weight / grad_bias, and in training also for grad_x.
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t ch = 0; ch < c; ++ch) {
     const double mu = static_cast<double>(mean[ch]);
     const double is = static_cast<double>(invstd[ch]);

@@ -31,10 +31,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "layers/conv2d_kernels.h"
+
+// The pointers of a copy loop never alias: telling the compiler lets it vectorise freely.
+#define KILN_RESTRICT __restrict__
 
 namespace kiln {
 namespace {
@@ -94,20 +96,22 @@ void im2col(const T* x,  // x is (C, H, W)
         valid_range(s, g, lo, hi);
         const int64_t off = s - g.pad;
         for (int64_t p = 0; p < g.p; ++p) {
-          T* out = row + p * g.q;
+          T* KILN_RESTRICT out = row + p * g.q;
           const int64_t ih = p * g.stride - g.pad + r;
           if (ih < 0 || ih >= g.h) {
             std::fill(out, out + g.q, T(0));
             continue;
           }
-          const T* in = x + (c * g.h + ih) * g.w;
-          std::fill(out, out + lo, T(0));
+          const T* KILN_RESTRICT in = x + (c * g.h + ih) * g.w + off;  // in[q*stride]: q's pixel
+          for (int64_t q = 0; q < lo; ++q) out[q] = T(0);
           if (g.stride == 1) {
-            std::memcpy(out + lo, in + lo + off, sizeof(T) * (hi - lo));
+            // Rows are short (Q = 24 in the seed CNN): a plain loop the compiler vectorises
+            // beats a memcpy call per row.
+            for (int64_t q = lo; q < hi; ++q) out[q] = in[q];
           } else {
-            for (int64_t q = lo; q < hi; ++q) out[q] = in[q * g.stride + off];
+            for (int64_t q = lo; q < hi; ++q) out[q] = in[q * g.stride];
           }
-          std::fill(out + hi, out + g.q, T(0));
+          for (int64_t q = hi; q < g.q; ++q) out[q] = T(0);
         }
       }
     }
@@ -132,8 +136,8 @@ void col2im(const T* dcol,  // dcol is (C*R*S, P*Q)
         for (int64_t p = 0; p < g.p; ++p) {
           const int64_t ih = p * g.stride - g.pad + r;
           if (ih < 0 || ih >= g.h) continue;
-          const T* in = row + p * g.q;
-          T* out = dx + (c * g.h + ih) * g.w + off;
+          const T* KILN_RESTRICT in = row + p * g.q;
+          T* KILN_RESTRICT out = dx + (c * g.h + ih) * g.w + off;
           if (g.stride == 1) {
             for (int64_t q = lo; q < hi; ++q) out[q] += in[q];  // vectorises
           } else {

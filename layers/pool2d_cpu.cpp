@@ -16,6 +16,13 @@
 namespace kiln::cpu {
 namespace {
 
+// Below this many input elements a kernel runs on the calling thread: waking a team costs
+// more than it saves (and gradient checks call tiny kernels thousands of times).
+constexpr int64_t kParallelMinElements = 1 << 15;
+inline bool worth_threads(const Pool2dGeometry& g) {
+  return g.planes() * g.in_h * g.in_w >= kParallelMinElements;
+}
+
 // "v beats the current maximum m": strictly greater, or NaN (NaN propagates, as in PyTorch).
 template <typename T>
 inline bool beats(T v, T m) {
@@ -94,7 +101,7 @@ void max_pool2d_forward_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeom
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   const bool fast = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 &&
                     g.pad_h == 0 && g.pad_w == 0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     const T* xp = x + p * in_plane;  // plane p of x: (H, W)
     T* yp = y + p * out_plane;       // plane p of y: (OH, OW)
@@ -111,7 +118,7 @@ template <typename T>
 void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
                              const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     // The plane is zeroed then scattered into while it sits in L1: one pass over memory.
     T* gxp = grad_x + p * in_plane;
@@ -141,7 +148,7 @@ inline Window avg_window(int64_t o, int64_t in, int64_t kernel, int64_t stride, 
 template <typename T>
 void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     const T* xp = x + p * in_plane;
     T* yp = y + p * out_plane;
@@ -164,7 +171,7 @@ template <typename T>
 void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
                              bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     T* gxp = grad_x + p * in_plane;
     const T* gyp = grad_y + p * out_plane;
@@ -189,7 +196,7 @@ void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g
 template <typename T>
 void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     const T* xp = x + p * in_plane;
     T* yp = y + p * out_plane;
@@ -210,7 +217,7 @@ void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g) 
 template <typename T>
 void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
     T* gxp = grad_x + p * in_plane;
     const T* gyp = grad_y + p * out_plane;

@@ -3,6 +3,7 @@
 #include "engine/optim/optimizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "engine/autograd.h"
@@ -88,7 +89,10 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                      " state has an unexpected entry '", key, "'");
     const std::string index_str = key.substr(6, dot - 6);
     const std::string field = key.substr(dot + 1);
-    KILN_CHECK_INPUT(std::all_of(index_str.begin(), index_str.end(), ::isdigit), name(),
+    KILN_CHECK_INPUT(index_str.size() <= 9 &&
+                         std::all_of(index_str.begin(), index_str.end(),
+                                     [](unsigned char ch) { return std::isdigit(ch) != 0; }),
+                     name(),
                      " state has an unexpected entry '", key, "'");
     const size_t i = std::stoul(index_str);
     KILN_CHECK_INPUT(i < params_.size(), name(), " state entry '", key, "' is for parameter ", i,

@@ -120,9 +120,10 @@ std::vector<double> adaptive_ref(const std::vector<double>& x, int64_t planes, i
 }
 
 // Windows of every kind: the 2x2/stride-2 fast path (even and odd sizes), overlapping
-// windows (stride < kernel), gaps (stride > kernel), padding, batch 1, 1x1 outputs.
+// windows (stride < kernel), gaps (stride > kernel), padding, batch 1, 1x1 outputs; the
+// first two are large enough (>= 2^15 elements) for the kernels' multi-threaded branch.
 const std::vector<PoolCase> kCases = {
-    {2, 3, 24, 24, 2, 2, 0}, {1, 2, 7, 5, 2, 2, 0}, {2, 3, 7, 9, 3, 2, 1},
+    {4, 16, 24, 24, 2, 2, 0}, {3, 11, 35, 33, 3, 2, 1}, {2, 3, 24, 24, 2, 2, 0}, {1, 2, 7, 5, 2, 2, 0}, {2, 3, 7, 9, 3, 2, 1},
     {1, 2, 6, 7, 3, 1, 1},   {1, 1, 3, 3, 3, 3, 0}, {3, 1, 8, 6, 2, 2, 1},
     {1, 3, 11, 13, 2, 3, 0}, {2, 2, 5, 5, 5, 1, 2}, {1, 1, 1, 1, 1, 1, 0},
 };
@@ -178,7 +179,7 @@ TEST(MaxPool2d, TiesPickTheFirstElementAndNaNPropagates) {
   std::vector<float> v = {1, 5, 5, 0};
   Tensor t = Tensor::from_vector(v, {1, 1, 2, 2});
   EXPECT_EQ(max_pool2d_with_indices(t, 2).second.to_vector<int64_t>()[0], 1);
-  EXPECT_EQ(max_pool2d_with_indices(t, 2, 1, 1).second.to_vector<int64_t>()[3], 1);
+  EXPECT_EQ(max_pool2d_with_indices(t, 2, 1, 1).second.to_vector<int64_t>()[4], 1);  // (1, 1)
   // NaN wins.
   v = {1, NAN, 3, 2};
   t = Tensor::from_vector(v, {1, 1, 2, 2});
@@ -236,6 +237,7 @@ struct AdaptiveCase {
 const std::vector<AdaptiveCase> kAdaptive = {
     {2, 3, 6, 4, 3, 2}, {1, 2, 7, 5, 3, 2}, {2, 2, 5, 7, 1, 1},
     {1, 1, 3, 3, 5, 4}, {3, 1, 10, 9, 4, 7}, {1, 1, 1, 1, 1, 1},
+    {2, 16, 34, 31, 5, 3},  // >= 2^15 elements: the multi-threaded branch
 };
 
 TEST(AdaptiveAvgPool2d, MatchesReference) {
@@ -252,6 +254,7 @@ TEST(AdaptiveAvgPool2d, MatchesReference) {
 
 TEST(AdaptiveAvgPool2d, Gradcheck) {
   for (const auto& t : kAdaptive) {
+    if (t.n * t.c * t.h * t.w > 600) continue;
     SCOPED_TRACE(detail::str(t.h, "x", t.w, " -> ", t.oh, "x", t.ow));
     Tensor x = with_grad(random_tensor({t.n, t.c, t.h, t.w}, 8));
     EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) {
@@ -303,7 +306,7 @@ TEST(Pool2dErrors, NameShapesAndParameters) {
   expect_error([&] { max_pool2d(x2, 2); }, {"max_pool2d", "[4, 5]"});
   expect_error([&] { avg_pool2d(Tensor::zeros({1, 2, 3, 4, 5}), 2); }, {"avg_pool2d", "[1, 2, 3, 4, 5]"});
   expect_error([&] { adaptive_avg_pool2d(x2, 1, 1); }, {"adaptive_avg_pool2d", "[4, 5]"});
-  expect_error([&] { max_pool2d(Tensor::zeros({1, 1, 3, 3}), 5, 1, 1); },
+  expect_error([&] { max_pool2d(Tensor::zeros({1, 1, 3, 3}), 5, 1, 0); },
                {"[1, 1, 3, 3]", "kernel_size=5"});
   expect_error([&] { max_pool2d(Tensor::zeros({1, 1, 8, 8}), 2, 2, 2); }, {"padding=2"});
   expect_error([&] { avg_pool2d(Tensor::zeros({1, 1, 8, 8}), 2, 0); }, {"stride=0"});

@@ -1,0 +1,118 @@
+// train_checkpoint.cpp: see train_checkpoint.h.
+#include "apps/common/train_checkpoint.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "engine/error.h"
+#include "engine/philox.h"
+
+namespace kiln::apps {
+
+namespace {
+
+constexpr const char* kFormat = "kiln-train/1";
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw Error("checkpoint '" + path + "': " + what, ErrorKind::Input);
+}
+
+std::string format_double(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+const std::string& meta_value(const Checkpoint& c, const std::string& path, const std::string& key) {
+  auto it = c.meta.find(key);
+  if (it == c.meta.end()) bad(path, "has no '" + key + "' entry: it was not written by a Kiln training app");
+  return it->second;
+}
+
+uint64_t meta_u64(const Checkpoint& c, const std::string& path, const std::string& key) {
+  const std::string& s = meta_value(c, path, key);
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || s[0] == '-' || *end != '\0' || errno != 0)
+    bad(path, "entry '" + key + "' is not an unsigned integer: '" + s + "'");
+  return v;
+}
+
+double meta_double(const Checkpoint& c, const std::string& path, const std::string& key) {
+  const std::string& s = meta_value(c, path, key);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') bad(path, "entry '" + key + "' is not a number: '" + s + "'");
+  return v;
+}
+
+// The entries of `tensors` whose name starts with `prefix`, with the prefix removed.
+std::map<std::string, Tensor> with_prefix_removed(const std::map<std::string, Tensor>& tensors,
+                                                  const std::string& prefix) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, t] : tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) out.emplace(name.substr(prefix.size()), t);
+  return out;
+}
+
+}  // namespace
+
+void write_train_checkpoint(const std::string& path, const Module& model, const Optimizer& opt,
+                            const TrainCheckpoint& meta) {
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors.emplace(kModelPrefix + name, t);
+  for (const auto& [name, t] : opt.state_dict()) tensors.emplace(kOptimizerPrefix + name, t);
+  const std::map<std::string, std::string> m = {
+      {"format", kFormat},
+      {"epoch", std::to_string(meta.epoch)},
+      {"model", meta.model},
+      {"optimizer", meta.optimizer},
+      {"seed", std::to_string(meta.seed)},
+      {"generator_offset", std::to_string(meta.generator_offset)},
+      {"lr", format_double(meta.lr)},
+      {"test_accuracy", format_double(meta.test_accuracy)},
+  };
+  write_checkpoint(path, tensors, m);
+}
+
+TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string& expected_model,
+                                      const std::string& expected_optimizer) {
+  TrainCheckpoint c;
+  c.file = read_checkpoint(path);  // validates magic, version, sizes and CRCs; names the file
+  const std::string& format = meta_value(c.file, path, "format");
+  if (format != kFormat) bad(path, "has format '" + format + "', expected '" + kFormat + "'");
+  c.epoch = static_cast<int64_t>(meta_u64(c.file, path, "epoch"));
+  c.model = meta_value(c.file, path, "model");
+  c.optimizer = meta_value(c.file, path, "optimizer");
+  c.seed = meta_u64(c.file, path, "seed");
+  c.generator_offset = meta_u64(c.file, path, "generator_offset");
+  c.lr = meta_double(c.file, path, "lr");
+  c.test_accuracy = meta_double(c.file, path, "test_accuracy");
+  if (c.model != expected_model) {
+    bad(path, "holds a '" + c.model + "' model but --model is '" + expected_model +
+                  "': pass --model " + c.model + " to resume it");
+  }
+  if (c.optimizer != expected_optimizer) {
+    bad(path, "was trained with --optimizer " + c.optimizer + ", not " + expected_optimizer +
+                  ": pass --optimizer " + c.optimizer + " to resume it");
+  }
+  return c;
+}
+
+void restore_train_checkpoint(const TrainCheckpoint& ckpt, const std::string& path,
+                              Module& model, Optimizer& opt) {
+  try {
+    model.load_state_dict(with_prefix_removed(ckpt.file.tensors, kModelPrefix));
+    opt.load_state_dict(with_prefix_removed(ckpt.file.tensors, kOptimizerPrefix));
+  } catch (const Error& e) {
+    bad(path, std::string("does not fit this model/optimizer: ") + e.what());
+  }
+  default_generator().set_state(ckpt.seed, ckpt.generator_offset);
+}
+
+}  // namespace kiln::apps

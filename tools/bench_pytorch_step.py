@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""The PyTorch half of tools/bench_vs_pytorch.sh: the seed CNN's training step, batch in
+memory, timed like apps/train_step_bench.cpp (median of --steps after --warmup).
+Run with Debian's python3 (python3-torch). Prints one line in the same format."""
+import argparse
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class SeedCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        x = F.dropout(F.max_pool2d(x, 2), 0.25, self.training)
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return self.fc2(F.dropout(x, 0.5, self.training))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    net = SeedCNN().train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x = torch.rand(a.batch_size, 1, 28, 28) * 2 - 1
+    y = torch.arange(a.batch_size) % 10
+    ms = []
+    for s in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+        if s >= a.warmup:
+            ms.append((time.perf_counter() - t0) * 1000)
+    ms.sort()
+    med = ms[len(ms) // 2]
+    print(f"pytorch threads={a.threads} torch={torch.__version__} batch={a.batch_size} "
+          f"images_per_sec={a.batch_size * 1000 / med:.1f} ms_per_step={med:.2f}")
+
+
+if __name__ == "__main__":
+    main()
