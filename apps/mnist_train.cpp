@@ -288,9 +288,15 @@ int run(Options o, const CLI::App& app) {
     evaluate(*model, test_source, device, r);
     results.push_back(r);
     if (!o.checkpoint.empty()) {
-      apps::write_train_checkpoint(o.checkpoint, *model, *opt,
-                                   {epoch + 1, o.model, o.optimizer, o.seed,
-                                    default_generator().offset(), opt->lr(), r.test_accuracy});
+      apps::TrainCheckpoint meta;
+      meta.epoch = epoch + 1;
+      meta.model = o.model;
+      meta.optimizer = o.optimizer;
+      meta.seed = o.seed;
+      meta.generator_offset = default_generator().offset();
+      meta.lr = opt->lr();
+      meta.test_accuracy = r.test_accuracy;
+      apps::write_train_checkpoint(o.checkpoint, *model, *opt, meta);
     }
     if (print) {
       std::printf("epoch %2d/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  %.0f img/s  "

@@ -78,10 +78,11 @@ void uniform_(Tensor& t, double lo, double hi, Generator& gen) {
              "uniform_: need finite lo <= hi, got [", lo, ", ", hi, ")");
   fill_on_host(t, "uniform_", [&](Tensor& h) {
     const int64_t n = h.numel();
-    const uint64_t base = gen.reserve(static_cast<uint64_t>(n));
+    const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(n));
+    const uint64_t base = range.base;
     dispatch_floating(h.dtype(), "uniform_", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      uniform_cpu<T>(h.data<T>(), n, lo, hi, gen.seed(), base);
+      uniform_cpu<T>(h.data<T>(), n, lo, hi, range.seed, base);
     });
   });
 }
@@ -91,10 +92,11 @@ void normal_(Tensor& t, double mean, double stddev, Generator& gen) {
              "normal_: need a finite mean and std >= 0, got mean ", mean, ", std ", stddev);
   fill_on_host(t, "normal_", [&](Tensor& h) {
     const int64_t n = h.numel();
-    const uint64_t base = gen.reserve(static_cast<uint64_t>(2 * ((n + 1) / 2)));
+    const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(2 * ((n + 1) / 2)));
+    const uint64_t base = range.base;
     dispatch_floating(h.dtype(), "normal_", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      normal_cpu<T>(h.data<T>(), n, mean, stddev, gen.seed(), base);
+      normal_cpu<T>(h.data<T>(), n, mean, stddev, range.seed, base);
     });
   });
 }

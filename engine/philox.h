@@ -58,11 +58,17 @@ class Generator {
   explicit Generator(uint64_t seed = 0x6b696c6eu) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
   // Reserves n numbers; returns the base counter to pass to philox_u32 with index 0..n-1.
-  uint64_t reserve(uint64_t n) {
+  uint64_t reserve(uint64_t n) { return reserve_range(n).base; }
+  // The same, with the seed read under the same lock (a concurrent set_state cannot pair a
+  // base with the wrong seed).
+  struct Range {
+    uint64_t seed, base;
+  };
+  Range reserve_range(uint64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t base = offset_;
+    Range r{seed_, offset_};
     offset_ += (n + 3) / 4;
-    return base;
+    return r;
   }
   uint64_t offset() const { return offset_; }
   void set_state(uint64_t seed, uint64_t offset) {

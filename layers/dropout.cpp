@@ -92,8 +92,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   KILN_CHECK(x.defined(), "dropout: the input is undefined");
   KILN_CHECK(is_floating(x.dtype()), "dropout: expected an f32 or f64 tensor, got ", x.str());
   if (!training || p == 0.0) return x;
-  const uint64_t base = gen.reserve(static_cast<uint64_t>(x.numel()));
-  const uint64_t seed = gen.seed();
+  const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(x.numel()));
+  const uint64_t base = range.base, seed = range.seed;
   const float pf = static_cast<float>(p);
   const double scale = 1.0 / (1.0 - p);
   Tensor y = apply_mask(Pass::Forward, x, pf, scale, seed, base);

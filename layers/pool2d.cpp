@@ -276,7 +276,9 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(int64_t out_h, int64_t out_w) : out_h_(out_
                 ErrorKind::Usage);
 }
 
-Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptive_avg_pool2d(x, out_h_, out_w_); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  return adaptive_avg_pool2d(x, out_h_, out_w_);
+}
 
 std::string AdaptiveAvgPool2d::extra_repr() const {
   std::ostringstream os;

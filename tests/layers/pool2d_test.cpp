@@ -113,7 +113,8 @@ std::vector<double> adaptive_ref(const std::vector<double>& x, int64_t planes, i
         auto w1 = static_cast<int64_t>(std::ceil(double(ow + 1) * w / ow_n));
         double s = 0;
         for (int64_t ih = h0; ih < h1; ++ih)
-          for (int64_t iw = w0; iw < w1; ++iw) s += x[static_cast<size_t>(plane * h * w + ih * w + iw)];
+          for (int64_t iw = w0; iw < w1; ++iw)
+            s += x[static_cast<size_t>(plane * h * w + ih * w + iw)];
         y.push_back(s / static_cast<double>((h1 - h0) * (w1 - w0)));
       }
   return y;
@@ -123,7 +124,8 @@ std::vector<double> adaptive_ref(const std::vector<double>& x, int64_t planes, i
 // windows (stride < kernel), gaps (stride > kernel), padding, batch 1, 1x1 outputs; the
 // first two are large enough (>= 2^15 elements) for the kernels' multi-threaded branch.
 const std::vector<PoolCase> kCases = {
-    {4, 16, 24, 24, 2, 2, 0}, {3, 11, 35, 33, 3, 2, 1}, {2, 3, 24, 24, 2, 2, 0}, {1, 2, 7, 5, 2, 2, 0}, {2, 3, 7, 9, 3, 2, 1},
+    {4, 16, 24, 24, 2, 2, 0}, {3, 11, 35, 33, 3, 2, 1}, {2, 3, 24, 24, 2, 2, 0},
+    {1, 2, 7, 5, 2, 2, 0},    {2, 3, 7, 9, 3, 2, 1},
     {1, 2, 6, 7, 3, 1, 1},   {1, 1, 3, 3, 3, 3, 0}, {3, 1, 8, 6, 2, 2, 1},
     {1, 3, 11, 13, 2, 3, 0}, {2, 2, 5, 5, 5, 1, 2}, {1, 1, 1, 1, 1, 1, 0},
 };
@@ -304,7 +306,8 @@ void expect_error(Fn fn, std::initializer_list<std::string> parts) {
 TEST(Pool2dErrors, NameShapesAndParameters) {
   Tensor x2 = Tensor::zeros({4, 5});
   expect_error([&] { max_pool2d(x2, 2); }, {"max_pool2d", "[4, 5]"});
-  expect_error([&] { avg_pool2d(Tensor::zeros({1, 2, 3, 4, 5}), 2); }, {"avg_pool2d", "[1, 2, 3, 4, 5]"});
+  expect_error([&] { avg_pool2d(Tensor::zeros({1, 2, 3, 4, 5}), 2); },
+               {"avg_pool2d", "[1, 2, 3, 4, 5]"});
   expect_error([&] { adaptive_avg_pool2d(x2, 1, 1); }, {"adaptive_avg_pool2d", "[4, 5]"});
   expect_error([&] { max_pool2d(Tensor::zeros({1, 1, 3, 3}), 5, 1, 0); },
                {"[1, 1, 3, 3]", "kernel_size=5"});

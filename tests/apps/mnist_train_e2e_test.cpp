@@ -1,0 +1,290 @@
+// mnist_train_e2e_test: runs the real mnist_train binary, as a user would, and checks what it
+// writes (the JSON summary, the checkpoints) and how it fails (exit codes, messages).
+//
+//   1. Learning: the seed CNN, 1 epoch on the first 10,000 real training images, evaluated on
+//      the full 10,000-image test set, reaches >= 95% test accuracy.
+//   2. Checkpoints: 2 epochs straight and 1 epoch + --resume 1 epoch give bit-identical model
+//      and optimizer state (CNN + Adadelta, with dropout drawing from the restored Philox
+//      generator; and MLP + SGD momentum). --threads 1: results are bit-reproducible for a fixed
+//      thread count, and one thread keeps the test independent of the machine's core count.
+//   3. Bad input: unknown flag, missing data, corrupt/truncated/mismatched checkpoint,
+//      --device cuda on a build without CUDA: exit code 2 and a message that says what to do.
+// Tests that need real MNIST skip, saying how to get it, when datasets/mnist/ is absent.
+// The binary path comes from CMake ($<TARGET_FILE:mnist_train>).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/serialize.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs mnist_train with `args` (each single-quoted for the shell) and captures its output.
+RunResult run_mnist_train(const std::vector<std::string>& args) {
+  std::string cmd = std::string("'") + KILN_MNIST_TRAIN + "'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string mnist_dir() { return std::string(KILN_SOURCE_DIR) + "/datasets/mnist"; }
+
+bool have_mnist() {
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    if (!fs::exists(mnist_dir() + "/" + f)) return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_MNIST()                                                         \
+  do {                                                                               \
+    if (!have_mnist())                                                               \
+      GTEST_SKIP() << "real MNIST not found in " << mnist_dir()                      \
+                   << ": run datasets/fetch_mnist.sh";                               \
+  } while (0)
+
+// A fresh scratch directory per test.
+class MnistTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("kiln_mnist_train_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "no JSON summary at " << path;
+  return nlohmann::json::parse(in);
+}
+
+// Every tensor of `a` equals the one of the same name in `b`, bit for bit.
+void expect_same_tensors(const kiln::Checkpoint& a, const kiln::Checkpoint& b) {
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, ta] : a.tensors) {
+    auto it = b.tensors.find(name);
+    ASSERT_NE(it, b.tensors.end()) << "missing " << name;
+    const kiln::Tensor& tb = it->second;
+    ASSERT_EQ(ta.shape(), tb.shape()) << name;
+    ASSERT_EQ(ta.dtype(), tb.dtype()) << name;
+    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << name;
+    EXPECT_EQ(0, std::memcmp(ta.raw_data(), tb.raw_data(), ta.nbytes()))
+        << "tensor " << name << " differs between the straight and the resumed run";
+  }
+}
+
+bool same_tensors(const kiln::Checkpoint& a, const kiln::Checkpoint& b) {
+  for (const auto& [name, ta] : a.tensors) {
+    auto it = b.tensors.find(name);
+    if (it == b.tensors.end() || it->second.nbytes() != ta.nbytes() ||
+        std::memcmp(ta.raw_data(), it->second.raw_data(), ta.nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
+// ---- 1. Learning ------------------------------------------------------------------------
+
+TEST_F(MnistTrainTest, CnnOneEpochOn10kImagesReaches95Percent) {
+  SKIP_WITHOUT_MNIST();
+  const std::string json = path("summary.json");
+  // Batch 64 (the PyTorch example's training batch): 157 Adadelta steps in the epoch.
+  RunResult r = run_mnist_train({"--data", mnist_dir(), "--limit-train", "10000", "--epochs", "1",
+                                 "--batch-size", "64", "--json", json});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j["model"], "cnn");
+  EXPECT_EQ(j["device"], "cpu:0");
+  EXPECT_EQ(j["epochs"], 1);
+  EXPECT_EQ(j["batch_size"], 64);
+  EXPECT_EQ(j["simulated"], false);
+  EXPECT_EQ(j["test_images"], 10000);
+  ASSERT_EQ(j["test_accuracy_per_epoch"].size(), 1u);
+  ASSERT_EQ(j["train_loss_per_epoch"].size(), 1u);
+  ASSERT_EQ(j["epoch_seconds"].size(), 1u);
+  EXPECT_GE(j["test_accuracy"].get<double>(), 0.95) << r.output;
+  EXPECT_LE(j["test_accuracy"].get<double>(), 1.0);
+  EXPECT_GT(j["train_images_per_sec"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_memory_bytes"].get<int64_t>(), 0);
+  EXPECT_GE(j["peak_rss_bytes"].get<int64_t>(), j["peak_memory_bytes"].get<int64_t>());
+  const double wait = j["loader_wait_fraction"].get<double>();
+  EXPECT_GT(wait, 0.0);  // measured, not a constant: building batches takes some time
+  EXPECT_LT(wait, 1.0);
+  for (const char* key : {"threads", "kernels", "seed"}) EXPECT_TRUE(j.contains(key)) << key;
+  // Plain lines, no progress bar, when stdout is not a terminal.
+  EXPECT_EQ(r.output.find('\r'), std::string::npos);
+  EXPECT_NE(r.output.find("epoch  1/1"), std::string::npos) << r.output;
+}
+
+// ---- 2. Checkpoint round trip ----------------------------------------------------------
+
+// Runs 2 epochs straight, then 1 epoch + resume, and compares the final checkpoints.
+void check_round_trip(MnistTrainTest& t, const std::string& dir, const std::vector<std::string>& flags) {
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--data", mnist_dir(), "--threads", "1", "--quiet"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::string straight = dir + "/straight.ckpt", first = dir + "/first.ckpt",
+                    resumed = dir + "/resumed.ckpt";
+  RunResult a = run_mnist_train(with({"--epochs", "2", "--checkpoint", straight}));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = run_mnist_train(with({"--epochs", "1", "--checkpoint", first}));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  RunResult c = run_mnist_train(with({"--epochs", "2", "--resume", first, "--checkpoint", resumed}));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+
+  const kiln::Checkpoint ca = kiln::read_checkpoint(straight);
+  const kiln::Checkpoint cb = kiln::read_checkpoint(first);
+  const kiln::Checkpoint cc = kiln::read_checkpoint(resumed);
+  EXPECT_EQ(cb.meta.at("epoch"), "1");
+  EXPECT_EQ(ca.meta.at("epoch"), "2");
+  EXPECT_EQ(cc.meta.at("epoch"), "2");
+  EXPECT_FALSE(same_tensors(ca, cb)) << "the second epoch changed nothing: the test would be vacuous";
+  expect_same_tensors(ca, cc);
+  EXPECT_EQ(ca.meta.at("generator_offset"), cc.meta.at("generator_offset"));
+  EXPECT_EQ(ca.meta.at("lr"), cc.meta.at("lr"));
+  (void)t;
+}
+
+TEST_F(MnistTrainTest, CnnResumeReproducesUninterruptedRunBitForBit) {
+  SKIP_WITHOUT_MNIST();
+  // 1200 = 9 * 128 + 48: the last batch of each epoch is a partial one.
+  check_round_trip(*this, dir_.string(), {"--limit-train", "1200", "--limit-test", "300"});
+}
+
+TEST_F(MnistTrainTest, MlpSgdResumeReproducesUninterruptedRunBitForBit) {
+  SKIP_WITHOUT_MNIST();
+  check_round_trip(*this, dir_.string(), {"--model", "mlp", "--optimizer", "sgd", "--limit-train",
+                                          "3000", "--limit-test", "500"});
+}
+
+TEST_F(MnistTrainTest, ResumeRejectsAMismatchedOrDamagedCheckpoint) {
+  SKIP_WITHOUT_MNIST();
+  const std::string ckpt = path("mlp.ckpt");
+  const std::vector<std::string> base = {"--data", mnist_dir(), "--quiet", "--limit-train", "256",
+                                         "--limit-test", "100", "--model", "mlp"};
+  auto args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  ASSERT_EQ(run_mnist_train(args({"--epochs", "1", "--checkpoint", ckpt})).exit_code, 0);
+
+  // The wrong model: the message says which one the checkpoint holds.
+  std::vector<std::string> cnn = {"--data", mnist_dir(), "--quiet", "--epochs", "2", "--resume", ckpt};
+  RunResult m = run_mnist_train(cnn);
+  EXPECT_EQ(m.exit_code, 2) << m.output;
+  EXPECT_NE(m.output.find("--model mlp"), std::string::npos) << m.output;
+
+  // The wrong optimizer.
+  RunResult o = run_mnist_train(args({"--epochs", "2", "--optimizer", "adam", "--resume", ckpt}));
+  EXPECT_EQ(o.exit_code, 2) << o.output;
+  EXPECT_NE(o.output.find("--optimizer adadelta"), std::string::npos) << o.output;
+
+  // Nothing left to train.
+  RunResult d = run_mnist_train(args({"--epochs", "1", "--resume", ckpt}));
+  EXPECT_EQ(d.exit_code, 2) << d.output;
+  EXPECT_NE(d.output.find("--epochs"), std::string::npos) << d.output;
+
+  // A truncated copy: exit 2, naming the file.
+  const std::string cut = path("truncated.ckpt");
+  fs::copy_file(ckpt, cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  RunResult tr = run_mnist_train(args({"--epochs", "2", "--resume", cut}));
+  EXPECT_EQ(tr.exit_code, 2) << tr.output;
+  EXPECT_NE(tr.output.find(cut), std::string::npos) << tr.output;
+}
+
+// ---- 3. Bad usage and bad input (no data needed) ----------------------------------------
+
+TEST_F(MnistTrainTest, UnknownFlagIsAUsageError) {
+  RunResult r = run_mnist_train({"--no-such-flag"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
+}
+
+TEST_F(MnistTrainTest, InvalidFlagValuesAreUsageErrors) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--epochs", "0"}, {"--model", "resnet"}, {"--optimizer", "lbfgs"},
+        {"--batch-size", "-5"}, {"--kernels", "fast"}, {"--device", "tpu"}, {"--epochs", "abc"}}) {
+    RunResult r = run_mnist_train(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1] << ": " << r.output;
+  }
+}
+
+TEST_F(MnistTrainTest, HelpExplainsEveryFlagAndExitsZero) {
+  RunResult r = run_mnist_train({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* flag : {"--device", "--model", "--epochs", "--batch-size", "--lr", "--optimizer",
+                           "--threads", "--seed", "--data", "--limit-train", "--limit-test",
+                           "--checkpoint", "--resume", "--json", "--quiet", "--kernels"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(MnistTrainTest, MissingDataSaysToRunFetchScript) {
+  RunResult r = run_mnist_train({"--data", path("no_such_dir"), "--epochs", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("fetch_mnist.sh"), std::string::npos) << r.output;
+}
+
+TEST_F(MnistTrainTest, CorruptCheckpointIsAnInputErrorNamingTheFile) {
+  const std::string bad = path("garbage.ckpt");
+  {
+    std::ofstream out(bad, std::ios::binary);
+    out << "this is not a Kiln checkpoint, just some bytes that are long enough to read a header";
+  }
+  RunResult r = run_mnist_train({"--data", mnist_dir(), "--resume", bad, "--epochs", "2"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
+
+  RunResult missing = run_mnist_train({"--resume", path("absent.ckpt"), "--epochs", "2"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("absent.ckpt"), std::string::npos) << missing.output;
+}
+
+TEST_F(MnistTrainTest, CudaDeviceOnACpuBuildIsAClearUsageError) {
+  for (const char* dev : {"cuda", "cuda:1"}) {
+    RunResult r = run_mnist_train({"--device", dev, "--epochs", "1"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("no CUDA backend"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
