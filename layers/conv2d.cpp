@@ -60,7 +60,10 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
         const T* wp = w.defined() ? w.data<T>() : nullptr;
         if constexpr (std::is_same_v<T, float>) {
           if (impl == Impl::Vendor) {
-            conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+            // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
+            // trained bias) is a plain sum over dy, done by the hand kernel.
+            conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
+            if (dbp && !dwp) conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
             return;
           }
         }

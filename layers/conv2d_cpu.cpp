@@ -31,10 +31,11 @@
 // of col: its GEMMs are thin, but it is ~2% of the CNN's convolution FLOPs, and its input (the
 // images) needs no gradient, so conv2d() never runs backward-data for it.
 //
-// Where the time goes (seed conv2, 32->64 3x3 on 26x26, batch 128, one Zen 5 core): the three
-// GEMMs run at ~105 GFLOP/s (this OpenBLAS is pinned to its AVX2 Haswell kernels), ~77 ms;
-// im2col (twice), col2im and the bias sums add ~20 ms. oneDNN's AVX-512 direct kernels do the
-// same work in ~50 ms (conv2d_dnnl.cpp); apps/conv_bench prints both.
+// Where the time goes (seed conv2, 32->64 3x3 on 26x26, batch 128, forward + backward, one
+// Zen 5 core): the three GEMMs run at ~105 GFLOP/s (this OpenBLAS is pinned to its AVX2 Haswell
+// kernels), ~77 ms; im2col (twice), col2im and the bias sums bring it to ~98 ms (84 GFLOP/s;
+// 51 ms on two cores). oneDNN's AVX-512 direct kernels take ~48 ms (conv2d_dnnl.cpp).
+// Measure with: build/apps/conv_bench --threads 1 (and 2).
 #include <cblas.h>
 #include <omp.h>
 
@@ -97,6 +98,14 @@ T sum(const T* v, int64_t n) {
   for (; i < n; ++i) acc += v[i];
   for (int j = 0; j < kLanes; ++j) acc += lane[j];
   return acc;
+}
+
+// Whether a convolution is big enough to split over threads. Waking a team costs a few
+// microseconds (far more when another process holds a core), which tiny convolutions, such as
+// the thousands a gradient check runs, never earn back. One image never splits either: then
+// OpenBLAS may thread inside the GEMM instead.
+bool use_team(const ConvGeometry& g) {
+  return g.n > 1 && g.n * g.k * g.c * g.r * g.s * g.p * g.q >= (int64_t(1) << 20);
 }
 
 bool is_pointwise(const ConvGeometry& g) {
@@ -179,8 +188,7 @@ template <typename T>
 void conv2d_forward_cpu(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const bool pointwise = is_pointwise(g);
-  // One image: no team, so that OpenBLAS may use the threads inside the GEMM instead.
-#pragma omp parallel for schedule(static) if (g.n > 1)
+#pragma omp parallel for schedule(static) if (use_team(g))
   for (int64_t n = 0; n < g.n; ++n) {
     const T* xn = x + n * chw;  // (C, H, W)
     T* yn = y + n * g.k * pq;   // (K, P, Q)
@@ -203,7 +211,7 @@ template <typename T>
 void conv2d_backward_data_cpu(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const bool pointwise = is_pointwise(g);
-#pragma omp parallel for schedule(static) if (g.n > 1)
+#pragma omp parallel for schedule(static) if (use_team(g))
   for (int64_t n = 0; n < g.n; ++n) {
     const T* dyn = dy + n * g.k * pq;  // (K, P, Q)
     T* dxn = dx + n * chw;             // (C, H, W)
@@ -220,7 +228,7 @@ void conv2d_backward_weight_cpu(const T* x, const T* dy, T* dw, T* db, const Con
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const int64_t kcrs = g.k * crs;
   const bool pointwise = is_pointwise(g);
-  const int nt = std::max<int>(1, std::min<int64_t>(omp_get_max_threads(), g.n));
+  const int nt = use_team(g) ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.n)) : 1;
   // partial[t] = (dw_t (K, CRS), db_t (K)): thread t's sums over its own images.
   const int64_t part = kcrs + g.k;
   T* partial = scratch<T, Slot::Partials>(static_cast<size_t>(nt * part));
@@ -233,9 +241,9 @@ void conv2d_backward_weight_cpu(const T* x, const T* dy, T* dw, T* db, const Con
     bool first = true;  // the first image overwrites dw_t (beta = 0): no zeroing pass
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.n; ++n) {
-      const T* xn = x + n * chw;
       const T* dyn = dy + n * g.k * pq;
       if (dw) {
+        const T* xn = x + n * chw;
         const T* col = xn;
         if (!pointwise) {
           T* buf = scratch<T>(static_cast<size_t>(crs * pq));

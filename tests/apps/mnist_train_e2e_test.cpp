@@ -1,8 +1,8 @@
 // mnist_train_e2e_test: runs the real mnist_train binary, as a user would, and checks what it
 // writes (the JSON summary, the checkpoints) and how it fails (exit codes, messages).
 //
-//   1. Learning: the seed CNN, 1 epoch on the first 10,000 real training images, evaluated on
-//      the full 10,000-image test set, reaches >= 95% test accuracy.
+//   1. Learning: the seed CNN, 1 epoch on the first 10,000 real training images (batch 32),
+//      evaluated on the full 10,000-image test set, reaches >= 95% test accuracy.
 //   2. Checkpoints: 2 epochs straight and 1 epoch + --resume 1 epoch give bit-identical model
 //      and optimizer state (CNN + Adadelta, with dropout drawing from the restored Philox
 //      generator; and MLP + SGD momentum). --threads 1: results are bit-reproducible for a fixed
@@ -121,20 +121,23 @@ bool same_tensors(const kiln::Checkpoint& a, const kiln::Checkpoint& b) {
 TEST_F(MnistTrainTest, CnnOneEpochOn10kImagesReaches95Percent) {
   SKIP_WITHOUT_MNIST();
   const std::string json = path("summary.json");
-  // Batch 64 (the PyTorch example's training batch): 157 Adadelta steps in the epoch.
+  // Batch 32: 313 Adadelta steps in the epoch. Measured: 96.3-96.6% over seeds and thread
+  // counts (batch 64: 95.3-96.5%, too close to the bar; batch 128: 93.7%, only 79 steps).
   RunResult r = run_mnist_train({"--data", mnist_dir(), "--limit-train", "10000", "--epochs", "1",
-                                 "--batch-size", "64", "--json", json});
+                                 "--batch-size", "32", "--json", json});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = read_json(json);
   EXPECT_EQ(j["model"], "cnn");
   EXPECT_EQ(j["device"], "cpu:0");
   EXPECT_EQ(j["epochs"], 1);
-  EXPECT_EQ(j["batch_size"], 64);
+  EXPECT_EQ(j["batch_size"], 32);
   EXPECT_EQ(j["simulated"], false);
   EXPECT_EQ(j["test_images"], 10000);
   ASSERT_EQ(j["test_accuracy_per_epoch"].size(), 1u);
   ASSERT_EQ(j["train_loss_per_epoch"].size(), 1u);
   ASSERT_EQ(j["epoch_seconds"].size(), 1u);
+  std::printf("1 epoch on 10k images: test accuracy %.4f, %.0f train images/s\n",
+              j["test_accuracy"].get<double>(), j["train_images_per_sec"].get<double>());
   EXPECT_GE(j["test_accuracy"].get<double>(), 0.95) << r.output;
   EXPECT_LE(j["test_accuracy"].get<double>(), 1.0);
   EXPECT_GT(j["train_images_per_sec"].get<double>(), 0.0);
@@ -254,6 +257,14 @@ TEST_F(MnistTrainTest, HelpExplainsEveryFlagAndExitsZero) {
                            "--threads", "--seed", "--data", "--limit-train", "--limit-test",
                            "--checkpoint", "--resume", "--json", "--quiet", "--kernels"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(MnistTrainTest, UnwritableOutputIsReportedBeforeTraining) {
+  for (const char* flag : {"--json", "--checkpoint"}) {
+    RunResult r = run_mnist_train({flag, path("no_such_dir/out"), "--epochs", "1"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("no_such_dir"), std::string::npos) << r.output;
   }
 }
 
