@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <mutex>
 
-#if defined(__CUDACC__) || defined(KILN_CUDA_SIM_COMPILE)
+#if defined(__CUDACC__)
 #define KILN_HOST_DEVICE __host__ __device__
 #else
 #define KILN_HOST_DEVICE

@@ -1,0 +1,27 @@
+// check.h: every CUDA runtime call goes through KILN_CUDA_CHECK, which turns a failure into a
+// kiln::Error naming the call, the file and the line, and what the runtime said.
+#pragma once
+
+#include <string>
+
+#include "engine/cuda/runtime.h"
+#include "engine/error.h"
+
+namespace kiln::cuda {
+
+[[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* call, const char* file,
+                                          int line) {
+  throw Error(std::string("CUDA error: ") + call + " failed with " + cudaGetErrorName(err) +
+              " (" + cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace kiln::cuda
+
+#define KILN_CUDA_CHECK(call)                                                    \
+  do {                                                                           \
+    cudaError_t kiln_err_ = (call);                                              \
+    if (kiln_err_ != cudaSuccess) {                                              \
+      (void)cudaGetLastError(); /* clear the sticky-free error state */          \
+      ::kiln::cuda::throw_cuda_error(kiln_err_, #call, __FILE__, __LINE__);      \
+    }                                                                            \
+  } while (0)
