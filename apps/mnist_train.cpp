@@ -31,6 +31,16 @@
 #include <string>
 #include <vector>
 
+#if KILN_CUDA_SIM
+#define KILN_CUDA_SIM_BUILD true
+#include "engine/cuda/caching_allocator.h"
+#elif KILN_WITH_CUDA
+#define KILN_CUDA_SIM_BUILD false
+#include "engine/cuda/caching_allocator.h"
+#else
+#define KILN_CUDA_SIM_BUILD false
+#endif
+
 #include "apps/common/progress.h"
 #include "apps/common/train_checkpoint.h"
 #include "data/batch_iterator.h"
@@ -38,6 +48,7 @@
 #include "data/sampler.h"
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
@@ -129,26 +140,51 @@ void add_flags(CLI::App& app, Options& o) {
                  "result, bit for bit, as an uninterrupted run)");
   app.add_option("--json", o.json, "write a JSON summary of the run here");
   app.add_flag("--quiet,-q", o.quiet, "print nothing but errors (the JSON summary is still written)");
-  app.add_option("--kernels", o.kernels, "hand (our kernels: im2col + GEMM) | vendor (oneDNN); "
-                 "default: $KILN_KERNELS or vendor")->check(CLI::IsMember({"hand", "vendor"}));
+  app.add_option("--kernels", o.kernels, "hand (our kernels: im2col + GEMM) | vendor (oneDNN on "
+                 "the CPU, cuBLAS/cuDNN on a GPU); default: $KILN_KERNELS or vendor (hand in the "
+                 "CUDA simulator)")->check(CLI::IsMember({"hand", "vendor"}));
 }
 
-// "auto" -> the CPU (this build has no CUDA backend); "cuda[:N]" -> a usage error saying so.
+// Whether CUDA tensors of this build run on the CUDA simulator (a test instrument, not a GPU).
+constexpr bool kSimulated = KILN_CUDA_SIM_BUILD;
+
+// "auto" -> cuda:0 when a real GPU is present, else the CPU (never the simulator: it is for
+// tests, not training); "cuda[:N]" -> that device, or a usage error saying why it is missing.
 Device resolve_device(const std::string& spec) {
-  if (spec == "auto") return Device(DeviceType::CPU, 0);
+  if (spec == "auto") {
+    return !kSimulated && cuda::is_available() ? Device(DeviceType::CUDA, 0)
+                                               : Device(DeviceType::CPU, 0);
+  }
   Device d = parse_device(spec);
   if (d.is_cuda()) {
-    throw Error("--device " + spec + ": this build has no CUDA backend (configured without the "
-                "CUDA toolkit, or with -DKILN_CUDA=OFF). Use --device cpu (or auto), or rebuild "
-                "with -DKILN_CUDA=ON on a machine with nvcc.", ErrorKind::Usage);
+    if (!cuda::is_available()) {
+      throw Error("--device " + spec + ": " + cuda::unavailable_reason(), ErrorKind::Usage);
+    }
+    cuda::check_device(d.index);
   }
   return d;
 }
+
+// The kernels a device runs: the CPU choice, or the CUDA one (hand by default in the simulator).
+Impl impl_for(Device device) { return device.is_cuda() ? cuda_kernel_impl() : kernel_impl(); }
 
 std::unique_ptr<Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
   if (o.optimizer == "sgd") return std::make_unique<SGD>(params, o.lr, /*momentum=*/0.9);
   if (o.optimizer == "adam") return std::make_unique<Adam>(params, o.lr);
   return std::make_unique<Adadelta>(params, o.lr);
+}
+
+MemoryStats device_memory_stats(Device device) {
+#if KILN_WITH_CUDA
+  if (device.is_cuda()) return cuda_allocator::stats(device.index);
+#endif
+  return cpu_allocator::stats();
+}
+
+// Hands the CPU allocator's cache back to the OS (see evaluate()). On a GPU the phases' blocks
+// fit side by side, and cudaFree/cudaMalloc would stall the device: the cache stays.
+void release_cached(Device device) {
+  if (device.is_cpu()) cpu_allocator::release_cached();
 }
 
 int64_t peak_rss_bytes() {
@@ -173,9 +209,27 @@ void train_epoch(Module& model, Optimizer& opt, BatchSource& source, Device devi
   source.start_epoch(epoch);
   apps::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
                         source.num_batches(), progress);
+  // Reading a loss on the host waits for the device. On a GPU, reading it every step would
+  // stall the launch queue once per step, so losses are kept on the device and read in groups
+  // (every kReadEvery steps and at the end): the GPU stays busy, and divergence is still caught
+  // within a few steps.
+  const int kReadEvery = device.is_cuda() ? 32 : 1;
+  std::vector<std::pair<Tensor, int64_t>> pending;  // (loss on the device, batch size)
   double loss_sum = 0;
   int64_t seen = 0, step = 0;
   const auto start = Clock::now();
+  auto read_pending = [&] {
+    for (auto& [loss, n] : pending) {
+      const double l = loss.item();
+      ++step;
+      KILN_CHECK(std::isfinite(l), "training diverged: the loss is ", l, " at epoch ", epoch + 1,
+                 ", step ", step, ". Lower --lr.");
+      loss_sum += l * static_cast<double>(n);
+      seen += n;
+      bar.update(step, l, static_cast<double>(seen) / seconds_since(start));
+    }
+    pending.clear();
+  };
   for (Batch b; source.next(b);) {
     Tensor x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
     Tensor y = b.labels.device() == device ? b.labels : b.labels.to(device);
@@ -183,15 +237,10 @@ void train_epoch(Module& model, Optimizer& opt, BatchSource& source, Device devi
     opt.zero_grad();
     loss.backward();
     opt.step();
-    const int64_t n = b.inputs.size(0);
-    const double l = loss.item();
-    KILN_CHECK(std::isfinite(l), "training diverged: the loss is ", l, " at epoch ", epoch + 1,
-               ", step ", step + 1, ". Lower --lr.");
-    loss_sum += l * static_cast<double>(n);
-    seen += n;
-    ++step;
-    bar.update(step, l, static_cast<double>(seen) / seconds_since(start));
+    pending.emplace_back(loss.detach(), b.inputs.size(0));
+    if (static_cast<int>(pending.size()) >= kReadEvery) read_pending();
   }
+  read_pending();  // also waits for the last step: the epoch's time is complete
   r.train_seconds = seconds_since(start);
   bar.clear();
   r.wait_seconds = source.wait_seconds();
@@ -205,7 +254,7 @@ void train_epoch(Module& model, Optimizer& opt, BatchSource& source, Device devi
 // in RSS. Handing the cache back at each phase change costs one round of page faults per
 // epoch (milliseconds) and keeps the peak at the larger phase instead of their sum.
 void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r) {
-  cpu_allocator::release_cached();
+  release_cached(device);
   NoGradGuard no_grad;
   model.eval();
   source.start_epoch(0);
@@ -223,7 +272,7 @@ void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r)
     for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
     seen += n;
   }
-  cpu_allocator::release_cached();
+  release_cached(device);
   r.eval_seconds = seconds_since(start);
   r.test_accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
   r.test_loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
@@ -255,6 +304,10 @@ int run(Options o, const CLI::App& app) {
   check_output_path(o.checkpoint, "--checkpoint");
   const Device device = resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
+  if (kSimulated && device.is_cuda() && impl_for(device) == Impl::Vendor) {
+    throw Error("--kernels vendor: cuBLAS/cuDNN are not available in the CUDA simulator; use "
+                "--kernels hand (the simulator's default)", ErrorKind::Usage);
+  }
   set_num_threads(o.threads);
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
 
@@ -298,7 +351,8 @@ int run(Options o, const CLI::App& app) {
     std::printf("mnist_train: %s (%lld parameters) on %s, %d threads, %s kernels, %s lr %g "
                 "(x%g per epoch), batch %lld, %lld train / %lld test images, seed %llu\n",
                 o.model.c_str(), static_cast<long long>(model->num_parameters()),
-                device.str().c_str(), o.threads, impl_name(kernel_impl()), o.optimizer.c_str(),
+                (device.str() + (kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
+                o.threads, impl_name(impl_for(device)), o.optimizer.c_str(),
                 o.lr, o.gamma, static_cast<long long>(o.batch_size),
                 static_cast<long long>(train_set.size()), static_cast<long long>(test_set.size()),
                 static_cast<unsigned long long>(o.seed));
@@ -357,7 +411,7 @@ int run(Options o, const CLI::App& app) {
   j["batch_size"] = o.batch_size;
   j["eval_batch_size"] = o.eval_batch_size;
   j["threads"] = o.threads;
-  j["kernels"] = impl_name(kernel_impl());
+  j["kernels"] = impl_name(impl_for(device));
   j["train_images"] = train_set.size();
   j["test_images"] = test_set.size();
   j["test_accuracy"] = final_acc;
@@ -366,17 +420,19 @@ int run(Options o, const CLI::App& app) {
   j["train_images_per_sec"] = apps::median(ips);
   j["train_images_per_sec_per_epoch"] = ips;
   j["epoch_seconds"] = secs;
-  j["peak_memory_bytes"] = cpu_allocator::stats().peak_bytes;
-  j["reserved_memory_bytes"] = cpu_allocator::stats().reserved_bytes;
+  // Tensor memory of the training device (the caching allocator's high-water mark).
+  const MemoryStats mem = device_memory_stats(device);
+  j["peak_memory_bytes"] = mem.peak_bytes;
+  j["reserved_memory_bytes"] = mem.reserved_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes();
   j["loader_wait_fraction"] = train_total > 0 ? wait_total / train_total : 0.0;
   j["seed"] = o.seed;
-  j["simulated"] = false;
+  j["simulated"] = kSimulated && device.is_cuda();
   if (!o.json.empty()) write_json(o.json, j);
   if (print) {
     std::printf("test accuracy %.2f%% after %d epochs; median %.0f img/s; peak RSS %.0f MB, "
                 "tensors %.0f MB\n", 100.0 * final_acc, o.epochs, apps::median(ips),
-                peak_rss_bytes() / 1e6, cpu_allocator::stats().peak_bytes / 1e6);
+                peak_rss_bytes() / 1e6, device_memory_stats(device).peak_bytes / 1e6);
   }
   return 0;
 }

@@ -11,11 +11,14 @@
 
 namespace kiln {
 
+// Shared by the three allocators: this CPU one, the CUDA caching allocator (per device,
+// engine/cuda/caching_allocator.h) and the pinned host pool (engine/cuda/pinned_allocator.h).
+// Sizes are the allocator's rounded sizes.
 struct MemoryStats {
   int64_t current_bytes = 0;   // bytes handed out and not yet freed
   int64_t peak_bytes = 0;      // high-water mark of current_bytes
-  int64_t reserved_bytes = 0;  // bytes held from the OS (in use + cached)
-  int64_t os_allocs = 0;       // number of real allocations from the OS
+  int64_t reserved_bytes = 0;  // bytes held from the OS or driver (in use + cached)
+  int64_t os_allocs = 0;       // real allocations: aligned_alloc, cudaMalloc or cudaHostAlloc
 };
 
 namespace cpu_allocator {

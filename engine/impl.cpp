@@ -8,8 +8,23 @@
 
 namespace kiln {
 namespace {
-std::atomic<int> g_impl{-1};
+// kUnread: KILN_KERNELS not read yet; kDefault: nobody chose (env unset, no set_kernel_impl);
+// otherwise the explicit choice, static_cast<int>(Impl).
+constexpr int kUnread = -2;
+constexpr int kDefault = -1;
+std::atomic<int> g_impl{kUnread};
+
+int resolved() {
+  int v = g_impl.load();
+  if (v == kUnread) {
+    const char* env = std::getenv("KILN_KERNELS");
+    v = env && *env ? static_cast<int>(parse_impl(env)) : kDefault;
+    int expected = kUnread;
+    if (!g_impl.compare_exchange_strong(expected, v)) v = expected;  // a setter won the race
+  }
+  return v;
 }
+}  // namespace
 
 Impl parse_impl(const char* name) {
   std::string s = name ? name : "";
@@ -19,17 +34,28 @@ Impl parse_impl(const char* name) {
 }
 
 Impl kernel_impl() {
-  int v = g_impl.load();
-  if (v < 0) {
-    const char* env = std::getenv("KILN_KERNELS");
-    v = static_cast<int>(env && *env ? parse_impl(env) : Impl::Vendor);
-    g_impl.store(v);
-  }
-  return static_cast<Impl>(v);
+  int v = resolved();
+  return v == kDefault ? Impl::Vendor : static_cast<Impl>(v);
+}
+
+Impl cuda_kernel_impl() {
+  int v = resolved();
+#if KILN_CUDA_SIM
+  if (v == kDefault) return Impl::Hand;  // no cuBLAS/cuDNN in the simulator
+#endif
+  return v == kDefault ? Impl::Vendor : static_cast<Impl>(v);
 }
 
 void set_kernel_impl(Impl impl) { g_impl.store(static_cast<int>(impl)); }
 
+void reset_kernel_impl() { g_impl.store(kUnread); }
+
 const char* impl_name(Impl impl) { return impl == Impl::Hand ? "hand" : "vendor"; }
+
+void no_vendor_in_sim(const char* op) {
+  throw Error(std::string(op) +
+                  ": cuBLAS/cuDNN are not available in the CUDA simulator: use KILN_KERNELS=hand",
+              ErrorKind::Usage);
+}
 
 }  // namespace kiln

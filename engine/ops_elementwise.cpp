@@ -1,8 +1,10 @@
 // ops_elementwise.cpp: elementwise ops, their broadcasting rule, and their gradients.
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
+#include "engine/ops_cuda.h"
 
 namespace kiln {
 
@@ -52,7 +54,20 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, Broadcast k
                        kind == Broadcast::Row ? b.numel() : 1);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend(binary_name(op));
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(a.device().index);
+      dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+                        kind == Broadcast::Row ? b.numel() : 1);
+      });
+      break;
+    }
+#else
+      no_cuda_backend(binary_name(op));
+#endif
   }
   return out;
 }
@@ -116,7 +131,19 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* nam
         cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend(name);
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(x.device().index);
+      dispatch_floating(x.dtype(), name, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
+      });
+      break;
+    }
+#else
+      no_cuda_backend(name);
+#endif
   }
   return out;
 }
@@ -146,7 +173,20 @@ struct UnaryBackward : Node {
               cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
             });
             break;
-          case DeviceType::CUDA: no_cuda_backend("relu_backward");
+          case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+          {
+            check_same_device(g, y, "relu_backward");
+            cuda::DeviceGuard guard(g.device().index);
+            dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+              using T = typename decltype(tag)::type;
+              cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+            });
+            break;
+          }
+#else
+            no_cuda_backend("relu_backward");
+#endif
         }
         return {gx};
       }

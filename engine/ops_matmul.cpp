@@ -1,8 +1,10 @@
 // ops_matmul.cpp: matrix product (BLAS on CPU) and transpose, with their gradients.
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
+#include "engine/ops_cuda.h"
 
 namespace kiln {
 
@@ -23,7 +25,20 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
         cpu::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("matmul");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      check_same_device(a, b, "matmul");
+      cuda::DeviceGuard guard(a.device().index);
+      dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
+      });
+      break;
+    }
+#else
+      no_cuda_backend("matmul");
+#endif
   }
   return c;
 }
@@ -79,7 +94,19 @@ Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
         cpu::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("transpose");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(a.device().index);
+      dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("transpose");
+#endif
   }
   if (any_requires_grad({&a})) set_history(out, std::make_shared<TransposeBackward>(d0, d1), {a});
   return out;

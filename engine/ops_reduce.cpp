@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
+#include "engine/ops_cuda.h"
 
 namespace kiln {
 
@@ -30,7 +32,19 @@ Tensor sum_one_dim(const Tensor& x, int64_t d) {
         cpu::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("sum");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(x.device().index);
+      dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("sum");
+#endif
   }
   return out;
 }
@@ -47,7 +61,20 @@ Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double sca
                            static_cast<T>(scale));
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("sum_backward");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(g.device().index);
+      dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
+                            static_cast<T>(scale));
+      });
+      break;
+    }
+#else
+      no_cuda_backend("sum_backward");
+#endif
   }
   return out;
 }
@@ -137,7 +164,19 @@ Tensor argmax(const Tensor& a, int64_t dim) {
         cpu::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("argmax");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(a.device().index);
+      dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("argmax");
+#endif
   }
   return out;
 }

@@ -1,8 +1,10 @@
 // ops_softmax.cpp: softmax and log-softmax over one dim, max-subtracted for stability.
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
+#include "engine/ops_cuda.h"
 
 namespace kiln {
 
@@ -25,7 +27,21 @@ struct SoftmaxBackward : Node {
                                    s.inner, log);
         });
         break;
-      case DeviceType::CUDA: no_cuda_backend(name());
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        check_same_device(g, y, name());
+        cuda::DeviceGuard guard(g.device().index);
+        dispatch_floating(g.dtype(), name(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cuda::softmax_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), s.outer, s.len,
+                                    s.inner, log);
+        });
+        break;
+      }
+#else
+        no_cuda_backend(name());
+#endif
     }
     return {gx};
   }
@@ -43,7 +59,19 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
         cpu::softmax<T>(x.data<T>(), y.data<T>(), s.outer, s.len, s.inner, log);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend(op);
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(x.device().index);
+      dispatch_floating(x.dtype(), op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::softmax<T>(x.data<T>(), y.data<T>(), s.outer, s.len, s.inner, log);
+      });
+      break;
+    }
+#else
+      no_cuda_backend(op);
+#endif
   }
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<SoftmaxBackward>(d, log);

@@ -5,7 +5,14 @@
 
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
 #include "engine/error.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/caching_allocator.h"
+#include "engine/cuda/kernels/copy.h"
+#include "engine/cuda/pinned_allocator.h"
+#include "engine/cuda/tensor_copy.h"
+#endif
 
 namespace kiln {
 
@@ -25,21 +32,47 @@ int64_t shape_numel(const Shape& s) {
 
 // ---- Storage ----------------------------------------------------------------------------------
 
-static void check_device_available(Device device) {
-  if (device.is_cuda()) {
-    throw Error("device " + device.str() +
-                    " is not available: this build of Kiln has no CUDA backend yet; use --device cpu",
-                ErrorKind::Usage);
+#if !KILN_WITH_CUDA
+[[noreturn]] static void no_cuda(const char* what) {
+  throw Error(std::string(what) + ": this build of Kiln has no CUDA backend; use --device cpu",
+              ErrorKind::Usage);
+}
+#endif
+
+Storage::Storage(size_t nbytes, Device dev)
+    : Storage(nbytes, dev, dev.is_cuda() ? MemoryKind::Device : MemoryKind::Host) {}
+
+Storage::Storage(size_t nbytes, Device dev, MemoryKind k) : bytes(nbytes), device(dev), kind(k) {
+  KILN_CHECK(dev.is_cuda() == (k == MemoryKind::Device), "Storage: memory kind does not match ",
+             dev.str());
+  switch (kind) {
+    case MemoryKind::Host: data = cpu_allocator::allocate(nbytes); break;
+    case MemoryKind::PinnedHost:
+#if KILN_WITH_CUDA
+      data = pinned_allocator::allocate(nbytes);
+#else
+      no_cuda("pinned host memory");
+#endif
+      break;
+    case MemoryKind::Device:
+      cuda::check_device(dev.index);  // a Usage error naming the devices that exist
+#if KILN_WITH_CUDA
+      data = cuda_allocator::allocate(nbytes, dev.index);
+#endif
+      break;
   }
 }
 
-Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev) {
-  check_device_available(dev);
-  data = cpu_allocator::allocate(nbytes);
-}
-
 Storage::~Storage() {
-  if (device.is_cpu()) cpu_allocator::deallocate(data, bytes);
+  switch (kind) {
+    case MemoryKind::Host: cpu_allocator::deallocate(data, bytes); break;
+#if KILN_WITH_CUDA
+    case MemoryKind::PinnedHost: pinned_allocator::deallocate(data); break;
+    case MemoryKind::Device: cuda_allocator::deallocate(data); break;
+#else
+    default: break;
+#endif
+  }
 }
 
 // ---- Element conversion (host side) ----------------------------------------------------------
@@ -191,7 +224,7 @@ double Tensor::item() const {
 Tensor Tensor::to(Device target, bool non_blocking) const {
   if (device() == target) return *this;
   Tensor out = empty(shape(), dtype(), target);
-  out.copy_(*this);
+  out.copy_(*this, non_blocking);
   if (any_requires_grad({this})) {
     set_history(out, std::make_shared<ToDeviceBackward>(device()), {*this});
   }
@@ -258,17 +291,50 @@ Tensor Tensor::flatten(int64_t start_dim) const {
   return reshape(out);
 }
 
-void Tensor::copy_(const Tensor& src) {
+Tensor Tensor::pin_memory() const {
+  if (device().is_cuda()) {
+    throw Error("pin_memory() of " + str() + ": only CPU tensors can be pinned", ErrorKind::Usage);
+  }
+  if (is_pinned()) return *this;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape();
+  impl->dtype = dtype();
+  impl->numel = numel();
+  impl->storage = std::make_shared<Storage>(nbytes(), device(), MemoryKind::PinnedHost);
+  Tensor out(std::move(impl));
+  out.copy_(*this);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return defined() && impl_->storage->kind == MemoryKind::PinnedHost;
+}
+
+void Tensor::copy_(const Tensor& src, bool non_blocking) {
   KILN_CHECK(numel() == src.numel(), "copy_: source ", src.str(), " does not match ", str());
-  check_device_available(device());
-  check_device_available(src.device());
-  // Both on (possibly different) CPUs: host memory either way.
-  convert_copy(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
+  if (device().is_cpu() && src.device().is_cpu()) {
+    // Both on (possibly different) CPUs: host memory either way.
+    convert_copy(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
+    return;
+  }
+#if KILN_WITH_CUDA
+  cuda::copy_tensor(*this, src, non_blocking);
+#else
+  cuda::check_device((device().is_cuda() ? device() : src.device()).index);  // throws
+#endif
 }
 
 void Tensor::fill_(double value) {
-  check_device_available(device());
   int64_t n = numel();
+  if (device().is_cuda()) {
+#if KILN_WITH_CUDA
+    cuda::DeviceGuard guard(device().index);
+    cuda::fill(raw_data(), dtype(), n, value);
+#else
+    cuda::check_device(device().index);  // throws
+#endif
+    return;
+  }
   auto run = [&](auto* p) {
     using T = std::remove_pointer_t<decltype(p)>;
     T v = static_cast<T>(value);

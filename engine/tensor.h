@@ -24,12 +24,23 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[128, 1, 28, 28]"
 int64_t shape_numel(const Shape& s);
 
+// Which allocator a Storage's bytes come from (and go back to).
+enum class MemoryKind : uint8_t {
+  Host,        // CPU memory (cpu_allocator)
+  PinnedHost,  // page-locked CPU memory for fast, asynchronous GPU copies (pinned_allocator)
+  Device,      // CUDA device memory (cuda_allocator, the caching allocator)
+};
+
 // Bytes on one device. Freed through the device's allocator when the last tensor lets go.
 struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
+  MemoryKind kind = MemoryKind::Host;
+  // Host memory for a CPU device, device memory for cuda:N (throws kiln::Error (Usage) when
+  // cuda:N does not exist, or in a build without CUDA).
   Storage(size_t bytes, Device device);
+  Storage(size_t bytes, Device device, MemoryKind kind);  // PinnedHost needs a CPU device
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -77,15 +88,25 @@ class Tensor {
   double item() const;  // the single element of a 1-element tensor, as double
 
   // ---- Copies and views. ------------------------------------------------------------------
-  Tensor to(Device device, bool non_blocking = false) const;  // differentiable
+  // Differentiable. non_blocking: the copy may return before it finished, only where one side
+  // is pinned host memory (see engine/cuda/tensor_copy.h for the rules); to(cpu) from a CUDA
+  // tensor allocates pageable memory, so it always returns with the data on the host.
+  Tensor to(Device device, bool non_blocking = false) const;
   Tensor to(DType dtype) const;                                // not differentiable
   Tensor clone() const;   // deep copy, no autograd history
   Tensor detach() const;  // shares storage, no autograd history
   Tensor reshape(const Shape& shape) const;  // shares storage; differentiable; one -1 allowed
   Tensor view(const Shape& shape) const { return reshape(shape); }
   Tensor flatten(int64_t start_dim = 1) const;
+  // A copy of this CPU tensor in pinned (page-locked) host memory, which the GPU can copy from
+  // asynchronously: t.pin_memory().to(cuda, /*non_blocking=*/true). Returns *this when already
+  // pinned. Not differentiable. Needs a build with CUDA.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
   // In-place (never recorded by autograd; used by optimizers and init).
-  void copy_(const Tensor& src);  // same shape; any devices; converts dtype
+  // Same number of elements; any devices (host <-> cuda:N, cuda:N <-> cuda:M); converts dtype.
+  // non_blocking as in to(device, non_blocking).
+  void copy_(const Tensor& src, bool non_blocking = false);
   void fill_(double value);
   // Replaces this tensor's data (storage, shape, dtype, device) with `other`'s, keeping its
   // identity and autograd flags: how Module::to() moves parameters under optimizers' feet.

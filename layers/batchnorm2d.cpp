@@ -1,5 +1,5 @@
 // batchnorm2d.cpp: the batch_norm2d op (checks, statistics, running-stat update, autograd
-// node) and the BatchNorm2d module. Kernels: batchnorm2d_cpu.cpp (and later batchnorm2d.cu).
+// node) and the BatchNorm2d module. Kernels: batchnorm2d_cpu.cpp and batchnorm2d_cuda.cu.
 #include "layers/batchnorm2d.h"
 
 #include <sstream>
@@ -8,6 +8,9 @@
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "layers/batchnorm2d_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln {
 
@@ -54,7 +57,24 @@ struct BatchNorm2dBackward : Node {
                                             ptr(gx), ptr(gw), ptr(gb), n, c, hw);
         });
         break;
-      case DeviceType::CUDA: no_cuda_backend("batch_norm2d_backward");
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        cuda::DeviceGuard guard(x.device().index);
+        // k, a, d of grad_x per channel, from the reduction kernel to the element-wise one.
+        Tensor coef = gx.defined() ? Tensor::empty({3 * c}, x.dtype(), x.device()) : Tensor();
+        dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+          cuda::batch_norm2d_backward_cuda<T>(mode, grad_out.data<T>(), x.data<T>(),
+                                              mean.data<T>(), invstd.data<T>(), ptr(weight),
+                                              ptr(gx), ptr(gw), ptr(gb), ptr(coef), n, c, hw);
+        });
+        break;
+      }
+#else
+        no_cuda_backend("batch_norm2d_backward");
+#endif
     }
     return {gx, gw, gb};
   }
@@ -113,7 +133,34 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                          ptr(weight), ptr(bias), y.data<T>(), n, c, hw);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend(kOp);
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      // The same steps as the CPU branch, on x's device (batchnorm2d_cuda.cu).
+      cuda::DeviceGuard guard(x.device().index);
+      dispatch_floating(x.dtype(), kOp, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+        if (batch_stats) {
+          Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+          cuda::batch_norm2d_stats_cuda<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+          cuda::batch_norm2d_invstd_cuda<T>(var.data<T>(), invstd.data<T>(), c, eps);
+          if (update_running)
+            cuda::batch_norm2d_update_running_cuda<T>(mean.data<T>(), var.data<T>(),
+                                                      running_mean.data<T>(),
+                                                      running_var.data<T>(), c, m, momentum);
+        } else {
+          mean.copy_(running_mean);
+          cuda::batch_norm2d_invstd_cuda<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
+        }
+        cuda::batch_norm2d_forward_cuda<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                                           ptr(weight), ptr(bias), y.data<T>(), n, c, hw);
+      });
+      break;
+    }
+#else
+      no_cuda_backend(kOp);
+#endif
   }
 
   if (any_requires_grad({&x, &weight, &bias})) {

@@ -1,4 +1,5 @@
-// batchnorm2d_kernels.h: the CPU kernels behind layers/batchnorm2d.h (internal to kiln_layers).
+// batchnorm2d_kernels.h: the CPU (and CUDA) kernels behind layers/batchnorm2d.h (internal to
+// kiln_layers).
 //
 // Layout: x is (N, C, HW) with HW = H * W, i.e. NCHW with the plane flattened. Channel c owns
 // the N strided slabs x[n][c][0..HW); M = N * HW values are normalised together. The kernels
@@ -49,3 +50,38 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
                                T* grad_bias, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cpu
+
+#if KILN_WITH_CUDA
+// ---- CUDA (layers/batchnorm2d_cuda.cu) -------------------------------------------------------
+// The same kernels for tensors on a CUDA device: the same arguments, as device pointers, the
+// same formulas and the same double accumulation. They launch on cuda::current_stream() of the
+// current device (the op holds a cuda::DeviceGuard) and return without synchronising. Each
+// reduction runs in a fixed order (one block per channel, a fixed tree): deterministic.
+namespace kiln::cuda {
+
+using cpu::BatchNormMode;
+
+template <typename T>
+void batch_norm2d_stats_cuda(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+
+template <typename T>
+void batch_norm2d_invstd_cuda(const T* var, T* invstd, int64_t c, double eps);
+
+template <typename T>
+void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_mean,
+                                      T* running_var, int64_t c, int64_t m, double momentum);
+
+template <typename T>
+void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
+                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw);
+
+// As batch_norm2d_backward_cpu, plus `coef`: a (3 * C) device workspace the op allocates when
+// grad_x is wanted (null otherwise): the per-channel constants k, a, d of grad_x, computed by
+// the reduction kernel and read by the element-wise one.
+template <typename T>
+void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                                const T* invstd, const T* weight, T* grad_x, T* grad_weight,
+                                T* grad_bias, T* coef, int64_t n, int64_t c, int64_t hw);
+
+}  // namespace kiln::cuda
+#endif  // KILN_WITH_CUDA

@@ -1,25 +1,42 @@
 // conv2d.cpp: the conv2d op (shape checks, dispatch to the kernels, autograd node) and the
-// Conv2d module. The kernels live in conv2d_cpu.cpp (hand) and conv2d_dnnl.cpp (vendor).
+// Conv2d module. The kernels live in conv2d_cpu.cpp (CPU hand), conv2d_dnnl.cpp (CPU vendor),
+// conv2d_cuda.cu (CUDA hand) and conv2d_cudnn.cu (CUDA vendor).
 //
-// Dispatch is two plain switches: on the device (CPU now; CUDA arrives with its backend) and,
-// on CPU, on kernel_impl(): Impl::Hand -> im2col + GEMM, Impl::Vendor -> oneDNN (f32 only;
-// f64, which gradient checks use, always takes the hand kernels).
+// Dispatch is two plain switches: on the device, then on the implementation chosen when the
+// op ran forward (the backward node keeps it):
+//   CPU:  kernel_impl(): Hand -> im2col + GEMM, Vendor -> oneDNN (f32 only; f64, which
+//         gradient checks use, always takes the hand kernels).
+//   CUDA: cuda_kernel_impl(): Hand -> implicit GEMM, Vendor -> cuDNN (f32 and f64). Under the
+//         CUDA simulator the default is Hand, and an explicit Vendor throws (no cuDNN there).
 #include "layers/conv2d.h"
 
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
 #include "layers/conv2d_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln {
 namespace {
 
-// The implementation a CPU convolution of this dtype runs with.
-Impl cpu_impl_for(DType dtype) {
-  return dtype == DType::F32 ? kernel_impl() : Impl::Hand;
+// The implementation a convolution of x runs with.
+Impl impl_for(const Tensor& x) {
+  switch (x.device().type) {
+    case DeviceType::CPU: return x.dtype() == DType::F32 ? kernel_impl() : Impl::Hand;
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      return cuda_kernel_impl();
+#else
+      return Impl::Hand;  // forward() says there is no CUDA backend
+#endif
+  }
+  return Impl::Hand;
 }
 
 // y (N, K, P, Q) = conv(x, w) + b.
@@ -40,8 +57,27 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const
       });
       break;
     case DeviceType::CUDA:
-      throw Error(detail::str("conv2d: the CUDA backend is not built yet; got input ", x.str(),
-                              ": run on the CPU (--device cpu)"));
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(x.device().index);
+      dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* bp = b.defined() ? b.data<T>() : nullptr;
+        if (impl == Impl::Vendor) {
+#if KILN_CUDA_SIM
+          no_vendor_in_sim("conv2d (cuDNN)");
+#else
+          cuda::conv2d_forward_cudnn<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+          return;
+#endif
+        }
+        cuda::conv2d_forward_cuda<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("conv2d");
+#endif
   }
 }
 
@@ -72,8 +108,32 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
       });
       break;
     case DeviceType::CUDA:
-      throw Error(detail::str("conv2d_backward: the CUDA backend is not built yet; got ",
-                              dy.str(), ": run on the CPU (--device cpu)"));
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(dy.device().index);
+      dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+        T* dwp = dw.defined() ? dw.data<T>() : nullptr;
+        T* dbp = db.defined() ? db.data<T>() : nullptr;
+        const T* xp = x.defined() ? x.data<T>() : nullptr;
+        const T* wp = w.defined() ? w.data<T>() : nullptr;
+        if (impl == Impl::Vendor) {
+#if KILN_CUDA_SIM
+          no_vendor_in_sim("conv2d_backward (cuDNN)");
+#else
+          cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+          return;
+#endif
+        }
+        if (dxp) cuda::conv2d_backward_data_cuda<T>(dy.data<T>(), wp, dxp, g);
+        if (dwp || dbp) cuda::conv2d_backward_weight_cuda<T>(xp, dy.data<T>(), dwp, dbp, g);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("conv2d_backward");
+#endif
   }
 }
 
@@ -144,7 +204,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.p = (g.h + 2 * padding - g.r) / stride + 1;
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
 
-  const Impl impl = cpu_impl_for(x.dtype());
+  const Impl impl = impl_for(x);
   Tensor y = Tensor::empty({g.n, g.k, g.p, g.q}, x.dtype(), x.device());
   if (g.n > 0) forward(x, w, b, y, g, impl);
 

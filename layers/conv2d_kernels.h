@@ -1,10 +1,13 @@
-// conv2d_kernels.h: the raw CPU kernels of Conv2d (internal to layers/; include conv2d.h to
-// use convolutions). Kernels see contiguous row-major buffers and a ConvGeometry; all shape
-// and device checks happened before, in conv2d.cpp.
+// conv2d_kernels.h: the raw kernels of Conv2d (internal to layers/; include conv2d.h to use
+// convolutions). Kernels see contiguous row-major buffers and a ConvGeometry; all shape and
+// device checks happened before, in conv2d.cpp.
 //
-//   hand   (conv2d_cpu.cpp)  im2col + GEMM (OpenBLAS), OpenMP over the images of the batch;
-//                            templated on float and double
-//   vendor (conv2d_dnnl.cpp) oneDNN primitives, float only
+//   CPU hand    (conv2d_cpu.cpp)    im2col + GEMM (OpenBLAS), OpenMP over the images of the
+//                                   batch; templated on float and double
+//   CPU vendor  (conv2d_dnnl.cpp)   oneDNN primitives, float only
+//   CUDA hand   (conv2d_cuda.cu)    implicit GEMM (im2col done on the fly while loading tiles),
+//                                   float and double; plus the direct loops it is checked against
+//   CUDA vendor (conv2d_cudnn.cu)   cuDNN, float and double; real CUDA only (not the simulator)
 //
 // Names: x (N, C, H, W) input, w (K, C, R, S) weights, b (K) bias, y (N, K, P, Q) output,
 // with P = (H + 2*pad - R) / stride + 1 and Q = (W + 2*pad - S) / stride + 1.
@@ -62,3 +65,68 @@ void conv2d_backward_dnnl(const float* x,   // x is (N, C, H, W)
                           const ConvGeometry& g);
 
 }  // namespace kiln
+
+#if KILN_WITH_CUDA
+// ---- CUDA (layers/conv2d_cuda.cu, layers/conv2d_cudnn.cu) -------------------------------------
+// The same contracts as the CPU kernels, with device pointers of the current device. Work is
+// queued on cuda::current_stream() (the op holds a cuda::DeviceGuard) and the calls return
+// without synchronising. The hand kernels are deterministic: the same inputs give the same bits
+// on every run (no atomics; sums in a fixed order). The cuDNN path picks deterministic
+// algorithms too, wherever cuDNN offers one for the shape (conv2d_cudnn.cu).
+namespace kiln::cuda {
+
+// ---- hand kernels (conv2d_cuda.cu) -----------------------------------------------------------
+template <typename T>
+void conv2d_forward_cuda(const T* x,  // x is (N, C, H, W)
+                         const T* w,  // w is (K, C, R, S)
+                         const T* b,  // b is (K) or null
+                         T* y,        // y is (N, K, P, Q), written, never read
+                         const ConvGeometry& g);
+template <typename T>
+void conv2d_backward_data_cuda(const T* dy,  // dy is (N, K, P, Q)
+                               const T* w,   // w is (K, C, R, S)
+                               T* dx,        // dx is (N, C, H, W), written, never read
+                               const ConvGeometry& g);
+// dw or db may be null (not needed); x may be null when dw is.
+template <typename T>
+void conv2d_backward_weight_cuda(const T* x,   // x is (N, C, H, W)
+                                 const T* dy,  // dy is (N, K, P, Q)
+                                 T* dw,        // dw is (K, C, R, S) or null
+                                 T* db,        // db is (K) or null
+                                 const ConvGeometry& g);
+
+// Which hand kernel runs, for the tests and benchmarks (conv2d_cuda.cu explains each step):
+//   Direct        step 1: one thread per output element, plain loops (the readable reference)
+//   ImplicitGemm  step 2: register-blocked tiles of the im2col GEMM, the default
+enum class ConvKernel { Direct, ImplicitGemm };
+// The implicit GEMM's block tile (rows of the GEMM x columns). Auto picks per shape; double
+// always runs 64x64 (a forced float tile is ignored for double).
+enum class ConvTile { Auto, T64x64, T64x128, T128x128 };
+struct ConvCudaOptions {
+  ConvKernel kernel = ConvKernel::ImplicitGemm;
+  ConvTile tile = ConvTile::Auto;
+  int weight_splits = 0;  // backward-weight split-K factor; 0 = chosen per shape
+};
+// Process-wide; tests force each launch branch with it, benchmarks compare the steps. Set it
+// while no convolution runs on another thread.
+ConvCudaOptions conv2d_cuda_options();
+void set_conv2d_cuda_options(const ConvCudaOptions& options);
+const char* conv_kernel_name(ConvKernel kernel);  // "direct" | "implicit-gemm"
+
+#if !KILN_CUDA_SIM
+// ---- vendor kernels (conv2d_cudnn.cu): cuDNN, real CUDA only --------------------------------
+// Same contracts as the hand kernels. Backward is one call; dx, dw, db may each be null.
+template <typename T>
+void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g);
+template <typename T>
+void conv2d_backward_cudnn(const T* x,   // x is (N, C, H, W), or null when dw is
+                           const T* dy,  // dy is (N, K, P, Q)
+                           const T* w,   // w is (K, C, R, S), or null when dx is
+                           T* dx,        // dx is (N, C, H, W) or null
+                           T* dw,        // dw is (K, C, R, S) or null
+                           T* db,        // db is (K) or null
+                           const ConvGeometry& g);
+#endif
+
+}  // namespace kiln::cuda
+#endif  // KILN_WITH_CUDA

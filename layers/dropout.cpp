@@ -1,10 +1,16 @@
-// dropout.cpp: the dropout op (CPU kernels, autograd node) and the Dropout module.
+// dropout.cpp: the dropout op (CPU kernels, autograd node) and the Dropout module. The CUDA
+// kernels are in dropout_cuda.cu (declared in dropout_kernels.h).
 #include "layers/dropout.h"
 
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
+#include "layers/dropout_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln {
 
@@ -70,7 +76,23 @@ Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale, uint64_t s
       });
       break;
     case DeviceType::CUDA:
-      throw Error(detail::str(op, ": the CUDA kernel is not built yet; got ", in.str()));
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(in.device().index);
+      dispatch_floating(in.dtype(), op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (pass == Pass::Backward)
+          cuda::dropout_backward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
+                                         seed, base);
+        else
+          cuda::dropout_forward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
+                                        seed, base);
+      });
+      break;
+    }
+#else
+      no_cuda_backend(op);
+#endif
   }
   return out;
 }

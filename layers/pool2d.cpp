@@ -1,5 +1,6 @@
 // pool2d.cpp: the pooling ops (checks, output shapes, dispatch, autograd nodes) and modules.
-// The kernels live in pool2d_cpu.cpp (CPU) and, later, pool2d.cu (CUDA).
+// The kernels live in pool2d_cpu.cpp (CPU) and pool2d_cuda.cu (CUDA, same results: max-pool
+// indices and gradients bit-identical).
 #include "layers/pool2d.h"
 
 #include <limits>
@@ -9,6 +10,9 @@
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "layers/pool2d_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln {
 
@@ -79,7 +83,19 @@ std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry&
         cpu::max_pool2d_forward_cpu<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend("max_pool2d");
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(x4.device().index);
+      dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::max_pool2d_forward_cuda<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+      });
+      break;
+    }
+#else
+      no_cuda_backend("max_pool2d");
+#endif
   }
   return {y, idx};
 }
@@ -99,7 +115,20 @@ struct MaxPool2dBackward : Node {
                                           gx.data<T>(), g);
         });
         break;
-      case DeviceType::CUDA: no_cuda_backend("max_pool2d_backward");
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        cuda::DeviceGuard guard(grad_out.device().index);
+        dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cuda::max_pool2d_backward_cuda<T>(grad_out.data<T>(), idx.data<int32_t>(),
+                                            gx.data<T>(), g);
+        });
+        break;
+      }
+#else
+        no_cuda_backend("max_pool2d_backward");
+#endif
     }
     return {gx};
   }
@@ -152,7 +181,28 @@ Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeo
           cpu::adaptive_avg_pool2d_backward_cpu<T>(src, dst, g);
       });
       break;
-    case DeviceType::CUDA: no_cuda_backend(op);
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(in.device().index);
+      dispatch_floating(in.dtype(), op, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = in.data<T>();
+        T* dst = out.data<T>();
+        if (kind == AvgKind::Window && !backward)
+          cuda::avg_pool2d_forward_cuda<T>(src, dst, g, include_pad);
+        else if (kind == AvgKind::Window)
+          cuda::avg_pool2d_backward_cuda<T>(src, dst, g, include_pad);
+        else if (!backward)
+          cuda::adaptive_avg_pool2d_forward_cuda<T>(src, dst, g);
+        else
+          cuda::adaptive_avg_pool2d_backward_cuda<T>(src, dst, g);
+      });
+      break;
+    }
+#else
+      no_cuda_backend(op);
+#endif
   }
   return out;
 }

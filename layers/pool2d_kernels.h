@@ -1,4 +1,5 @@
-// pool2d_kernels.h: the CPU kernels behind layers/pool2d.h (internal to kiln_layers).
+// pool2d_kernels.h: the CPU kernels behind layers/pool2d.h (internal to kiln_layers), and their
+// CUDA twins (pool2d_cuda.cu) at the end.
 //
 // Every kernel sees dense row-major buffers, NCHW, and works plane by plane: one (n, c) plane
 // of the input produces one plane of the output and nothing else, so OpenMP splits the N*C
@@ -67,3 +68,33 @@ inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
 }
 
 }  // namespace kiln::cpu
+
+#if KILN_WITH_CUDA
+// ---- CUDA (layers/pool2d_cuda.cu) ------------------------------------------------------------
+// The same kernels for tensors on a CUDA device: the same arguments as device pointers, the same
+// results. Max-pool indices are bit-identical to the CPU's (same window order, same tie and NaN
+// rule), and so are the max-pool gradients. Backward passes are gathers (one thread per input
+// element sums the outputs whose window covers it, in the CPU's order): deterministic, no
+// atomics. They launch on cuda::current_stream() of the current device (the op holds a
+// cuda::DeviceGuard) and return without synchronising.
+namespace kiln::cuda {
+
+using cpu::Pool2dGeometry;
+
+template <typename T>
+void max_pool2d_forward_cuda(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
+template <typename T>
+void max_pool2d_backward_cuda(const T* grad_y, const int32_t* indices, T* grad_x,
+                              const Pool2dGeometry& g);
+template <typename T>
+void avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad);
+template <typename T>
+void avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                              bool count_include_pad);
+template <typename T>
+void adaptive_avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g);
+template <typename T>
+void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g);
+
+}  // namespace kiln::cuda
+#endif  // KILN_WITH_CUDA

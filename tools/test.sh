@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
-# tools/test.sh: one command from a fresh machine to the full test suite:
-# installs dependencies, builds everything, fetches real MNIST (the e2e tests train on it),
-# runs every test with ctest. Arguments go to ctest (e.g. -L gradcheck, -R Conv).
+# tools/test.sh: one command from a fresh machine to the full test suite: installs
+# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests three trees:
+#
+#   build/       the default build (Release). Where nvcc is installed it includes the real CUDA
+#                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
+#                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
+#   build-sim/   the CUDA sources compiled as C++ against the CUDA simulator: ctest -L sim.
+#   build-asan/  the same under AddressSanitizer: ctest -L sim.
+#
+# KILN_TEST_TREES=default,sim,asan picks trees (default: all three). Arguments go to every
+# ctest call (e.g. -R Conv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${KILN_BUILD_DIR:-$root/build}
+trees=${KILN_TEST_TREES:-default,sim,asan}
+jobs=$(nproc)
+ctest_args=("$@")
 "$root/tools/setup.sh"
-"$root/tools/build.sh"
 "$root/datasets/fetch_mnist.sh"
-cd "$build"
-ctest --output-on-failure --timeout 600 "$@"
+
+# run_tree <name> <build dir> <ctest label or ""> <build target> [cmake arguments...]
+run_tree() {
+  local name=$1 dir=$2 label=$3 target=$4
+  shift 4
+  echo "== test.sh: $name tree in $dir"
+  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "$target"
+  local filter=()
+  [[ -n "$label" ]] && filter=(-L "$label")
+  (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}" "${ctest_args[@]}")
+}
+
+has() { [[ ",$trees," == *",$1,"* ]]; }
+has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all -DCMAKE_BUILD_TYPE=Release
+has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim \
+  -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_SIM=ON
+# ASan at -O1 with frame pointers: fast enough to run every simulated kernel test.
+has asan && run_tree "simulator + AddressSanitizer" "$root/build-asan" sim kiln_tests_sim \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+echo "== test.sh: all selected trees passed ($trees)"

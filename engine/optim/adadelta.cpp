@@ -1,8 +1,12 @@
-// adadelta.cpp: Adadelta's step: one OpenMP loop per parameter over adadelta_update.
+// adadelta.cpp: Adadelta's step: per parameter, one OpenMP loop over adadelta_update on the CPU,
+// or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/adadelta.h"
 
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/optim_cuda.h"
 
 namespace kiln {
 
@@ -31,15 +35,31 @@ void Adadelta::step() {
     Tensor g = grad_of(i);
     if (!g.defined()) continue;
     Tensor& p = params_[i];
-    KILN_CHECK(p.device().is_cpu(), "Adadelta: the update for ", p.device().str(),
-               " parameters is not built yet (CPU only in this version)");
     Tensor s = buffer(i, "square_avg");
     Tensor a = buffer(i, "acc_delta");
-    dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(), T(lr_),
-                           T(rho_), T(eps_), T(weight_decay_));
-    });
+    switch (p.device().type) {
+      case DeviceType::CPU:
+        dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
+                               T(lr_), T(rho_), T(eps_), T(weight_decay_));
+        });
+        break;
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        cuda::DeviceGuard guard(p.device().index);
+        dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cuda::adadelta_step_cuda<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(),
+                                      p.numel(), T(lr_), T(rho_), T(eps_), T(weight_decay_));
+        });
+        break;
+      }
+#else
+        no_cuda_backend("Adadelta");
+#endif
+    }
     ++state_[i].step;
   }
   ++step_count_;

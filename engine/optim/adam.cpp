@@ -1,9 +1,13 @@
-// adam.cpp: Adam/AdamW step: bias corrections on the host, one OpenMP loop per parameter
-// over adam_update (see adam.h).
+// adam.cpp: Adam/AdamW step: bias corrections on the host, then per parameter one OpenMP loop
+// over adam_update (see adam.h) on the CPU, or one fused kernel calling the same function on
+// CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/adam.h"
 
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/optim_cuda.h"
 
 namespace kiln {
 
@@ -41,8 +45,6 @@ void Adam::step() {
     Tensor g = grad_of(i);
     if (!g.defined()) continue;
     Tensor& p = params_[i];
-    KILN_CHECK(p.device().is_cpu(), name(), ": the update for ", p.device().str(),
-               " parameters is not built yet (CPU only in this version)");
     Tensor m = buffer(i, "exp_avg");
     Tensor v = buffer(i, "exp_avg_sq");
     const int64_t t = ++state_[i].step;
@@ -51,11 +53,31 @@ void Adam::step() {
     const double step_size = lr_ / bc1;
     const double decay = decoupled ? 1.0 - lr_ * weight_decay_ : 1.0;
     const double wd_l2 = decoupled ? 0.0 : weight_decay_;
-    dispatch_floating(p.dtype(), name(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      adam_step_cpu<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), T(beta1_),
-                       T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)), T(decay), T(wd_l2));
-    });
+    switch (p.device().type) {
+      case DeviceType::CPU:
+        dispatch_floating(p.dtype(), name(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          adam_step_cpu<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+                           T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
+                           T(decay), T(wd_l2));
+        });
+        break;
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        cuda::DeviceGuard guard(p.device().index);
+        dispatch_floating(p.dtype(), name(), [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cuda::adam_step_cuda<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+                                  T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
+                                  T(decay), T(wd_l2));
+        });
+        break;
+      }
+#else
+        no_cuda_backend(name());
+#endif
+    }
   }
   ++step_count_;
 }

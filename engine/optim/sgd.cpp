@@ -1,10 +1,14 @@
-// sgd.cpp: SGD's step: one OpenMP loop per parameter over sgd_update (see sgd.h).
+// sgd.cpp: SGD's step: per parameter, one OpenMP loop over sgd_update (see sgd.h) on the CPU,
+// or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/sgd.h"
 
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/optim_cuda.h"
 
 namespace kiln {
 
@@ -45,14 +49,31 @@ void SGD::step() {
     Tensor& p = params_[i];
     bool first = false;
     Tensor buf = momentum_ != 0 ? buffer(i, "momentum_buffer", &first) : Tensor();
-    KILN_CHECK(p.device().is_cpu(), "SGD: the update for ", p.device().str(),
-               " parameters is not built yet (CPU only in this version)");
-    dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      sgd_step_cpu<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-                      p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_), nesterov_,
-                      first);
-    });
+    switch (p.device().type) {
+      case DeviceType::CPU:
+        dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          sgd_step_cpu<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+                          p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
+                          nesterov_, first);
+        });
+        break;
+      case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+      {
+        cuda::DeviceGuard guard(p.device().index);
+        dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          cuda::sgd_step_cuda<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+                                 p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
+                                 nesterov_, first);
+        });
+        break;
+      }
+#else
+        no_cuda_backend("SGD");
+#endif
+    }
     ++state_[i].step;
   }
   ++step_count_;

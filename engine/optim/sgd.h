@@ -13,7 +13,7 @@
 
 namespace kiln {
 
-// The update of one element, shared by the CPU loop and (later) the CUDA kernel.
+// The update of one element, shared by the CPU loop and the CUDA kernel (cuda/kernels/optim.cu).
 // p: parameter, g: gradient, buf: momentum buffer (unused if momentum == 0).
 template <typename T>
 KILN_HOST_DEVICE inline void sgd_update(T& p, T g, T& buf, T lr, T momentum, T dampening,

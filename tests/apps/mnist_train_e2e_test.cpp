@@ -8,7 +8,7 @@
 //      generator; and MLP + SGD momentum). --threads 1: results are bit-reproducible for a fixed
 //      thread count, and one thread keeps the test independent of the machine's core count.
 //   3. Bad input: unknown flag, missing data, corrupt/truncated/mismatched checkpoint,
-//      --device cuda on a build without CUDA: exit code 2 and a message that says what to do.
+//      --device cuda:9 (absent in every build): exit code 2 and a message that says what to do.
 // Tests that need real MNIST skip, saying how to get it, when datasets/mnist/ is absent.
 // The binary path comes from CMake ($<TARGET_FILE:mnist_train>).
 #include <gtest/gtest.h>
@@ -24,72 +24,10 @@
 #include <vector>
 
 #include "engine/serialize.h"
+#include "tests/apps/mnist_train_runner.h"
 
-namespace fs = std::filesystem;
 
 namespace {
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs mnist_train with `args` (each single-quoted for the shell) and captures its output.
-RunResult run_mnist_train(const std::vector<std::string>& args) {
-  std::string cmd = std::string("'") + KILN_MNIST_TRAIN + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string mnist_dir() { return std::string(KILN_SOURCE_DIR) + "/datasets/mnist"; }
-
-bool have_mnist() {
-  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
-    if (!fs::exists(mnist_dir() + "/" + f)) return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_MNIST()                                                         \
-  do {                                                                               \
-    if (!have_mnist())                                                               \
-      GTEST_SKIP() << "real MNIST not found in " << mnist_dir()                      \
-                   << ": run datasets/fetch_mnist.sh";                               \
-  } while (0)
-
-// A fresh scratch directory per test.
-class MnistTrainTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kiln_mnist_train_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "no JSON summary at " << path;
-  return nlohmann::json::parse(in);
-}
 
 // Every tensor of `a` equals the one of the same name in `b`, bit for bit.
 void expect_same_tensors(const kiln::Checkpoint& a, const kiln::Checkpoint& b) {
@@ -289,13 +227,13 @@ TEST_F(MnistTrainTest, CorruptCheckpointIsAnInputErrorNamingTheFile) {
   EXPECT_NE(missing.output.find("absent.ckpt"), std::string::npos) << missing.output;
 }
 
-TEST_F(MnistTrainTest, CudaDeviceOnACpuBuildIsAClearUsageError) {
-  for (const char* dev : {"cuda", "cuda:1"}) {
-    RunResult r = run_mnist_train({"--device", dev, "--epochs", "1"});
-    EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find("no CUDA backend"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
-  }
+// Whatever the build (no CUDA backend, real CUDA without a GPU, the simulator's 2 devices, one
+// GPU), cuda:9 does not exist, and the error says so and what to do, before any training.
+TEST_F(MnistTrainTest, MissingCudaDeviceIsAClearUsageError) {
+  RunResult r = run_mnist_train({"--device", "cuda:9", "--epochs", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cuda:9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
 }
 
 }  // namespace

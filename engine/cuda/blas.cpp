@@ -1,0 +1,77 @@
+// blas.cpp: cuBLAS handles per device and host thread, and the TF32 switch (see blas.h).
+// Compiles to nothing under the simulator, which has no cuBLAS.
+#if !KILN_CUDA_SIM
+#include "engine/cuda/blas.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/context.h"
+#include "engine/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+std::atomic<int> tf32_setting{-1};  // -1: never set in code, the environment decides
+
+bool tf32_from_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_TF32");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "0") return false;
+    if (s == "1") return true;
+    throw Error("KILN_TF32=" + s + ": use 1 (allow TF32 tensor cores in FP32 products) or 0",
+                ErrorKind::Usage);
+  }();
+  return on;
+}
+
+// This thread's handles, one slot per device, destroyed when the thread ends.
+struct ThreadHandles {
+  std::vector<cublasHandle_t> by_device;
+  ~ThreadHandles() {
+    for (size_t d = 0; d < by_device.size(); ++d) {
+      if (!by_device[d]) continue;
+      (void)cudaSetDevice(static_cast<int>(d));
+      (void)cublasDestroy(by_device[d]);
+    }
+  }
+};
+
+thread_local ThreadHandles thread_handles;
+
+}  // namespace
+
+void set_allow_tf32(bool allow) { tf32_setting = allow ? 1 : 0; }
+
+bool tf32_enabled() {
+  const int s = tf32_setting.load();
+  return s < 0 ? tf32_from_env() : s == 1;
+}
+
+cublasHandle_t cublas_handle() {
+  // The stream first: thread-locals are destroyed in reverse order of construction, so this
+  // thread's handles are destroyed before the streams they are bound to.
+  cudaStream_t stream = current_stream();
+  const size_t device = static_cast<size_t>(current_device());
+  std::vector<cublasHandle_t>& handles = thread_handles.by_device;
+  if (handles.size() <= device) handles.resize(static_cast<size_t>(device_count()), nullptr);
+  cublasHandle_t& h = handles[device];
+  if (!h) KILN_CUBLAS_CHECK(cublasCreate(&h));
+  KILN_CUBLAS_CHECK(cublasSetStream(h, stream));
+  KILN_CUBLAS_CHECK(
+      cublasSetMathMode(h, tf32_enabled() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  return h;
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  throw Error(std::string("cuBLAS error: ") + call + " failed with " +
+              cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ") at " + file +
+              ":" + std::to_string(line));
+}
+
+}  // namespace kiln::cuda
+#endif  // !KILN_CUDA_SIM

@@ -1,0 +1,42 @@
+// blas.h: cuBLAS handles and the TF32 switch (real CUDA only: the simulator has no cuBLAS).
+//
+//   cublasSgemm(cuda::cublas_handle(), ...);   // queued on cuda::current_stream()
+//
+// A cuBLAS handle holds per-device state and is not safe to share between host threads, so
+// there is one per device and host thread, created on first use. cublas_handle() binds it to
+// this thread's current_stream() of the current device and applies the math mode on every call,
+// so library calls are ordered with our own kernels.
+//
+// TF32: FP32 matrix products on tensor cores round the inputs to 10 mantissa bits (~1e-3
+// relative error) for several times the speed. Off by default (results match the CPU to FP32
+// precision); on with set_allow_tf32(true) or env KILN_TF32=1. The cuDNN convolutions read the
+// same switch (tf32_enabled()).
+#pragma once
+
+#if KILN_CUDA_SIM
+#error "engine/cuda/blas.h: cuBLAS is not available in the CUDA simulator; guard the include and the call with #if !KILN_CUDA_SIM"
+#endif
+
+#include <cublas_v2.h>
+
+#include "engine/cuda/runtime.h"
+
+namespace kiln::cuda {
+
+cublasHandle_t cublas_handle();  // current device, this host thread, on current_stream()
+
+void set_allow_tf32(bool allow);
+bool tf32_enabled();  // set_allow_tf32(), else env KILN_TF32 (1|0), else false
+
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file,
+                                     int line);
+
+}  // namespace kiln::cuda
+
+// KILN_CUBLAS_CHECK(call): a failed cuBLAS call becomes a kiln::Error naming it, file and line.
+#define KILN_CUBLAS_CHECK(call)                                                 \
+  do {                                                                          \
+    cublasStatus_t kiln_status_ = (call);                                       \
+    if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                  \
+      ::kiln::cuda::throw_cublas_error(kiln_status_, #call, __FILE__, __LINE__); \
+  } while (0)

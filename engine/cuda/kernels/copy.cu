@@ -1,0 +1,93 @@
+// copy.cu: fill and dtype conversion on the device (declarations and contract: copy.h).
+//
+// Parallelisation: one thread per element, blocks of 256 threads, consecutive threads on
+// consecutive elements (coalesced). The grid is capped at kMaxBlocks; each thread then walks
+// the buffer with a grid-stride loop, so one launch covers any n.
+// A conversion is one static_cast per element, the same expression the CPU evaluates, so the
+// results are bit-identical to the host conversion (both round to nearest where rounding
+// happens, e.g. f64 -> f32 and i64 -> f32, and truncate toward zero for float -> integer).
+#include "engine/cuda/runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/context.h"
+#include "engine/cuda/kernels/copy.h"
+#include "engine/cuda/launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kMaxBlocks = 4096;
+
+LaunchConfig config_for(int64_t n) {
+  return LaunchConfig{dim3(std::min(blocks_for(n, kThreads), kMaxBlocks)), dim3(kThreads), 0,
+                      current_stream()};
+}
+
+// data is (n).
+template <typename T>
+__global__ void fill_kernel(T* __restrict__ data, int64_t n, T value) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    data[i] = value;
+}
+
+// src and dst are (n).
+template <typename Src, typename Dst>
+__global__ void convert_kernel(const Src* __restrict__ src, Dst* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    dst[i] = static_cast<Dst>(src[i]);
+}
+
+// Calls fn(TypeTag<T>{}) with the C++ type of any dtype.
+template <typename Fn>
+void with_type(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: return fn(TypeTag<float>{});
+    case DType::F64: return fn(TypeTag<double>{});
+    case DType::I32: return fn(TypeTag<int32_t>{});
+    case DType::I64: return fn(TypeTag<int64_t>{});
+    case DType::U8: return fn(TypeTag<uint8_t>{});
+  }
+}
+
+}  // namespace
+
+void fill(void* data, DType dtype, int64_t n, double value) {
+  if (n <= 0) return;
+  with_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = static_cast<T>(value);
+    // A value whose bits are all zero (0, but not the float -0.0) is a memset: no kernel.
+    const bool zero_bits = v == T(0) && !(std::is_floating_point_v<T> && std::signbit(value));
+    if (zero_bits) {
+      KILN_CUDA_CHECK(cudaMemsetAsync(data, 0, static_cast<size_t>(n) * sizeof(T), current_stream()));
+    } else {
+      launch(fill_kernel<T>, config_for(n), static_cast<T*>(data), n, v);
+    }
+  });
+}
+
+void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
+  if (n <= 0) return;
+  if (src_type == dst_type) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(src_type),
+                                    cudaMemcpyDeviceToDevice, current_stream()));
+    return;
+  }
+  with_type(src_type, [&](auto src_tag) {
+    using Src = typename decltype(src_tag)::type;
+    with_type(dst_type, [&](auto dst_tag) {
+      using Dst = typename decltype(dst_tag)::type;
+      launch(convert_kernel<Src, Dst>, config_for(n), static_cast<const Src*>(src),
+             static_cast<Dst*>(dst), n);
+    });
+  });
+}
+
+}  // namespace kiln::cuda

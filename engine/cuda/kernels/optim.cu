@@ -1,0 +1,94 @@
+// optim.cu: fused optimizer updates on the GPU (declared in engine/optim/optim_cuda.h).
+//
+// Parallelisation: one thread per parameter element, 256 threads per block, a grid-stride loop
+// beyond kMaxElementwiseBlocks blocks; one launch per parameter tensor. Each thread loads the
+// element's parameter, gradient and state, runs the optimizer's per-element rule, and stores
+// the parameter and state: the whole update is one read and one write of each buffer.
+// The rule is the same inline function the CPU loop calls (sgd_update in sgd.h, adam_update in
+// adam.h, adadelta_update in adadelta.h, marked KILN_HOST_DEVICE), so the two devices cannot
+// drift apart; results differ from the CPU only by rounding (nvcc fuses a * b + c into one
+// FMA, and sqrt may differ by an ulp).
+#include "engine/cuda/runtime.h"
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
+#include "engine/cuda/launch.h"
+#include "engine/optim/adadelta.h"
+#include "engine/optim/adam.h"
+#include "engine/optim/optim_cuda.h"
+#include "engine/optim/sgd.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// p, g, buf are (n); buf is null when momentum == 0.
+template <typename T>
+__global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ buf,
+                                int64_t n, T lr, T momentum, T dampening, T wd, bool nesterov,
+                                bool first_step) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    T unused = T(0);
+    T& b = buf ? buf[i] : unused;
+    sgd_update<T>(p[i], g[i], b, lr, momentum, dampening, wd, nesterov, first_step);
+  }
+}
+
+// p, g, m, v are (n).
+template <typename T>
+__global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
+                                 T* __restrict__ v, int64_t n, T beta1, T beta2, T eps,
+                                 T step_size, T bc2_sqrt, T decay, T wd_l2) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    adam_update<T>(p[i], g[i], m[i], v[i], beta1, beta2, eps, step_size, bc2_sqrt, decay, wd_l2);
+}
+
+// p, g, s, a are (n).
+template <typename T>
+__global__ void adadelta_step_kernel(T* __restrict__ p, const T* __restrict__ g,
+                                     T* __restrict__ s, T* __restrict__ a, int64_t n, T lr, T rho,
+                                     T eps, T wd) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    adadelta_update<T>(p[i], g[i], s[i], a[i], lr, rho, eps, wd);
+}
+
+LaunchConfig optim_config(int64_t n) {
+  return LaunchConfig{dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0, current_stream()};
+}
+
+}  // namespace
+
+template <typename T>
+void sgd_step_cuda(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
+                   bool nesterov, bool first_step) {
+  if (n == 0) return;
+  launch(sgd_step_kernel<T>, optim_config(n), p, g, buf, n, lr, momentum, dampening, wd, nesterov,
+         first_step);
+}
+
+template <typename T>
+void adam_step_cuda(T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
+                    T step_size, T bc2_sqrt, T decay, T wd_l2) {
+  if (n == 0) return;
+  launch(adam_step_kernel<T>, optim_config(n), p, g, m, v, n, beta1, beta2, eps, step_size,
+         bc2_sqrt, decay, wd_l2);
+}
+
+template <typename T>
+void adadelta_step_cuda(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
+  if (n == 0) return;
+  launch(adadelta_step_kernel<T>, optim_config(n), p, g, s, a, n, lr, rho, eps, wd);
+}
+
+#define KILN_INSTANTIATE(T)                                                                  \
+  template void sgd_step_cuda<T>(T*, const T*, T*, int64_t, T, T, T, T, bool, bool);         \
+  template void adam_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T, T, T, T);       \
+  template void adadelta_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T);
+KILN_INSTANTIATE(float)
+KILN_INSTANTIATE(double)
+#undef KILN_INSTANTIATE
+
+}  // namespace kiln::cuda

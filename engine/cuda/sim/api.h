@@ -1,0 +1,227 @@
+// sim/api.h: the host side of the simulated CUDA runtime (included by sim/runtime.h).
+//
+// Same names, signatures and error codes as the real runtime for the subset Kiln uses.
+// Implemented in device.cpp (errors, devices, streams, events) and memory.cpp (memory).
+// Differences from a GPU, in one place:
+//   - Device memory is host memory (64-byte aligned). Every allocation is registered with its
+//     device, so freeing twice, freeing a stranger pointer, or copying out of bounds returns
+//     cudaErrorInvalidValue instead of corrupting memory. Capacity per device: env
+//     KILN_SIM_DEVICE_MEMORY (bytes, default 8 GiB); beyond it cudaMalloc fails like a full GPU.
+//   - Streams execute work synchronously at submission: a kernel launch or async copy has
+//     finished when the call returns. Stream order is trivially preserved, overlap does not
+//     exist, and cudaStreamSynchronize / cudaEventSynchronize return at once.
+//   - Devices: env KILN_SIM_DEVICES (default 2, 0 allowed: then cudaGetDeviceCount fails with
+//     cudaErrorNoDevice like a machine without a GPU).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// ---- Errors -------------------------------------------------------------------------------
+// The values match the real runtime's, so printed numbers mean the same thing.
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaErrorPeerAccessNotEnabled = 705,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorUnknown = 999,
+};
+using cudaError = cudaError_t;
+
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+// Every failing call records its error for the calling host thread; cudaGetLastError returns
+// it and resets it to cudaSuccess, cudaPeekAtLastError returns it and leaves it.
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+
+// ---- Devices ------------------------------------------------------------------------------
+struct cudaDeviceProp {
+  char name[256];               // "Kiln CUDA simulator"
+  size_t totalGlobalMem;        // the simulated capacity (KILN_SIM_DEVICE_MEMORY)
+  size_t sharedMemPerBlock;     // 48 KiB: the default limit of static + dynamic shared memory
+  size_t sharedMemPerBlockOptin;  // 227 KiB: the most cudaFuncSetAttribute can raise it to
+  size_t sharedMemPerMultiprocessor;
+  size_t totalConstMem;
+  int regsPerBlock;
+  int warpSize;                 // 32
+  int maxThreadsPerBlock;       // 1024
+  int maxThreadsDim[3];         // 1024, 1024, 64
+  int maxGridSize[3];           // 2^31-1, 65535, 65535
+  int maxThreadsPerMultiProcessor;
+  int multiProcessorCount;      // 132, like an H100 SXM (kernels may size grids from it)
+  int major, minor;             // 9.0 (sm_90, the architecture the real build targets)
+  int l2CacheSize;
+  int integrated;
+  int concurrentKernels;
+  int unifiedAddressing;
+  int pciBusID, pciDeviceID, pciDomainID;
+};
+
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMaxBlockDimX = 2,
+  cudaDevAttrMaxBlockDimY = 3,
+  cudaDevAttrMaxBlockDimZ = 4,
+  cudaDevAttrMaxGridDimX = 5,
+  cudaDevAttrMaxGridDimY = 6,
+  cudaDevAttrMaxGridDimZ = 7,
+  cudaDevAttrMaxSharedMemoryPerBlock = 8,
+  cudaDevAttrWarpSize = 10,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrMaxThreadsPerMultiProcessor = 39,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device);
+cudaError_t cudaDeviceEnablePeerAccess(int peer_device, unsigned int flags);
+cudaError_t cudaDeviceDisablePeerAccess(int peer_device);
+cudaError_t cudaDriverGetVersion(int* version);   // 13000: the toolkit the real build uses
+cudaError_t cudaRuntimeGetVersion(int* version);
+
+// ---- Streams and events -------------------------------------------------------------------
+// Opaque handles, as in the real runtime; nullptr is the legacy default stream.
+struct CUstream_st;
+struct CUevent_st;
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+
+constexpr unsigned int cudaStreamDefault = 0x0;
+constexpr unsigned int cudaStreamNonBlocking = 0x1;
+constexpr unsigned int cudaEventDefault = 0x0;
+constexpr unsigned int cudaEventBlockingSync = 0x1;
+constexpr unsigned int cudaEventDisableTiming = 0x2;
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);  // always cudaSuccess: work is already done
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+// Records the host time now (work before it on the stream has already finished). The event
+// and the stream must belong to the same device, as on a GPU.
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+// Milliseconds between two recorded timing events (host wall time in the simulator).
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// ---- Memory -------------------------------------------------------------------------------
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,  // direction inferred from the pointers (unified addressing)
+};
+constexpr unsigned int cudaHostAllocDefault = 0x0;
+constexpr unsigned int cudaHostAllocPortable = 0x1;
+
+cudaError_t cudaMalloc(void** dev_ptr, size_t size);
+template <typename T>
+cudaError_t cudaMalloc(T** dev_ptr, size_t size) {  // the typed overload of cuda_runtime.h
+  return cudaMalloc(reinterpret_cast<void**>(dev_ptr), size);
+}
+cudaError_t cudaFree(void* dev_ptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+// Pinned host memory: ordinary host memory here, registered so cudaFreeHost can check it.
+cudaError_t cudaMallocHost(void** ptr, size_t size);
+template <typename T>
+cudaError_t cudaMallocHost(T** ptr, size_t size) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), size);
+}
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags);  // Default | Portable
+cudaError_t cudaFreeHost(void* ptr);
+
+// Copies check that each device-side range lies inside one live allocation.
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           size_t count);
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                size_t count, cudaStream_t stream = nullptr);
+// Memset needs memory of the *current* device (a missing DeviceGuard shows up here).
+cudaError_t cudaMemset(void* dev_ptr, int value, size_t count);
+cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream = nullptr);
+
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+};
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr);
+
+namespace kiln::sim {
+cudaError_t record_error(cudaError_t error);  // sets the thread's last error, returns it
+}
+// __constant__ variables are plain globals: the symbol copies are plain memcpy.
+template <typename T>
+cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t count, size_t offset = 0,
+                               cudaMemcpyKind kind = cudaMemcpyHostToDevice) {
+  if (offset + count > sizeof(T)) return kiln::sim::record_error(cudaErrorInvalidValue);
+  return cudaMemcpy(reinterpret_cast<char*>(&symbol) + offset, src, count, cudaMemcpyHostToHost);
+}
+template <typename T>
+cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_t offset = 0,
+                                 cudaMemcpyKind kind = cudaMemcpyDeviceToHost) {
+  if (offset + count > sizeof(T)) return kiln::sim::record_error(cudaErrorInvalidValue);
+  return cudaMemcpy(dst, reinterpret_cast<const char*>(&symbol) + offset, count,
+                    cudaMemcpyHostToHost);
+}
+
+// ---- Kernel attributes --------------------------------------------------------------------
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+  cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+namespace kiln::sim {
+cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attr, int value);
+}
+// Raising MaxDynamicSharedMemorySize above 48 KiB (up to 227 KiB) lets later launches of that
+// kernel ask for that much dynamic shared memory, as on an H100.
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* kernel, cudaFuncAttribute attr, int value) {
+  return kiln::sim::set_function_attribute(reinterpret_cast<const void*>(kernel), attr, value);
+}
+
+// ---- Simulator controls (tests and debugging; no CUDA equivalent) ---------------------------
+namespace kiln::sim {
+// Debug shuffle (env KILN_SIM_SHUFFLE=1, KILN_SIM_SHUFFLE_SEED=n): run the warps of a block and
+// the lanes of a warp in a pseudo-random order between barriers, so a missing __syncthreads
+// or __syncwarp shows up as a wrong result. The order depends on (seed, launch, block).
+void set_shuffle(bool enabled, uint64_t seed = 1);
+bool shuffle_enabled();
+// Per-device memory capacity in bytes (env KILN_SIM_DEVICE_MEMORY), for every device.
+void set_device_memory_capacity(size_t bytes);
+size_t device_memory_used(int device);
+}  // namespace kiln::sim

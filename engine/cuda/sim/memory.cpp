@@ -1,0 +1,223 @@
+// sim/memory.cpp: device and pinned host memory of the simulated CUDA runtime.
+//
+// "Device memory" is host memory from posix_memalign (64-byte aligned, the exact size asked,
+// so AddressSanitizer catches a kernel reading one element past the end). Every allocation is
+// entered in a registry (address -> size, device). The registry is what makes the simulator a
+// debugging tool: cudaFree of a pointer that is not the start of a live allocation, a copy
+// whose device range leaves its allocation, or a memset on another device's memory returns
+// cudaErrorInvalidValue instead of corrupting the heap, and kernel launches check their pointer
+// arguments against it (launch.h).
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "engine/cuda/sim/internal.h"
+
+namespace kiln::sim {
+
+namespace {
+struct Allocation {
+  size_t size;
+  MemoryKind kind;
+  int device;
+};
+std::mutex g_mutex;
+std::map<const char*, Allocation> g_allocations;  // by start address
+std::vector<size_t> g_used;                        // bytes in use per device
+size_t g_capacity = env_size("KILN_SIM_DEVICE_MEMORY", size_t{8} << 30);
+
+// The allocation containing p, counting one-past-the-end as inside (g_mutex held).
+Region find_locked(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  auto it = g_allocations.upper_bound(c);
+  if (it == g_allocations.begin()) return {};
+  --it;
+  if (c > it->first + it->second.size) return {};
+  return Region{it->second.kind, it->second.device, it->first, it->second.size};
+}
+
+// Whether [p, p + count) lies in one live allocation of the given kind (device < 0: any).
+bool range_in(const void* p, size_t count, MemoryKind kind, int device) {
+  const Region r = find_region(p);
+  const char* c = static_cast<const char*>(p);
+  return r.kind == kind && (device < 0 || r.device == device) && c + count <= r.begin + r.size;
+}
+
+void* allocate(size_t size, MemoryKind kind, int device) {
+  void* p = nullptr;
+  // posix_memalign needs size > 0 for a unique pointer; a 0-byte request still gets one.
+  if (posix_memalign(&p, 64, size > 0 ? size : 1) != 0) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_allocations[static_cast<const char*>(p)] = Allocation{size, kind, device};
+  return p;
+}
+
+cudaError_t release(void* p, MemoryKind kind) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_allocations.find(static_cast<const char*>(p));
+  if (it == g_allocations.end() || it->second.kind != kind) return fail(cudaErrorInvalidValue);
+  if (kind == MemoryKind::Device) g_used[static_cast<size_t>(it->second.device)] -= it->second.size;
+  g_allocations.erase(it);
+  std::free(p);
+  return cudaSuccess;
+}
+
+// The direction a cudaMemcpyDefault copy takes, from where the pointers live.
+bool is_device(const void* p) { return find_region(p).kind == MemoryKind::Device; }
+
+cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  if (kind == cudaMemcpyDefault) {
+    const bool d = is_device(dst), s = is_device(src);
+    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return fail(cudaErrorInvalidMemcpyDirection);
+  // With unified addressing any device may be read or written by a copy; the range must
+  // be inside one live allocation. (Host ranges cannot be checked: any host pointer is fine.)
+  if (dst_device && !range_in(dst, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
+  if (src_device && !range_in(src, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+bool stream_ok(cudaStream_t stream) {
+  int device = 0;
+  return stream_device(stream, &device);
+}
+}  // namespace
+
+Region find_region(const void* p) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return find_locked(p);
+}
+
+size_t device_capacity() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_capacity;
+}
+
+void set_device_memory_capacity(size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_capacity = bytes;
+}
+
+size_t device_memory_used(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return device >= 0 && static_cast<size_t>(device) < g_used.size()
+             ? g_used[static_cast<size_t>(device)]
+             : 0;
+}
+
+}  // namespace kiln::sim
+
+using kiln::sim::fail;
+using kiln::sim::MemoryKind;
+
+cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
+  if (dev_ptr == nullptr) return fail(cudaErrorInvalidValue);
+  const int device = kiln::sim::current_device();
+  if (!kiln::sim::valid_device(device)) return fail(cudaErrorNoDevice);
+  {
+    // Reserve the bytes first, so two threads cannot both squeeze under the capacity.
+    std::lock_guard<std::mutex> lock(kiln::sim::g_mutex);
+    auto& used = kiln::sim::g_used;
+    if (used.size() <= static_cast<size_t>(device)) used.resize(static_cast<size_t>(device) + 1, 0);
+    if (size > kiln::sim::g_capacity - used[static_cast<size_t>(device)]) {
+      *dev_ptr = nullptr;
+      return fail(cudaErrorMemoryAllocation);
+    }
+    used[static_cast<size_t>(device)] += size;
+  }
+  *dev_ptr = kiln::sim::allocate(size, MemoryKind::Device, device);
+  if (*dev_ptr == nullptr) {  // the host itself is out of memory
+    std::lock_guard<std::mutex> lock(kiln::sim::g_mutex);
+    kiln::sim::g_used[static_cast<size_t>(device)] -= size;
+    return fail(cudaErrorMemoryAllocation);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* dev_ptr) {
+  if (dev_ptr == nullptr) return cudaSuccess;  // like free(nullptr)
+  return kiln::sim::release(dev_ptr, MemoryKind::Device);
+}
+
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return fail(cudaErrorInvalidValue);
+  const int device = kiln::sim::current_device();
+  if (!kiln::sim::valid_device(device)) return fail(cudaErrorNoDevice);
+  const size_t used = kiln::sim::device_memory_used(device);
+  *total_bytes = kiln::sim::device_capacity();
+  *free_bytes = *total_bytes > used ? *total_bytes - used : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  if (ptr == nullptr || (flags & ~cudaHostAllocPortable) != 0) return fail(cudaErrorInvalidValue);
+  *ptr = kiln::sim::allocate(size, MemoryKind::PinnedHost, -1);
+  return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
+}
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  return kiln::sim::release(ptr, MemoryKind::PinnedHost);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return kiln::sim::copy(dst, src, count, kind);
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return kiln::sim::copy(dst, src, count, kind);
+}
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           size_t count) {
+  if (!kiln::sim::valid_device(dst_device) || !kiln::sim::valid_device(src_device))
+    return fail(cudaErrorInvalidDevice);
+  if (count == 0) return cudaSuccess;
+  if (!kiln::sim::range_in(dst, count, MemoryKind::Device, dst_device) ||
+      !kiln::sim::range_in(src, count, MemoryKind::Device, src_device))
+    return fail(cudaErrorInvalidValue);
+  std::memmove(dst, src, count);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
+                                size_t count, cudaStream_t stream) {
+  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemcpyPeer(dst, dst_device, src, src_device, count);
+}
+
+cudaError_t cudaMemset(void* dev_ptr, int value, size_t count) {
+  if (count == 0) return cudaSuccess;
+  if (!kiln::sim::range_in(dev_ptr, count, MemoryKind::Device, kiln::sim::current_device()))
+    return fail(cudaErrorInvalidValue);
+  std::memset(dev_ptr, value, count);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
+  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
+  return cudaMemset(dev_ptr, value, count);
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (attributes == nullptr) return fail(cudaErrorInvalidValue);
+  const kiln::sim::Region r = kiln::sim::find_region(ptr);
+  void* p = const_cast<void*>(ptr);
+  switch (r.kind) {
+    case MemoryKind::Device: *attributes = {cudaMemoryTypeDevice, r.device, p, nullptr}; break;
+    case MemoryKind::PinnedHost: *attributes = {cudaMemoryTypeHost, -1, nullptr, p}; break;
+    default: *attributes = {cudaMemoryTypeUnregistered, -1, nullptr, p}; break;
+  }
+  return cudaSuccess;
+}

@@ -1,0 +1,361 @@
+// sim/scheduler.cpp: one thread block = one fiber per GPU thread, run by a tiny scheduler.
+//
+// The schedule, warp by warp (the order a GPU's warp scheduler might also pick):
+//   for each warp w (in order, or shuffled):
+//     repeat: resume each Ready lane of w (in order, or shuffled); it runs until it reaches
+//             __syncthreads (-> AtBarrier), a warp operation (-> AtWarp) or the end (-> Done);
+//             then, if lanes wait at a warp operation, exchange their values and make them
+//             Ready again; until no lane of w is Ready.
+//   now every thread waits at __syncthreads or has exited:
+//     all exited: the block is done; all waiting: release them and start over;
+//     a mix: the threads disagree about the barrier - on a GPU a hang or undefined; here an
+//     error naming a waiting and an exited thread.
+// Fibers are persistent: after the kernel body returns, a fiber parks (switches back without
+// finishing), and the next block resumes it to run the body again, so a block costs two
+// context switches per thread and no stack set-up. Only fibers abandoned inside the body
+// (after an error) are rebuilt.
+#include "engine/cuda/sim/scheduler.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/sim/fiber.h"
+#include "engine/error.h"
+
+namespace kiln::sim {
+
+namespace {
+
+enum class Status { Ready, AtBarrier, AtWarp, Done };
+
+// One simulated GPU thread. ThreadState (what threadIdx reads) is its base, so the builtins'
+// detail::t_thread pointer leads straight back here.
+struct SimThread : ThreadState {
+  FiberContext ctx;
+  Status status = Status::Done;
+  bool made = false;       // ctx can start a fresh run of the kernel (new, or parked after one)
+  bool in_kernel = false;  // the fiber is inside the kernel body
+  int predicate = 0;       // its __syncthreads_count contribution
+  detail::WarpOp op = detail::WarpOp::Sync;  // the pending warp operation:
+  unsigned int mask = 0;                     //   its lane mask,
+  uint64_t value = 0;                        //   its value (the result when released),
+  int src = -1;                              //   the lane it reads (-1: none)
+};
+
+std::string hex(unsigned int v) {
+  char s[16];
+  std::snprintf(s, sizeof s, "0x%08x", v);
+  return s;
+}
+
+std::string str3(uint3 v) {
+  return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
+}
+
+// splitmix64: a small, good-enough generator for the debug shuffle.
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  void shuffle(std::vector<unsigned>& v) {  // Fisher-Yates
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[next() % i]);
+  }
+};
+
+class BlockRunner {
+ public:
+  BlockRunner() = default;
+  BlockRunner(const BlockRunner&) = delete;
+  BlockRunner& operator=(const BlockRunner&) = delete;
+  ~BlockRunner() { std::free(dynamic_shared_); }
+
+  void run(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed);
+
+  // Called from inside fibers (the builtins of kernel.h).
+  int barrier(int predicate);
+  uint64_t warp_exchange(detail::WarpOp op, unsigned int mask, uint64_t value, int src);
+  unsigned int active_mask();
+
+ private:
+  static void fiber_main(void* arg);
+  void prepare(const KernelLaunch& launch, uint3 block_idx);
+  void resume(SimThread& t);
+  void run_warp(unsigned w);
+  bool resolve_warp(unsigned w);
+  void release_barrier();
+  SimThread& current() { return *static_cast<SimThread*>(detail::t_thread); }
+  std::string where(const SimThread& t) const {
+    return "block " + str3(::blockIdx) + " thread " + str3(t.thread_idx);
+  }
+
+  std::vector<std::unique_ptr<SimThread>> threads_;  // stable addresses: fibers point at them
+  StackPool stacks_;
+  FiberContext scheduler_;  // the OS thread's own context, where fibers switch back to
+  const KernelLaunch* launch_ = nullptr;
+  std::exception_ptr kernel_error_;  // an exception a kernel body threw
+  unsigned n_ = 0;                   // threads in the current block
+  int barrier_count_ = 0;            // the last released barrier's __syncthreads_count
+  bool shuffle_ = false;
+  Rng rng_{0};
+  std::vector<unsigned> order_;  // scratch for shuffled orders
+  void* dynamic_shared_ = nullptr;
+  size_t dynamic_shared_bytes_ = 0;
+};
+
+// The runner of this OS thread while it runs a block (fibers reach it through this).
+thread_local BlockRunner* t_runner = nullptr;
+
+BlockRunner& this_thread_runner() {
+  static thread_local BlockRunner runner;
+  return runner;
+}
+
+void BlockRunner::fiber_main(void* arg) {
+  auto& t = *static_cast<SimThread*>(arg);
+  BlockRunner& r = *t_runner;  // fibers never leave the OS thread (and runner) that made them
+  fiber_entered(&r.scheduler_);
+  for (;;) {
+    t.in_kernel = true;
+    // Exceptions must not unwind past a fiber's first frame (there is no caller to return
+    // to): catch here and let the scheduler rethrow on the OS thread's own stack.
+    try {
+      r.launch_->invoke(r.launch_->payload);
+    } catch (...) {
+      r.kernel_error_ = std::current_exception();
+    }
+    t.in_kernel = false;
+    t.status = Status::Done;
+    fiber_switch(&t.ctx, &r.scheduler_);  // park; the next block resumes here
+  }
+}
+
+void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
+  launch_ = &l;
+  n_ = l.block.x * l.block.y * l.block.z;
+  // The dynamic shared memory: exactly shared_bytes (kept while launches ask the same size).
+  if (dynamic_shared_bytes_ != l.shared_bytes || (dynamic_shared_ == nullptr && l.shared_bytes)) {
+    std::free(dynamic_shared_);
+    dynamic_shared_ = nullptr;
+    dynamic_shared_bytes_ = l.shared_bytes;
+    if (l.shared_bytes > 0 && posix_memalign(&dynamic_shared_, 64, l.shared_bytes) != 0)
+      throw Error("CUDA simulator: cannot allocate " + std::to_string(l.shared_bytes) +
+                  " bytes of dynamic shared memory");
+  }
+  detail::t_block = BlockState{dynamic_shared_, l.shared_bytes};
+  ::blockIdx = block_idx;
+  ::blockDim = l.block;
+  ::gridDim = l.grid;
+  while (threads_.size() < n_) threads_.push_back(std::make_unique<SimThread>());
+  const unsigned bx = l.block.x, bxy = l.block.x * l.block.y;
+  for (unsigned i = 0; i < n_; ++i) {
+    SimThread& t = *threads_[i];
+    t.thread_idx = uint3{i % bx, (i / bx) % l.block.y, i / bxy};
+    t.linear = i;
+    t.lane = i % 32;
+    t.status = Status::Ready;
+    if (!t.made) {
+      void* stack = stacks_.stack(i);
+      fiber_stack_reset(stack, StackPool::stack_bytes());
+      // Stack colouring: stacks are a whole number of pages apart, so their tops would all
+      // fall on the same cache sets and evict each other; starting each fiber a different
+      // number of cache lines below its top spreads them (measured: ~1.5x faster switches).
+      const size_t colour = (i % 64) * 64;
+      fiber_make(&t.ctx, stack, StackPool::stack_bytes() - colour, &BlockRunner::fiber_main, &t);
+      t.made = true;
+    }
+  }
+}
+
+void BlockRunner::resume(SimThread& t) {
+  detail::t_thread = &t;
+  ::threadIdx = t.thread_idx;
+  fiber_switch(&scheduler_, &t.ctx);
+  detail::t_thread = nullptr;
+  if (kernel_error_) {
+    std::exception_ptr e = std::exchange(kernel_error_, nullptr);
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    throw Error("CUDA simulator: the kernel threw an exception in " + where(t) + ": " + what +
+                " (kernel code must not throw: a GPU has no exceptions)");
+  }
+}
+
+void BlockRunner::run_warp(unsigned w) {
+  const unsigned lo = w * 32, hi = n_ < lo + 32 ? n_ : lo + 32;
+  do {
+    if (shuffle_) {
+      order_.clear();
+      for (unsigned i = lo; i < hi; ++i) order_.push_back(i);
+      rng_.shuffle(order_);
+      for (unsigned i : order_)
+        if (threads_[i]->status == Status::Ready) resume(*threads_[i]);
+    } else {
+      for (unsigned i = lo; i < hi; ++i)
+        if (threads_[i]->status == Status::Ready) resume(*threads_[i]);
+    }
+  } while (resolve_warp(w));
+}
+
+// Completes the warp operation the lanes of warp w wait at. False if none waits.
+// Works on bit masks of the warp's lanes, so one call is O(32) whatever the operation.
+bool BlockRunner::resolve_warp(unsigned w) {
+  const unsigned lo = w * 32, count = (n_ - lo) < 32 ? n_ - lo : 32;
+  unsigned arrived = 0, at_barrier = 0, votes = 0, by_op[4] = {0, 0, 0, 0};
+  for (unsigned b = 0; b < count; ++b) {
+    const SimThread& t = *threads_[lo + b];
+    if (t.status == Status::AtWarp) {
+      arrived |= 1u << b;
+      by_op[static_cast<int>(t.op)] |= 1u << b;
+      if (t.value) votes |= 1u << b;  // the predicate, for ballot / all
+    } else if (t.status == Status::AtBarrier) {
+      at_barrier |= 1u << b;
+    }
+  }
+  if (arrived == 0) return false;
+  uint64_t result[32];
+  for (unsigned b = 0; b < count; ++b) {
+    if (!(arrived >> b & 1u)) continue;
+    const SimThread& t = *threads_[lo + b];
+    // Lanes named in the mask must be at the same warp operation (exited ones are excused).
+    if (const unsigned bad = t.mask & at_barrier)
+      throw Error("CUDA simulator: warp divergence in " + where(t) + ": it waits at a warp "
+                  "operation (mask " + hex(t.mask) + ") that includes thread " +
+                  str3(threads_[lo + __builtin_ctz(bad)]->thread_idx) +
+                  ", which waits at __syncthreads()");
+    if (const unsigned bad = t.mask & arrived & ~by_op[static_cast<int>(t.op)])
+      throw Error("CUDA simulator: the lanes of a warp wait at different warp operations in " +
+                  where(t) + " and thread " + str3(threads_[lo + __builtin_ctz(bad)]->thread_idx) +
+                  " (e.g. __shfl_sync in one, __ballot_sync in the other)");
+    // Lanes taking part with t: in its mask and waiting now (t itself always counts).
+    const unsigned voters = (arrived & t.mask) | (1u << b);
+    switch (t.op) {
+      case detail::WarpOp::Shuffle:
+        result[b] = t.src >= 0 && t.src < 32 && (voters >> t.src & 1u) ? threads_[lo + t.src]->value
+                                                                       : t.value;
+        break;
+      case detail::WarpOp::Ballot: result[b] = votes & voters; break;
+      case detail::WarpOp::All: result[b] = (votes & voters) == voters; break;
+      case detail::WarpOp::Sync: result[b] = 0; break;
+    }
+  }
+  for (unsigned b = 0; b < count; ++b) {
+    if (!(arrived >> b & 1u)) continue;
+    threads_[lo + b]->value = result[b];
+    threads_[lo + b]->status = Status::Ready;
+  }
+  return true;
+}
+
+// All warps have stopped: release __syncthreads, or report threads that can never meet there.
+void BlockRunner::release_barrier() {
+  int count = 0;
+  const SimThread* waiting = nullptr;
+  const SimThread* exited = nullptr;
+  for (unsigned i = 0; i < n_; ++i) {
+    const SimThread& t = *threads_[i];
+    if (t.status == Status::AtBarrier) {
+      count += t.predicate;
+      if (!waiting) waiting = &t;
+    } else if (!exited) {
+      exited = &t;
+    }
+  }
+  if (waiting && exited)
+    throw Error("CUDA simulator: barrier divergence in " + where(*waiting) +
+                ": it waits at __syncthreads() but thread " + str3(exited->thread_idx) +
+                " has exited. Every thread of a block must reach every __syncthreads() (an early "
+                "`return` before a barrier is the usual cause; on a GPU this hangs or corrupts)");
+  barrier_count_ = count;
+  for (unsigned i = 0; i < n_; ++i)
+    if (threads_[i]->status == Status::AtBarrier) threads_[i]->status = Status::Ready;
+}
+
+void BlockRunner::run(const KernelLaunch& l, uint3 block_idx, uint64_t shuffle_seed) {
+  t_runner = this;
+  shuffle_ = shuffle_seed != 0;
+  rng_ = Rng{shuffle_seed};
+  try {
+    prepare(l, block_idx);
+    const unsigned warps = (n_ + 31) / 32;
+    std::vector<unsigned> warp_order;
+    for (unsigned w = 0; w < warps; ++w) warp_order.push_back(w);
+    for (;;) {
+      if (shuffle_) rng_.shuffle(warp_order);
+      for (unsigned w : warp_order) run_warp(w);
+      bool any_waiting = false;
+      for (unsigned i = 0; i < n_ && !any_waiting; ++i)
+        any_waiting = threads_[i]->status == Status::AtBarrier;
+      if (!any_waiting) break;  // every thread has exited
+      release_barrier();
+    }
+  } catch (...) {
+    // Fibers stopped inside the kernel body can never be resumed: rebuild them next time.
+    for (auto& t : threads_) {
+      if (t->in_kernel) t->made = t->in_kernel = false;
+    }
+    kernel_error_ = nullptr;
+    detail::t_thread = nullptr;
+    t_runner = nullptr;
+    throw;
+  }
+  t_runner = nullptr;
+}
+
+int BlockRunner::barrier(int predicate) {
+  SimThread& t = current();
+  t.predicate = predicate;
+  t.status = Status::AtBarrier;
+  fiber_switch(&t.ctx, &scheduler_);
+  return barrier_count_;
+}
+
+uint64_t BlockRunner::warp_exchange(detail::WarpOp op, unsigned int mask, uint64_t value, int src) {
+  SimThread& t = current();
+  t.op = op;
+  t.mask = mask;
+  t.value = value;
+  t.src = src;
+  t.status = Status::AtWarp;
+  fiber_switch(&t.ctx, &scheduler_);
+  return t.value;  // resolve_warp left the result here
+}
+
+unsigned int BlockRunner::active_mask() {
+  const unsigned lo = current().linear / 32 * 32;
+  unsigned mask = 0;
+  for (unsigned b = 0; b < 32 && lo + b < n_; ++b)
+    if (threads_[lo + b]->status != Status::Done) mask |= 1u << b;
+  return mask;
+}
+
+}  // namespace
+
+void run_block(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed) {
+  this_thread_runner().run(launch, block_idx, shuffle_seed);
+}
+
+bool inside_kernel() { return detail::t_thread != nullptr; }
+
+namespace detail {
+int block_barrier(int predicate) { return t_runner->barrier(predicate); }
+uint64_t warp_exchange(WarpOp op, unsigned int mask, uint64_t value, int src_lane) {
+  return t_runner->warp_exchange(op, mask, value, src_lane);
+}
+unsigned int active_mask() { return t_runner->active_mask(); }
+}  // namespace detail
+
+}  // namespace kiln::sim

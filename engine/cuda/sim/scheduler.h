@@ -1,0 +1,19 @@
+// sim/scheduler.h: runs one thread block on the calling OS thread (internal; scheduler.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cuda/sim/launch.h"
+
+namespace kiln::sim {
+
+// Runs block `block_idx` of `launch` to completion: every thread of the block as a fiber.
+// shuffle_seed = 0 runs the fibers in order between barriers; any other value shuffles them
+// (reproducibly for one seed). Throws kiln::Error if the block's threads diverge on a barrier
+// or the kernel throws.
+void run_block(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed);
+
+// True while the calling code runs inside a simulated GPU thread (a kernel body).
+bool inside_kernel();
+
+}  // namespace kiln::sim

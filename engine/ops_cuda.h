@@ -1,0 +1,87 @@
+// ops_cuda.h: CUDA kernels of the core ops, the twins of engine/ops_cpu.h.
+//
+// Same names, same arguments, same meaning as kiln::cpu::..., but every pointer is device
+// memory of the current device, and the work is queued on cuda::current_stream() (the call
+// returns before the kernel has run; later work on the same stream sees its result). The
+// caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
+// Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,transpose,softmax}.cu; each file
+// opens with how its kernels divide the work among threads.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/ops_cpu.h"
+
+#if KILN_WITH_CUDA
+
+namespace kiln::cuda {
+
+using cpu::BinaryOp;
+using cpu::Broadcast;
+using cpu::UnaryOp;
+
+// out[i] = a[i] op b[j(i)], a and out have n elements; b has n (Same), 1 (Scalar) or
+// `row` elements (Row: b is repeated every `row` elements of a).
+template <typename T>
+void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row);
+
+// out[i] = f(x[i]); `scalar` is the operand of AddScalar / MulScalar.
+template <typename T>
+void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar);
+
+// grad_x[i] = grad_y[i] if y[i] > 0 else 0.
+template <typename T>
+void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n);
+
+// x viewed as (outer, len, inner); out is (outer, inner) = sum over len. Deterministic: the
+// same inputs give the same bits on every run (a fixed reduction tree, no atomics).
+template <typename T>
+void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
+// The adjoint of sum_dim: out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale.
+template <typename T>
+void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale);
+// out (outer, inner) = argmax over len of x (outer, len, inner); ties go to the lowest index,
+// as on the CPU.
+template <typename T>
+void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner);
+
+// C (M,N) = op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). With beta == 0,
+// C is not read (it may hold garbage). Impl (cuda_kernel_impl()): Hand = our GEMM below,
+// Vendor = cuBLAS.
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
+          T* c, T beta = T(0));
+
+// The steps of our own GEMM, from naive to fast (engine/cuda/kernels/gemm.cu explains each).
+// All are kept, tested and benchmarked (apps/gemm_bench): a later step must beat an earlier
+// one to earn its complexity.
+enum class GemmKernel {
+  Naive,            // one thread per C element, operands straight from global memory
+  Tiled,            // 16x16 shared-memory tiles: each operand element read once per tile
+  RegisterBlocked,  // 128x128 block tile, 8x8 per thread in registers, double-buffered (float)
+};
+const char* gemm_kernel_name(GemmKernel kernel);  // "naive" | "tiled" | "regblock"
+// The hand GEMM with a chosen step. RegisterBlocked is float only (an Error for double).
+template <typename T>
+void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const T* a, const T* b, T* c, T beta = T(0));
+// cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h). Under the simulator: no_vendor_in_sim.
+template <typename T>
+void gemm_vendor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+                 const T* b, T* c, T beta = T(0));
+
+// out = x with dims d0 and d1 swapped; x has shape dims[0..rank) (dims is a HOST array).
+template <typename T>
+void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1);
+
+// Softmax / log-softmax of x (outer, len, inner) over len.
+template <typename T>
+void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log);
+// Backward of softmax (log=false: y is softmax) or log-softmax (log=true: y is log-softmax).
+template <typename T>
+void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int64_t len,
+                      int64_t inner, bool log);
+
+}  // namespace kiln::cuda
+
+#endif  // KILN_WITH_CUDA

@@ -1,0 +1,277 @@
+// batchnorm2d_cuda.cu: CUDA kernels of 2-D batch normalisation; the formulas are in
+// batchnorm2d_kernels.h, the CPU twins in batchnorm2d_cpu.cpp (the specification).
+//
+// How the work is split:
+//   - Per-channel reductions (the batch statistics, and the two sums of the backward pass):
+//     ONE BLOCK PER CHANNEL. Channel ch owns M = N * HW values in N strided slabs; the block's
+//     threads walk them as one flat range k = 0..M-1 (element k is slab k / HW, position
+//     k % HW), thread t taking k = t, t + blockDim, ... . A flat range keeps every thread busy
+//     whatever the shape: with 1x1 images the slabs are one value long, and a thread per slab
+//     position would leave all but one thread idle. Each thread sums its values in double (as
+//     the CPU does), then the block combines the partial sums: a butterfly of warp shuffles
+//     inside each warp, one value per warp through shared memory, and a second butterfly.
+//     The order of every addition is fixed by (M, blockDim), so the result is bit-for-bit
+//     reproducible; no atomics. The variance is two-pass like the CPU's: the mean first, then
+//     the sum of squared deviations from it (no E[x^2] - E[x]^2 cancellation).
+//     One block per channel fills an H100 (132 SMs) once C >= ~132; with fewer channels a
+//     split reduction (several blocks per channel, then a second pass) would be faster. BN
+//     layers of CNNs have C >= 32, so the simple, deterministic form is kept.
+//   - Element-wise passes (y = x * scale + shift, and grad_x): one thread per element over the
+//     flattened (N, C, HW) tensor with a grid-stride loop; the channel of element i is
+//     (i / HW) % C, and the per-channel constants come from small (C) arrays that stay in
+//     cache.
+//   - Per-channel O(C) work (invstd, the running-stat update): one thread per channel.
+// Every kernel launches on cuda::current_stream(); nothing here synchronises.
+#include "engine/cuda/runtime.h"
+
+#include <cmath>
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/launch.h"
+#include "layers/batchnorm2d_kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kReduceThreads = 256;  // per-channel reduction blocks (a multiple of 32)
+constexpr int kElementThreads = 256;
+constexpr unsigned kMaxElementBlocks = 4096;  // grid-stride beyond 1M threads
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Sum over the 32 lanes of a warp; every lane gets the total. In a butterfly (xor) each pair
+// adds the same two values, a + b == b + a exactly, so all lanes hold bit-identical sums.
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets the total. `scratch`
+// is __shared__ double[32]; it is free again when this returns (the final barrier).
+__device__ double block_sum(double v, double* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = warp_sum(lane < warps ? scratch[lane] : 0.0);  // every warp reduces the warp totals
+  __syncthreads();
+  return v;
+}
+
+// Offset of value k (0 <= k < N * HW) of channel ch in the (N, C, HW) tensor.
+__device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t ch, int64_t c, int64_t hw) {
+  const int64_t b = k / hw;
+  return (b * c + ch) * hw + (k - b * hw);
+}
+
+unsigned element_blocks(int64_t total) {
+  const unsigned b = blocks_for(total, kElementThreads);
+  return b < kMaxElementBlocks ? b : kMaxElementBlocks;
+}
+
+// ---- Kernels --------------------------------------------------------------------------------
+
+// grid = C blocks, block = kReduceThreads. x is (N, C, HW); writes mean[ch] and the biased
+// var[ch] of channel ch = blockIdx.x.
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads)
+    batch_norm2d_stats_kernel(const T* __restrict__ x, T* __restrict__ mean,
+                              T* __restrict__ var, int64_t n, int64_t c, int64_t hw) {
+  __shared__ double scratch[kWarp];
+  const int64_t ch = blockIdx.x;
+  const int64_t m = n * hw;
+  // Pass 1: the mean.
+  double s = 0;
+  for (int64_t k = threadIdx.x; k < m; k += blockDim.x)
+    s += static_cast<double>(x[channel_offset(k, ch, c, hw)]);
+  const double mu = block_sum(s, scratch) / static_cast<double>(m);
+  // Pass 2: the sum of squared deviations (the values are re-read, mostly from L2).
+  double ss = 0;
+  for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
+    const double d = static_cast<double>(x[channel_offset(k, ch, c, hw)]) - mu;
+    ss += d * d;
+  }
+  ss = block_sum(ss, scratch);
+  if (threadIdx.x == 0) {
+    mean[ch] = static_cast<T>(mu);
+    var[ch] = static_cast<T>(ss / static_cast<double>(m));
+  }
+}
+
+// One thread per channel: invstd = 1 / sqrt(var + eps), in double as on the CPU.
+template <typename T>
+__global__ void batch_norm2d_invstd_kernel(const T* __restrict__ var, T* __restrict__ invstd,
+                                           int64_t c, double eps) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch < c) invstd[ch] = static_cast<T>(1.0 / ::sqrt(static_cast<double>(var[ch]) + eps));
+}
+
+// One thread per channel: running = (1 - momentum) * running + momentum * batch, the variance
+// made unbiased by m / (m - 1).
+template <typename T>
+__global__ void batch_norm2d_update_running_kernel(const T* __restrict__ mean,
+                                                   const T* __restrict__ var,
+                                                   T* __restrict__ running_mean,
+                                                   T* __restrict__ running_var, int64_t c,
+                                                   double unbias, double momentum) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  running_mean[ch] = static_cast<T>((1 - momentum) * running_mean[ch] + momentum * mean[ch]);
+  running_var[ch] =
+      static_cast<T>((1 - momentum) * running_var[ch] + momentum * var[ch] * unbias);
+}
+
+// Grid-stride over the N * C * HW elements: y = x * scale + shift, with the CPU's per-channel
+// scale = invstd * weight and shift = bias - mean * scale (in T, as on the CPU).
+template <typename T>
+__global__ void batch_norm2d_forward_kernel(const T* __restrict__ x, const T* __restrict__ mean,
+                                            const T* __restrict__ invstd,
+                                            const T* __restrict__ weight,
+                                            const T* __restrict__ bias, T* __restrict__ y,
+                                            int64_t total, int64_t c, int64_t hw) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t ch = (i / hw) % c;
+    const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
+    const T shift = (bias ? bias[ch] : T(0)) - mean[ch] * scale;
+    y[i] = x[i] * scale + shift;
+  }
+}
+
+// grid = C blocks, block = kReduceThreads. For channel ch = blockIdx.x: the sums
+// sum(grad_y) (= grad_bias) and sum(grad_y * xhat) (= grad_weight), written where wanted, and
+// when grad_x is wanted the constants of grad_x = k * grad_y - a * (x - mean) + d into
+// coef[ch], coef[C + ch], coef[2C + ch] (see batch_norm2d_backward_cpu for their derivation).
+template <typename T>
+__global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_kernel(
+    BatchNormMode mode, const T* __restrict__ grad_y, const T* __restrict__ x,
+    const T* __restrict__ mean, const T* __restrict__ invstd, const T* __restrict__ weight,
+    T* __restrict__ grad_weight, T* __restrict__ grad_bias, T* __restrict__ coef, bool need_sums,
+    int64_t n, int64_t c, int64_t hw) {
+  __shared__ double scratch[kWarp];
+  const int64_t ch = blockIdx.x;
+  const int64_t m = n * hw;
+  const double mu = static_cast<double>(mean[ch]);
+  const double is = static_cast<double>(invstd[ch]);
+  double sum_gy = 0, sum_gy_xc = 0;
+  if (need_sums) {  // the same for the whole block: the barriers inside are reached by all
+    for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
+      const int64_t off = channel_offset(k, ch, c, hw);
+      const double gy = static_cast<double>(grad_y[off]);
+      sum_gy += gy;
+      sum_gy_xc += gy * (static_cast<double>(x[off]) - mu);
+    }
+    sum_gy = block_sum(sum_gy, scratch);
+    sum_gy_xc = block_sum(sum_gy_xc, scratch);
+  }
+  if (threadIdx.x != 0) return;
+  const double sum_gy_xhat = sum_gy_xc * is;
+  if (grad_bias) grad_bias[ch] = static_cast<T>(sum_gy);
+  if (grad_weight) grad_weight[ch] = static_cast<T>(sum_gy_xhat);
+  if (!coef) return;
+  const double k = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
+  double a = 0, d = 0;
+  if (mode == BatchNormMode::Train) {
+    a = k * is * sum_gy_xhat / static_cast<double>(m);
+    d = -k * sum_gy / static_cast<double>(m);
+  }
+  coef[ch] = static_cast<T>(k);
+  coef[c + ch] = static_cast<T>(a);
+  coef[2 * c + ch] = static_cast<T>(d);
+}
+
+// Grid-stride over the N * C * HW elements: grad_x = k * grad_y - a * (x - mean) + d.
+template <typename T>
+__global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
+                                                   const T* __restrict__ x,
+                                                   const T* __restrict__ mean,
+                                                   const T* __restrict__ coef,
+                                                   T* __restrict__ grad_x, int64_t total,
+                                                   int64_t c, int64_t hw) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t ch = (i / hw) % c;
+    grad_x[i] = coef[ch] * grad_y[i] - coef[c + ch] * (x[i] - mean[ch]) + coef[2 * c + ch];
+  }
+}
+
+}  // namespace
+
+// ---- Host wrappers (declared in batchnorm2d_kernels.h) --------------------------------------
+
+template <typename T>
+void batch_norm2d_stats_cuda(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
+  if (c == 0) return;  // a grid of 0 blocks is an invalid launch
+  launch(batch_norm2d_stats_kernel<T>,
+         LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, current_stream()},
+         x, mean, var, n, c, hw);
+}
+
+template <typename T>
+void batch_norm2d_invstd_cuda(const T* var, T* invstd, int64_t c, double eps) {
+  if (c == 0) return;
+  launch(batch_norm2d_invstd_kernel<T>,
+         LaunchConfig{dim3(blocks_for(c, kElementThreads)), dim3(kElementThreads), 0,
+                      current_stream()},
+         var, invstd, c, eps);
+}
+
+template <typename T>
+void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_mean,
+                                      T* running_var, int64_t c, int64_t m, double momentum) {
+  if (c == 0) return;
+  const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
+  launch(batch_norm2d_update_running_kernel<T>,
+         LaunchConfig{dim3(blocks_for(c, kElementThreads)), dim3(kElementThreads), 0,
+                      current_stream()},
+         mean, var, running_mean, running_var, c, unbias, momentum);
+}
+
+template <typename T>
+void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
+                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw) {
+  const int64_t total = n * c * hw;
+  if (total == 0) return;
+  launch(batch_norm2d_forward_kernel<T>,
+         LaunchConfig{dim3(element_blocks(total)), dim3(kElementThreads), 0, current_stream()},
+         x, mean, invstd, weight, bias, y, total, c, hw);
+}
+
+template <typename T>
+void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                                const T* invstd, const T* weight, T* grad_x, T* grad_weight,
+                                T* grad_bias, T* coef, int64_t n, int64_t c, int64_t hw) {
+  KILN_CHECK(!grad_x || coef, "batch_norm2d_backward_cuda: grad_x needs the (3 * C) workspace");
+  if (c == 0) return;
+  const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
+  cudaStream_t stream = current_stream();
+  launch(batch_norm2d_backward_reduce_kernel<T>,
+         LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, stream}, mode,
+         grad_y, x, mean, invstd, weight, grad_weight, grad_bias, grad_x ? coef : nullptr,
+         need_sums, n, c, hw);
+  const int64_t total = n * c * hw;
+  if (!grad_x || total == 0) return;
+  launch(batch_norm2d_backward_input_kernel<T>,
+         LaunchConfig{dim3(element_blocks(total)), dim3(kElementThreads), 0, stream}, grad_y, x,
+         mean, coef, grad_x, total, c, hw);
+}
+
+#define KILN_INSTANTIATE_BN_CUDA(T)                                                            \
+  template void batch_norm2d_stats_cuda<T>(const T*, T*, T*, int64_t, int64_t, int64_t);       \
+  template void batch_norm2d_invstd_cuda<T>(const T*, T*, int64_t, double);                    \
+  template void batch_norm2d_update_running_cuda<T>(const T*, const T*, T*, T*, int64_t,       \
+                                                    int64_t, double);                          \
+  template void batch_norm2d_forward_cuda<T>(const T*, const T*, const T*, const T*, const T*, \
+                                             T*, int64_t, int64_t, int64_t);                   \
+  template void batch_norm2d_backward_cuda<T>(BatchNormMode, const T*, const T*, const T*,     \
+                                              const T*, const T*, T*, T*, T*, T*, int64_t,     \
+                                              int64_t, int64_t);
+KILN_INSTANTIATE_BN_CUDA(float)
+KILN_INSTANTIATE_BN_CUDA(double)
+#undef KILN_INSTANTIATE_BN_CUDA
+
+}  // namespace kiln::cuda

@@ -1,0 +1,285 @@
+// loss_cuda.cu: CUDA kernels of the losses: the fused softmax-cross-entropy and the mean
+// squared error, forward and backward (declared in loss_kernels.h; the CPU cross-entropy in
+// loss_cpu.cpp is the specification).
+//
+// Cross-entropy forward, two kernels:
+//   1. ONE WARP PER ROW (8 rows per 256-thread block). The 32 lanes stride over the row's C
+//      logits three times: the max (a shuffle butterfly gives every lane the row max), the sum
+//      of exp(x - max) (written into probs as it goes; another butterfly), and probs /= sum.
+//      Subtracting the max keeps exp from overflowing, so the loss of a row is finite for any
+//      finite logits: -log softmax[t] = log(sum) + max - x[t]. Lane 0 writes it to row_loss.
+//      A warp per row suits classification heads (C = 10 .. 1000: each lane holds a few
+//      values) and needs no shared memory or barriers; rows are independent, so a batch of N
+//      rows is N / 8 blocks.
+//   2. ONE BLOCK adds the N row losses in double, in a fixed order (thread t takes rows t,
+//      t + 256, ...; then a shuffle + shared-memory tree), divides by N and writes the loss
+//      scalar; in the same sweep it finds the first row whose target is outside [0, C).
+//      Deterministic, no atomics; the loss stays on the device.
+// The CPU op throws on a bad target. Detecting it on the device costs nothing extra (kernel 2
+// reads every target anyway) and only an 8-byte read-back, which the op does after both
+// kernels are queued. Checking on the host before launch would instead copy all N targets to
+// the host and stall the stream before any work starts. Either way the op must wait for the
+// device once per call to throw in time; the read-back is the cheaper wait.
+//
+// Cross-entropy backward: one thread per logit (grid-stride), grad = (p - onehot) * g / N, with
+// g read from the device scalar the autograd engine passes in.
+//
+// MSE forward: per-block partial sums of (a - b)^2 in double over a grid-stride loop, written
+// to a workspace (one double per block; the grid size depends only on n), then one block adds
+// the partials in order. MSE backward: one thread per element. All deterministic.
+#include "engine/cuda/runtime.h"
+
+#include <cmath>
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/launch.h"
+#include "layers/loss_kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kRowsPerBlock = 8;                     // cross-entropy: a warp per row
+constexpr int kRowThreads = kRowsPerBlock * kWarp;   // 256
+constexpr int kThreads = 256;                        // every other kernel
+constexpr unsigned kMaxBlocks = 1024;                // grid-stride beyond 256K threads
+
+// exp and log in T's precision (float: expf/logf, not the fast __expf approximations).
+__device__ __forceinline__ float exp_t(float v) { return ::expf(v); }
+__device__ __forceinline__ double exp_t(double v) { return ::exp(v); }
+__device__ __forceinline__ float log_t(float v) { return ::logf(v); }
+__device__ __forceinline__ double log_t(double v) { return ::log(v); }
+
+// Butterfly reductions over a warp: every lane ends with the result, and because each step
+// combines the same pair of values on both lanes (a + b == b + a exactly), every lane holds
+// the same bits.
+template <typename V>
+__device__ __forceinline__ V warp_sum(V v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+// The max as the CPU loop takes it (`b > a ? b : a`: a NaN never wins a comparison).
+template <typename V>
+__device__ __forceinline__ V warp_max(V v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const V o = __shfl_xor_sync(kFullMask, v, offset);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+__device__ __forceinline__ long long warp_min(long long v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const long long o = __shfl_xor_sync(kFullMask, v, offset);
+    v = o < v ? o : v;
+  }
+  return v;
+}
+
+// Sum over a block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+// `scratch` is __shared__ double[32]; it may be reused once this returns.
+__device__ double block_sum(double v, double* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = warp_sum(lane < static_cast<int>(blockDim.x / kWarp) ? scratch[lane] : 0.0);
+  __syncthreads();
+  return v;
+}
+
+// The same for the minimum of a long long.
+__device__ long long block_min(long long v, long long* scratch) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  v = warp_min(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = warp_min(lane < static_cast<int>(blockDim.x / kWarp) ? scratch[lane] : v);
+  __syncthreads();
+  return v;
+}
+
+unsigned capped_blocks(int64_t work) {
+  const unsigned b = blocks_for(work, kThreads);
+  return b < kMaxBlocks ? b : kMaxBlocks;
+}
+
+// ---- Cross-entropy --------------------------------------------------------------------------
+
+// block = kRowThreads: warp w of block b owns row b * kRowsPerBlock + w. logits, probs are
+// (N, C), targets (N); row_loss[row] = -log softmax(row)[target], or 0 for a bad target.
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads)
+    cross_entropy_rows_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
+                              T* __restrict__ probs, double* __restrict__ row_loss, int64_t n,
+                              int64_t c) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (row >= n) return;  // the whole warp leaves together: the shuffles below stay complete
+  const T* x = logits + row * c;
+  T* p = probs + row * c;
+  T mx = -INFINITY;
+  for (int64_t j = lane; j < c; j += kWarp) mx = x[j] > mx ? x[j] : mx;
+  mx = warp_max(mx);
+  T sum = 0;
+  for (int64_t j = lane; j < c; j += kWarp) {
+    const T e = exp_t(x[j] - mx);
+    p[j] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  for (int64_t j = lane; j < c; j += kWarp) p[j] /= sum;  // this lane's own writes: no sync
+  if (lane == 0) {
+    const int64_t t = targets[row];
+    row_loss[row] = (t >= 0 && t < c) ? static_cast<double>(log_t(sum) + mx - x[t]) : 0.0;
+  }
+}
+
+// One block of kThreads: *loss = sum(row_loss) / N in double, *bad_row = the first row with a
+// target outside [0, C), or -1.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_finish_kernel(const double* __restrict__ row_loss,
+                                const int64_t* __restrict__ targets, T* __restrict__ loss,
+                                int64_t* __restrict__ bad_row, int64_t n, int64_t c) {
+  __shared__ double sum_scratch[kWarp];
+  __shared__ long long min_scratch[kWarp];
+  constexpr long long kNone = 0x7fffffffffffffffLL;
+  double s = 0;
+  long long first_bad = kNone;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    s += row_loss[i];
+    const int64_t t = targets[i];
+    if ((t < 0 || t >= c) && i < first_bad) first_bad = i;
+  }
+  s = block_sum(s, sum_scratch);
+  first_bad = block_min(first_bad, min_scratch);
+  if (threadIdx.x == 0) {
+    *loss = static_cast<T>(s / static_cast<double>(n));  // n == 0: NaN, like the CPU
+    *bad_row = first_bad == kNone ? -1 : static_cast<int64_t>(first_bad);
+  }
+}
+
+// Grid-stride over the N * C logits: grad = (p - onehot(target)) * grad_loss / N.
+template <typename T>
+__global__ void cross_entropy_backward_kernel(const T* __restrict__ probs,
+                                              const int64_t* __restrict__ targets,
+                                              T* __restrict__ grad_logits, int64_t n, int64_t c,
+                                              const T* __restrict__ grad_loss) {
+  const T scale = grad_loss[0] / static_cast<T>(n);
+  const int64_t total = n * c;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += stride) {
+    const int64_t i = idx / c, j = idx - i * c;
+    const T onehot = j == targets[i] ? T(1) : T(0);
+    grad_logits[idx] = (probs[idx] - onehot) * scale;
+  }
+}
+
+// ---- Mean squared error ---------------------------------------------------------------------
+
+// Grid-stride: partials[block] = sum over this block's elements of (a - b)^2, in double.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    mse_loss_partial_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                            double* __restrict__ partials, int64_t n) {
+  __shared__ double scratch[kWarp];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  double s = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const double d = static_cast<double>(a[i] - b[i]);  // the difference in T, as sub() does
+    s += d * d;
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// One block: *loss = sum(partials[0..count)) / n.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    mse_loss_finish_kernel(const double* __restrict__ partials, int64_t count,
+                           T* __restrict__ loss, int64_t n) {
+  __shared__ double scratch[kWarp];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) *loss = static_cast<T>(s / static_cast<double>(n));
+}
+
+// Grid-stride: grad_a = (a - b) * 2 g / n, grad_b = -grad_a (either may be null).
+template <typename T>
+__global__ void mse_loss_backward_kernel(const T* __restrict__ a, const T* __restrict__ b,
+                                         const T* __restrict__ grad_loss,
+                                         T* __restrict__ grad_a, T* __restrict__ grad_b,
+                                         int64_t n) {
+  const T scale = T(2) * (grad_loss[0] / static_cast<T>(n));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const T g = (a[i] - b[i]) * scale;
+    if (grad_a) grad_a[i] = g;
+    if (grad_b) grad_b[i] = -g;
+  }
+}
+
+}  // namespace
+
+// ---- Host wrappers (declared in loss_kernels.h) ---------------------------------------------
+
+template <typename T>
+void cross_entropy_forward_cuda(const T* logits, const int64_t* targets, T* probs, T* loss,
+                                int64_t* bad_row, double* row_loss, int64_t n, int64_t c) {
+  cudaStream_t stream = current_stream();
+  if (n > 0)
+    launch(cross_entropy_rows_kernel<T>,
+           LaunchConfig{dim3(blocks_for(n, kRowsPerBlock)), dim3(kRowThreads), 0, stream},
+           logits, targets, probs, row_loss, n, c);
+  launch(cross_entropy_finish_kernel<T>, LaunchConfig{dim3(1), dim3(kThreads), 0, stream},
+         row_loss, targets, loss, bad_row, n, c);
+}
+
+template <typename T>
+void cross_entropy_backward_cuda(const T* probs, const int64_t* targets, T* grad_logits,
+                                 int64_t n, int64_t c, const T* grad_loss) {
+  if (n * c == 0) return;
+  launch(cross_entropy_backward_kernel<T>,
+         LaunchConfig{dim3(capped_blocks(n * c)), dim3(kThreads), 0, current_stream()}, probs,
+         targets, grad_logits, n, c, grad_loss);
+}
+
+int64_t mse_loss_workspace_size(int64_t n) { return capped_blocks(n); }
+
+template <typename T>
+void mse_loss_forward_cuda(const T* a, const T* b, T* loss, double* partials, int64_t n) {
+  cudaStream_t stream = current_stream();
+  const unsigned blocks = capped_blocks(n);  // == mse_loss_workspace_size(n)
+  launch(mse_loss_partial_kernel<T>, LaunchConfig{dim3(blocks), dim3(kThreads), 0, stream}, a,
+         b, partials, n);
+  launch(mse_loss_finish_kernel<T>, LaunchConfig{dim3(1), dim3(kThreads), 0, stream}, partials,
+         static_cast<int64_t>(blocks), loss, n);
+}
+
+template <typename T>
+void mse_loss_backward_cuda(const T* a, const T* b, const T* grad_loss, T* grad_a, T* grad_b,
+                            int64_t n) {
+  if (n == 0 || (!grad_a && !grad_b)) return;
+  launch(mse_loss_backward_kernel<T>,
+         LaunchConfig{dim3(capped_blocks(n)), dim3(kThreads), 0, current_stream()}, a, b,
+         grad_loss, grad_a, grad_b, n);
+}
+
+#define KILN_INSTANTIATE_LOSS_CUDA(T)                                                        \
+  template void cross_entropy_forward_cuda<T>(const T*, const int64_t*, T*, T*, int64_t*,    \
+                                              double*, int64_t, int64_t);                    \
+  template void cross_entropy_backward_cuda<T>(const T*, const int64_t*, T*, int64_t,        \
+                                               int64_t, const T*);                           \
+  template void mse_loss_forward_cuda<T>(const T*, const T*, T*, double*, int64_t);          \
+  template void mse_loss_backward_cuda<T>(const T*, const T*, const T*, T*, T*, int64_t);
+KILN_INSTANTIATE_LOSS_CUDA(float)
+KILN_INSTANTIATE_LOSS_CUDA(double)
+#undef KILN_INSTANTIATE_LOSS_CUDA
+
+}  // namespace kiln::cuda

@@ -1,0 +1,327 @@
+// pool2d_cuda.cu: CUDA kernels of max, average and adaptive average pooling; the CPU twins in
+// pool2d_cpu.cpp are the specification (windows, divisors, tie and NaN rules: pool2d_kernels.h).
+//
+// How the work is split. Pooling does a handful of operations per element it reads: it is
+// bound by memory traffic, and the simple mapping is the right one.
+//   - Forward: one thread per OUTPUT element (grid-stride over the flattened (N*C, OH, OW)
+//     tensor). The thread walks its window in the CPU's order (rows, then columns), so max
+//     pooling keeps the first maximum in row-major order and lets NaN through exactly as the
+//     CPU does, and writes the same int32 in-plane index (ih * W + iw): the indices are
+//     bit-identical. Average pooling sums in the same order and divides by the same count: the
+//     same bits as the CPU (IEEE add and divide are correctly rounded on both).
+//     Consecutive threads take consecutive outputs of a row, so their window reads are close
+//     together and the writes are coalesced.
+//   - Backward: one thread per INPUT element, a GATHER. The CPU scatters every output gradient
+//     into its window (or its argmax); with threads per output that would be a race, fixed with
+//     atomics whose order (and so float rounding) varies from run to run. Instead the thread of
+//     input pixel (ih, iw) finds the outputs whose window covers it, a small range:
+//         oh from  ih + pad - kernel < 0 ? 0 : (ih + pad - kernel) / stride + 1
+//            to    min((ih + pad) / stride, OH - 1)
+//     (likewise ow), and adds their contributions in increasing (oh, ow) order: the order in
+//     which the CPU's scatter reaches that pixel. So the gradients are deterministic and equal
+//     the CPU's bit for bit. Max pooling adds grad_y[o] where indices[o] is this pixel; average
+//     pooling adds grad_y[o] / count(o). For adaptive pooling the covering outputs are found
+//     from the window formula (a range widened by one on each side, then checked).
+// Index arithmetic is 32-bit (the op checks that the tensors have fewer than 2^31 elements):
+// 64-bit division is many times slower on a GPU.
+#include "engine/cuda/runtime.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/launch.h"
+#include "engine/error.h"
+#include "layers/pool2d_kernels.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr unsigned kMaxBlocks = 8192;  // grid-stride beyond
+
+// Pool2dGeometry in 32-bit integers.
+struct PoolDims {
+  int planes;          // N * C
+  int h, w, oh, ow;    // input and output planes
+  int kh, kw, sh, sw, ph, pw;
+};
+
+PoolDims pool_dims(const char* op, const Pool2dGeometry& g) {
+  const int64_t in = g.n * g.c * g.in_h * g.in_w, out = g.n * g.c * g.out_h * g.out_w;
+  KILN_CHECK(in < INT_MAX && out < INT_MAX, op, " (CUDA): input [", g.n, ", ", g.c, ", ", g.in_h,
+             ", ", g.in_w, "] or output [", g.n, ", ", g.c, ", ", g.out_h, ", ", g.out_w,
+             "] has 2^31 elements or more, beyond the kernels' 32-bit indexing: split the batch");
+  PoolDims d;
+  d.planes = static_cast<int>(g.n * g.c);
+  d.h = static_cast<int>(g.in_h), d.w = static_cast<int>(g.in_w);
+  d.oh = static_cast<int>(g.out_h), d.ow = static_cast<int>(g.out_w);
+  d.kh = static_cast<int>(g.kernel_h), d.kw = static_cast<int>(g.kernel_w);
+  d.sh = static_cast<int>(g.stride_h), d.sw = static_cast<int>(g.stride_w);
+  d.ph = static_cast<int>(g.pad_h), d.pw = static_cast<int>(g.pad_w);
+  return d;
+}
+
+LaunchConfig elementwise_config(int64_t n) {
+  const unsigned blocks = std::min(blocks_for(n, kThreads), kMaxBlocks);
+  return LaunchConfig{dim3(blocks), dim3(kThreads), 0, current_stream()};
+}
+
+// The outputs o (along one dimension) whose window [o*stride - pad, o*stride - pad + kernel)
+// contains input i: [lo, hi] (empty when lo > hi).
+__device__ __forceinline__ void covering(int i, int pad, int kernel, int stride, int out,
+                                         int& lo, int& hi) {
+  const int a = i + pad - kernel;
+  lo = a < 0 ? 0 : a / stride + 1;
+  hi = min((i + pad) / stride, out - 1);
+}
+
+// Adaptive windows (pool2d_kernels.h): output i averages [start, end) of `in` elements.
+__device__ __forceinline__ int adaptive_start_d(int i, int in, int out) {
+  return static_cast<int>((static_cast<int64_t>(i) * in) / out);
+}
+__device__ __forceinline__ int adaptive_end_d(int i, int in, int out) {
+  return static_cast<int>(((static_cast<int64_t>(i) + 1) * in + out - 1) / out);
+}
+
+// ---- Max pooling -------------------------------------------------------------------------------
+
+// One thread per output (plane, oh, ow).
+template <typename T>
+__global__ void max_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                          int32_t* __restrict__ indices, PoolDims d) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int o = static_cast<int>(i);
+    const int ow = o % d.ow, oh = o / d.ow % d.oh, plane = o / (d.ow * d.oh);
+    const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
+    // The window clipped to the input: the padding is -inf, never the maximum.
+    int h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
+    const int h1 = min(h0 + d.kh, d.h), w1 = min(w0 + d.kw, d.w);
+    h0 = max(h0, 0), w0 = max(w0, 0);
+    T best = static_cast<T>(-INFINITY);
+    int best_i = h0 * d.w + w0;  // an all -inf window points at its first element
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) {
+        const T v = xp[ih * d.w + iw];
+        if (v > best || v != v) {  // strictly greater, or NaN: the CPU's rule
+          best = v;
+          best_i = ih * d.w + iw;
+        }
+      }
+    y[o] = best;
+    indices[o] = best_i;
+  }
+}
+
+// One thread per input (plane, ih, iw): the sum of grad_y over the covering outputs whose
+// argmax is this pixel.
+template <typename T>
+__global__ void max_pool2d_backward_kernel(const T* __restrict__ grad_y,
+                                           const int32_t* __restrict__ indices,
+                                           T* __restrict__ grad_x, PoolDims d) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int e = static_cast<int>(i);
+    const int iw = e % d.w, ih = e / d.w % d.h, plane = e / (d.w * d.h);
+    const int self = ih * d.w + iw;
+    const int base = plane * d.oh * d.ow;
+    int oh0, oh1, ow0, ow1;
+    covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
+    covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
+    T acc = 0;
+    for (int oh = oh0; oh <= oh1; ++oh)
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const int o = base + oh * d.ow + ow;
+        if (indices[o] == self) acc += grad_y[o];
+      }
+    grad_x[e] = acc;
+  }
+}
+
+// ---- Average pooling ---------------------------------------------------------------------------
+
+// The window of output o along one dimension, as the CPU's avg_window: clipped to the padded
+// extent first (that length is the divisor part with count_include_pad), then to the input.
+struct AvgWindow {
+  int begin, end, padded_len;
+};
+__device__ __forceinline__ AvgWindow avg_window(int o, int in, int kernel, int stride, int pad) {
+  const int b = o * stride - pad;
+  const int e = min(b + kernel, in + pad);
+  return {max(b, 0), min(e, in), e - b};
+}
+__device__ __forceinline__ int avg_count(const AvgWindow& wh, const AvgWindow& ww,
+                                         bool include_pad) {
+  return include_pad ? wh.padded_len * ww.padded_len
+                     : (wh.end - wh.begin) * (ww.end - ww.begin);
+}
+
+template <typename T>
+__global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, PoolDims d,
+                                          bool include_pad) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int o = static_cast<int>(i);
+    const int ow = o % d.ow, oh = o / d.ow % d.oh, plane = o / (d.ow * d.oh);
+    const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
+    const AvgWindow wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
+    const AvgWindow ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
+    T s = 0;
+    for (int ih = wh.begin; ih < wh.end; ++ih)
+      for (int iw = ww.begin; iw < ww.end; ++iw) s += xp[ih * d.w + iw];
+    y[o] = s / static_cast<T>(avg_count(wh, ww, include_pad));
+  }
+}
+
+// One thread per input: the sum of grad_y[o] / count(o) over the covering outputs.
+template <typename T>
+__global__ void avg_pool2d_backward_kernel(const T* __restrict__ grad_y, T* __restrict__ grad_x,
+                                           PoolDims d, bool include_pad) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int e = static_cast<int>(i);
+    const int iw = e % d.w, ih = e / d.w % d.h, plane = e / (d.w * d.h);
+    const T* gyp = grad_y + static_cast<int64_t>(plane) * d.oh * d.ow;
+    int oh0, oh1, ow0, ow1;
+    covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
+    covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
+    T acc = 0;
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      const AvgWindow wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const AvgWindow ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
+        acc += gyp[oh * d.ow + ow] / static_cast<T>(avg_count(wh, ww, include_pad));
+      }
+    }
+    grad_x[e] = acc;
+  }
+}
+
+// ---- Adaptive average pooling ------------------------------------------------------------------
+
+template <typename T>
+__global__ void adaptive_avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                   PoolDims d) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int o = static_cast<int>(i);
+    const int ow = o % d.ow, oh = o / d.ow % d.oh, plane = o / (d.ow * d.oh);
+    const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
+    const int h0 = adaptive_start_d(oh, d.h, d.oh), h1 = adaptive_end_d(oh, d.h, d.oh);
+    const int w0 = adaptive_start_d(ow, d.w, d.ow), w1 = adaptive_end_d(ow, d.w, d.ow);
+    T s = 0;
+    for (int ih = h0; ih < h1; ++ih)
+      for (int iw = w0; iw < w1; ++iw) s += xp[ih * d.w + iw];
+    y[o] = s / static_cast<T>((h1 - h0) * (w1 - w0));
+  }
+}
+
+// The outputs whose adaptive window contains input i: start(o) <= i < end(o) holds for o in
+// [floor(i * out / in), ceil((i + 1) * out / in) - 1]; the loop runs one wider on each side
+// and checks, so rounding at the ends can never drop one.
+__device__ __forceinline__ void adaptive_covering(int i, int in, int out, int& lo, int& hi) {
+  lo = max(static_cast<int>((static_cast<int64_t>(i) * out) / in) - 1, 0);
+  hi = min(static_cast<int>(((static_cast<int64_t>(i) + 1) * out + in - 1) / in), out - 1);
+}
+
+template <typename T>
+__global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y,
+                                                    T* __restrict__ grad_x, PoolDims d) {
+  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int e = static_cast<int>(i);
+    const int iw = e % d.w, ih = e / d.w % d.h, plane = e / (d.w * d.h);
+    const T* gyp = grad_y + static_cast<int64_t>(plane) * d.oh * d.ow;
+    int oh0, oh1, ow0, ow1;
+    adaptive_covering(ih, d.h, d.oh, oh0, oh1);
+    adaptive_covering(iw, d.w, d.ow, ow0, ow1);
+    T acc = 0;
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      const int h0 = adaptive_start_d(oh, d.h, d.oh), h1 = adaptive_end_d(oh, d.h, d.oh);
+      if (ih < h0 || ih >= h1) continue;
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const int w0 = adaptive_start_d(ow, d.w, d.ow), w1 = adaptive_end_d(ow, d.w, d.ow);
+        if (iw < w0 || iw >= w1) continue;
+        acc += gyp[oh * d.ow + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
+      }
+    }
+    grad_x[e] = acc;
+  }
+}
+
+int64_t in_numel(const PoolDims& d) { return static_cast<int64_t>(d.planes) * d.h * d.w; }
+int64_t out_numel(const PoolDims& d) { return static_cast<int64_t>(d.planes) * d.oh * d.ow; }
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_forward_cuda(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g) {
+  const PoolDims d = pool_dims("max_pool2d", g);
+  if (out_numel(d) == 0) return;
+  launch(max_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, indices, d);
+}
+
+template <typename T>
+void max_pool2d_backward_cuda(const T* grad_y, const int32_t* indices, T* grad_x,
+                              const Pool2dGeometry& g) {
+  const PoolDims d = pool_dims("max_pool2d_backward", g);
+  if (in_numel(d) == 0) return;
+  launch(max_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, indices, grad_x,
+         d);
+}
+
+template <typename T>
+void avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
+  const PoolDims d = pool_dims("avg_pool2d", g);
+  if (out_numel(d) == 0) return;
+  launch(avg_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, d,
+         count_include_pad);
+}
+
+template <typename T>
+void avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                              bool count_include_pad) {
+  const PoolDims d = pool_dims("avg_pool2d_backward", g);
+  if (in_numel(d) == 0) return;
+  launch(avg_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, grad_x, d,
+         count_include_pad);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g) {
+  const PoolDims d = pool_dims("adaptive_avg_pool2d", g);
+  if (out_numel(d) == 0) return;
+  launch(adaptive_avg_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, d);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
+  const PoolDims d = pool_dims("adaptive_avg_pool2d_backward", g);
+  if (in_numel(d) == 0) return;
+  launch(adaptive_avg_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, grad_x,
+         d);
+}
+
+#define KILN_INSTANTIATE_POOL(T)                                                               \
+  template void max_pool2d_forward_cuda<T>(const T*, T*, int32_t*, const Pool2dGeometry&);     \
+  template void max_pool2d_backward_cuda<T>(const T*, const int32_t*, T*,                      \
+                                            const Pool2dGeometry&);                            \
+  template void avg_pool2d_forward_cuda<T>(const T*, T*, const Pool2dGeometry&, bool);         \
+  template void avg_pool2d_backward_cuda<T>(const T*, T*, const Pool2dGeometry&, bool);        \
+  template void adaptive_avg_pool2d_forward_cuda<T>(const T*, T*, const Pool2dGeometry&);      \
+  template void adaptive_avg_pool2d_backward_cuda<T>(const T*, T*, const Pool2dGeometry&);
+KILN_INSTANTIATE_POOL(float)
+KILN_INSTANTIATE_POOL(double)
+#undef KILN_INSTANTIATE_POOL
+
+}  // namespace kiln::cuda

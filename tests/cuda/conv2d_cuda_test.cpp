@@ -1,0 +1,349 @@
+// conv2d_cuda_test.cpp: Conv2d on cuda:0 against the CPU (the specification), in float and
+// double: forward (y) and backward (dx, dw, db), through the op and its autograd node, for
+// both hand kernels (implicit GEMM with every tile shape and with backward-weight split along
+// the sum; the direct loops), a finite-difference gradient check of the CUDA path in double,
+// and hand == cuDNN on a real GPU (skipped, saying why, under the simulator).
+//
+// The cases are a table of small odd shapes: stride 1, 2 and 3; padding 0, 1, 2; 1x1, 2x2,
+// 3x3 and 5x5 kernels; batch 1; 1x1 images; a kernel as large as the padded image (1x1
+// output); channel counts and pixel counts just above the GEMM tile sizes (70 > 64 rows,
+// 312 > 128 columns, C*R*S = 81 not a multiple of the slice of 8). Each case runs with three
+// sets of gradients: all (x, w, b), a frozen weight (dx and a lone db), an input that needs
+// no gradient (dw and db only, as a network's first layer).
+//
+// Tolerances, relative to the magnitude of the tensor (|error| <= rtol * (|want| + max|want|)):
+// the CPU (OpenBLAS or oneDNN) and the GPU sum the same products in different orders; in
+// float the rounding of sums of up to ~2000 terms of size ~1 stays below 5e-5 of the largest
+// value, in double below 1e-11.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/impl.h"
+#include "layers/conv2d.h"
+#include "layers/conv2d_kernels.h"
+#include "support/cuda_skip.h"
+#include "support/gradcheck.h"
+
+namespace kiln {
+namespace {
+
+using testing::random_tensor;
+
+const Device kCpu(DeviceType::CPU, 0);
+const Device kCuda(DeviceType::CUDA, 0);
+
+double tolerance(DType dtype) { return dtype == DType::F64 ? 1e-11 : 5e-5; }
+
+::testing::AssertionResult close(const std::string& what, const Tensor& got, const Tensor& want,
+                                 double rtol) {
+  if (!got.defined() || !want.defined())
+    return ::testing::AssertionFailure() << what << ": undefined tensor (got " << got.defined()
+                                         << ", want " << want.defined() << ")";
+  if (got.shape() != want.shape())
+    return ::testing::AssertionFailure() << what << ": shape " << shape_str(got.shape())
+                                         << ", expected " << shape_str(want.shape());
+  const std::vector<double> g = got.to(kCpu).to_vector<double>();
+  const std::vector<double> w = want.to(kCpu).to_vector<double>();
+  double scale = 0;
+  for (double v : w) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const double err = std::fabs(g[i] - w[i]);
+    if (!(err <= rtol * (std::fabs(w[i]) + scale)))  // also catches NaN
+      return ::testing::AssertionFailure()
+             << what << ": element " << i << " of " << shape_str(want.shape()) << " is " << g[i]
+             << ", expected " << w[i] << " (|error| " << err << ", rtol " << rtol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Sets the implementation (hand or vendor) for the scope, then goes back to the default
+// (KILN_KERNELS or nobody's choice: hand for CUDA under the simulator, vendor elsewhere).
+// Restoring with set_kernel_impl(kernel_impl()) would make a default vendor explicit, and
+// under the simulator every later CUDA conv would then throw.
+class ImplScope {
+ public:
+  explicit ImplScope(Impl impl) { set_kernel_impl(impl); }
+  ~ImplScope() { reset_kernel_impl(); }
+  ImplScope(const ImplScope&) = delete;
+  ImplScope& operator=(const ImplScope&) = delete;
+};
+
+// Sets the hand kernels' options (kernel, tile, splits) for the scope.
+class OptionsScope {
+ public:
+  explicit OptionsScope(const cuda::ConvCudaOptions& options)
+      : saved_(cuda::conv2d_cuda_options()) {
+    cuda::set_conv2d_cuda_options(options);
+  }
+  ~OptionsScope() { cuda::set_conv2d_cuda_options(saved_); }
+
+ private:
+  cuda::ConvCudaOptions saved_;
+};
+
+struct ConvCase {
+  int64_t n, c, h, w;       // input
+  int64_t k, ksize;         // K filters of ksize x ksize
+  int64_t stride, pad;
+  bool bias;
+};
+
+std::string describe(const ConvCase& t, DType dtype) {
+  return std::string(dtype_name(dtype)) + " x [" + std::to_string(t.n) + ", " +
+         std::to_string(t.c) + ", " + std::to_string(t.h) + ", " + std::to_string(t.w) +
+         "] w [" + std::to_string(t.k) + ", " + std::to_string(t.c) + ", " +
+         std::to_string(t.ksize) + ", " + std::to_string(t.ksize) + "] stride " +
+         std::to_string(t.stride) + " pad " + std::to_string(t.pad) +
+         (t.bias ? " bias" : " no-bias");
+}
+
+const std::vector<ConvCase> kCases = {
+    {2, 3, 7, 7, 4, 3, 1, 1, true},      // 3x3, pad 1: same-size output
+    {1, 2, 9, 8, 5, 3, 2, 0, true},      // batch 1, stride 2, no padding, odd sizes
+    {2, 3, 11, 9, 3, 5, 2, 2, true},     // 5x5, stride 2, pad 2
+    {3, 5, 6, 5, 7, 1, 1, 0, false},     // 1x1 (pointwise), no bias
+    {2, 4, 1, 1, 3, 1, 1, 0, true},      // 1x1 images, 1x1 kernel
+    {2, 3, 1, 1, 2, 3, 1, 1, true},      // 1x1 images, 3x3 kernel over the padding
+    {1, 1, 5, 5, 1, 5, 1, 0, true},      // kernel as large as the image: 1x1 output
+    {2, 3, 8, 8, 4, 3, 2, 1, true},      // stride 2, pad 1
+    {1, 2, 6, 7, 3, 2, 3, 1, false},     // 2x2 kernel, stride 3: pixels no window reads
+    {2, 9, 13, 12, 70, 3, 1, 1, true},   // tiles: 70 > 64 rows, 312 > 128 columns, CRS = 81
+};
+
+// Which inputs require a gradient.
+enum class Grads { All, FrozenWeight, NoInputGrad };
+
+const char* grads_name(Grads g) {
+  switch (g) {
+    case Grads::All: return "grads x, w, b";
+    case Grads::FrozenWeight: return "frozen weight (dx, lone db)";
+    case Grads::NoInputGrad: return "no input grad (dw, db)";
+  }
+  return "?";
+}
+
+struct Result {
+  Tensor x, w, b, y;
+};
+
+Result run_conv(const ConvCase& t, DType dtype, Grads grads, Device device, uint32_t seed) {
+  Result r;
+  const Tensor x = random_tensor({t.n, t.c, t.h, t.w}, seed, -1.0, 1.0, dtype);
+  const Tensor w = random_tensor({t.k, t.c, t.ksize, t.ksize}, seed + 1, -1.0, 1.0, dtype);
+  const Tensor b = random_tensor({t.k}, seed + 2, -1.0, 1.0, dtype);
+  r.x = x.to(device).detach();
+  r.w = w.to(device).detach();
+  r.x.set_requires_grad(grads != Grads::NoInputGrad);
+  r.w.set_requires_grad(grads != Grads::FrozenWeight);
+  if (t.bias) {
+    r.b = b.to(device).detach();
+    r.b.set_requires_grad(true);
+  }
+  r.y = conv2d(r.x, r.w, r.b, t.stride, t.pad);
+  const Tensor dy = random_tensor(r.y.shape(), seed + 3, -1.0, 1.0, dtype).to(device);
+  backward(r.y, dy);
+  return r;
+}
+
+// The case on the CPU and on cuda:0 with the current implementation and options; compares y
+// and every gradient that exists.
+void check_case(const ConvCase& t, DType dtype, Grads grads, uint32_t seed) {
+  SCOPED_TRACE(describe(t, dtype) + ", " + grads_name(grads));
+  const double tol = tolerance(dtype);
+  const Result cpu = run_conv(t, dtype, grads, kCpu, seed);
+  const Result gpu = run_conv(t, dtype, grads, kCuda, seed);
+  ASSERT_TRUE(gpu.y.device() == kCuda);
+  EXPECT_TRUE(close("y", gpu.y, cpu.y, tol));
+  if (grads != Grads::NoInputGrad) {
+    EXPECT_TRUE(close("dx", gpu.x.grad(), cpu.x.grad(), tol));
+  } else {
+    EXPECT_FALSE(gpu.x.grad().defined());
+  }
+  if (grads != Grads::FrozenWeight) {
+    EXPECT_TRUE(close("dw", gpu.w.grad(), cpu.w.grad(), tol));
+  } else {
+    EXPECT_FALSE(gpu.w.grad().defined());
+  }
+  if (t.bias) {
+    EXPECT_TRUE(close("db", gpu.b.grad(), cpu.b.grad(), tol));
+  }
+}
+
+void check_all_cases(uint32_t seed) {
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const ConvCase& t : kCases)
+      for (Grads grads : {Grads::All, Grads::FrozenWeight, Grads::NoInputGrad})
+        check_case(t, dtype, grads, seed += 10);
+}
+
+// Whatever the default is (hand under the simulator, cuDNN on a GPU), it matches the CPU.
+TEST(Conv2dCuda, DefaultImplementationMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  SCOPED_TRACE(std::string("CUDA implementation: ") + impl_name(cuda_kernel_impl()));
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const ConvCase& t : {kCases[0], kCases[2], kCases[9]}) check_case(t, dtype, Grads::All, 7);
+}
+
+TEST(Conv2dCuda, ImplicitGemmMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  OptionsScope options({cuda::ConvKernel::ImplicitGemm, cuda::ConvTile::Auto, 0});
+  check_all_cases(100);
+}
+
+TEST(Conv2dCuda, DirectKernelsMatchCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  OptionsScope options({cuda::ConvKernel::Direct, cuda::ConvTile::Auto, 0});
+  check_all_cases(2000);
+}
+
+// Every float tile shape of the implicit GEMM (double always runs 64x64), on the case that
+// spans several tiles in every GEMM dimension and on one smaller than any tile.
+TEST(Conv2dCuda, EveryTileShapeMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  for (cuda::ConvTile tile : {cuda::ConvTile::T64x64, cuda::ConvTile::T64x128,
+                              cuda::ConvTile::T128x128}) {
+    SCOPED_TRACE("tile " + std::to_string(static_cast<int>(tile)));
+    OptionsScope options({cuda::ConvKernel::ImplicitGemm, tile, 0});
+    check_case(kCases[9], DType::F32, Grads::All, 3000);
+    check_case(kCases[4], DType::F32, Grads::All, 3100);
+    check_case(kCases[1], DType::F64, Grads::All, 3200);
+  }
+}
+
+// Backward-weight split along the N*P*Q sum: forced split counts (including more splits than
+// slices, which the launcher trims, and splits of unequal length), and the automatic choice
+// on a shape long enough to split by itself (N*P*Q = 1600 >= 3 * 512).
+TEST(Conv2dCuda, WeightGradientSplitAlongTheSum) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  for (int splits : {1, 2, 3, 7, 100}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    OptionsScope options({cuda::ConvKernel::ImplicitGemm, cuda::ConvTile::Auto, splits});
+    check_case(kCases[9], DType::F32, Grads::NoInputGrad, 4000);
+    check_case(kCases[2], DType::F64, Grads::NoInputGrad, 4100);
+  }
+  OptionsScope options({cuda::ConvKernel::ImplicitGemm, cuda::ConvTile::Auto, 0});
+  const ConvCase long_sum{4, 2, 20, 20, 3, 3, 1, 1, true};
+  for (DType dtype : {DType::F32, DType::F64}) check_case(long_sum, dtype, Grads::All, 4200);
+}
+
+// The same inputs give the same bits, run after run (no atomics anywhere).
+TEST(Conv2dCuda, BackwardIsDeterministic) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  OptionsScope options({cuda::ConvKernel::ImplicitGemm, cuda::ConvTile::Auto, 3});
+  const ConvCase t = kCases[9];
+  const Result a = run_conv(t, DType::F32, Grads::All, kCuda, 77);
+  const Result b = run_conv(t, DType::F32, Grads::All, kCuda, 77);
+  EXPECT_EQ(a.y.to(kCpu).to_vector<float>(), b.y.to(kCpu).to_vector<float>());
+  EXPECT_EQ(a.x.grad().to(kCpu).to_vector<float>(), b.x.grad().to(kCpu).to_vector<float>());
+  EXPECT_EQ(a.w.grad().to(kCpu).to_vector<float>(), b.w.grad().to(kCpu).to_vector<float>());
+  EXPECT_EQ(a.b.grad().to(kCpu).to_vector<float>(), b.b.grad().to(kCpu).to_vector<float>());
+}
+
+// An empty batch: an empty output, and zero weight and bias gradients.
+TEST(Conv2dCuda, EmptyBatch) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  Tensor x = Tensor::zeros({0, 2, 5, 5}, DType::F32, kCuda);
+  Tensor w = random_tensor({3, 2, 3, 3}, 5, -1.0, 1.0, DType::F32).to(kCuda).detach();
+  Tensor b = Tensor::ones({3}, DType::F32, kCuda);
+  w.set_requires_grad(true);
+  b.set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, 1, 1);
+  EXPECT_EQ(y.shape(), Shape({0, 3, 5, 5}));
+  backward(y, Tensor::zeros(y.shape(), DType::F32, kCuda));
+  for (double v : w.grad().to(kCpu).to_vector<double>()) EXPECT_EQ(v, 0.0);
+  for (double v : b.grad().to(kCpu).to_vector<double>()) EXPECT_EQ(v, 0.0);
+}
+
+// The Conv2d module moved to the GPU gives the CPU module's output.
+TEST(Conv2dCuda, ModuleMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  Generator gen(3);
+  Conv2d conv(3, 6, 3, 2, 1, true, gen);
+  const Tensor x = random_tensor({2, 3, 9, 10}, 11, -1.0, 1.0, DType::F32);
+  const Tensor want = conv.forward(x);
+  const Tensor got = conv2d(x.to(kCuda), conv.weight.to(kCuda), conv.bias.to(kCuda), 2, 1);
+  EXPECT_TRUE(close("y", got, want, tolerance(DType::F32)));
+}
+
+// Finite differences through the CUDA kernels: the inputs live on the CPU (gradcheck nudges
+// them there) and the op runs on cuda:0 between two differentiable copies.
+TEST(Conv2dCuda, GradcheckDouble) {
+  KILN_SKIP_WITHOUT_CUDA();
+  ImplScope impl(Impl::Hand);
+  for (cuda::ConvKernel kernel : {cuda::ConvKernel::ImplicitGemm, cuda::ConvKernel::Direct}) {
+    SCOPED_TRACE(cuda::conv_kernel_name(kernel));
+    OptionsScope options({kernel, cuda::ConvTile::Auto, 0});
+    for (int64_t stride : {1, 2}) {
+      SCOPED_TRACE("stride " + std::to_string(stride));
+      auto f = [&](const std::vector<Tensor>& in) {
+        return conv2d(in[0].to(kCuda), in[1].to(kCuda), in[2].to(kCuda), stride, 1).to(kCpu);
+      };
+      Tensor x = random_tensor({2, 2, 5, 4}, 21, -1.0, 1.0);
+      Tensor w = random_tensor({3, 2, 3, 3}, 22, -1.0, 1.0);
+      Tensor b = random_tensor({3}, 23, -1.0, 1.0);
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      EXPECT_TRUE(testing::gradcheck(f, {x, w, b}));
+    }
+  }
+}
+
+// Hand (implicit GEMM) == vendor (cuDNN), forward and backward, on the whole table.
+TEST(Conv2dCuda, HandMatchesCudnn) {
+#if KILN_CUDA_SIM
+  GTEST_SKIP() << "skipped: cuDNN is not available in the CUDA simulator; this test runs on a "
+                  "real GPU (ctest -L gpu)";
+#else
+  KILN_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 5000;
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const ConvCase& t : kCases) {
+      SCOPED_TRACE(describe(t, dtype));
+      seed += 10;
+      Result hand, vendor;
+      {
+        ImplScope impl(Impl::Hand);
+        hand = run_conv(t, dtype, Grads::All, kCuda, seed);
+      }
+      {
+        ImplScope impl(Impl::Vendor);
+        vendor = run_conv(t, dtype, Grads::All, kCuda, seed);
+      }
+      const double tol = tolerance(dtype);
+      EXPECT_TRUE(close("y", hand.y, vendor.y, tol));
+      EXPECT_TRUE(close("dx", hand.x.grad(), vendor.x.grad(), tol));
+      EXPECT_TRUE(close("dw", hand.w.grad(), vendor.w.grad(), tol));
+      if (t.bias) {
+        EXPECT_TRUE(close("db", hand.b.grad(), vendor.b.grad(), tol));
+      }
+    }
+#endif
+}
+
+#if KILN_CUDA_SIM
+// Asking for cuDNN under the simulator is an error that says what to do.
+TEST(Conv2dCuda, VendorUnderSimulatorSaysUseHand) {
+  ImplScope impl(Impl::Vendor);
+  const Tensor x = Tensor::zeros({1, 1, 3, 3}, DType::F32, kCuda);
+  const Tensor w = Tensor::zeros({1, 1, 3, 3}, DType::F32, kCuda);
+  try {
+    conv2d(x, w, Tensor());
+    FAIL() << "conv2d with Impl::Vendor under the simulator did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_KERNELS=hand"), std::string::npos) << e.what();
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace kiln

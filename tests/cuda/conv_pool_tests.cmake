@@ -1,0 +1,6 @@
+# Parity tests of Conv2d (hand implicit GEMM and direct kernels, cuDNN on a real GPU) and of
+# the pooling layers on CUDA against their CPU twins. Included by CMakeLists.txt here.
+kiln_test(conv2d_cuda_test SOURCES conv2d_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
+kiln_test(pool2d_cuda_test SOURCES pool2d_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)

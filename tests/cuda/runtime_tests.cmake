@@ -1,0 +1,10 @@
+# The CUDA runtime layer: tensors on CUDA devices (copies between every pair of places, dtype
+# conversion and fill on the device, pinned memory), the caching allocator and its
+# out-of-memory error. Included by CMakeLists.txt here.
+kiln_test(tensor_cuda_test SOURCES tensor_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+kiln_test(caching_allocator_test SOURCES caching_allocator_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Its own binary: it limits the simulated device memory before the first CUDA call.
+kiln_test(caching_allocator_oom_test SOURCES caching_allocator_oom_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

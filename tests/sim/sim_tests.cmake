@@ -1,0 +1,16 @@
+# Tests of the CUDA simulator (engine/cuda/sim), label `sim`: the runtime API and kernels.
+kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_engine)
+
+# The kernel tests once more with the other execution paths switched on from the environment:
+# the portable ucontext fibers, every block on the launching thread, and the debug shuffle for
+# every launch (tests that need order mode turn the shuffle off themselves).
+add_test(NAME sim_kernel_test_ucontext_shuffle
+         COMMAND sim_kernel_test --gtest_filter=-*MillionElement*)
+set_tests_properties(sim_kernel_test_ucontext_shuffle PROPERTIES LABELS sim
+  ENVIRONMENT "KILN_SIM_UCONTEXT=1;KILN_SIM_THREADS=1;KILN_SIM_SHUFFLE=1;KILN_SIM_SHUFFLE_SEED=99")
+
+# A machine without a GPU: KILN_SIM_DEVICES=0.
+add_test(NAME sim_runtime_test_no_device
+         COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*)
+set_tests_properties(sim_runtime_test_no_device PROPERTIES LABELS sim ENVIRONMENT "KILN_SIM_DEVICES=0")
