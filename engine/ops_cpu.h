@@ -1,6 +1,6 @@
 // ops_cpu.h: CPU kernels of the core ops (engine/ops_cpu.cpp). Raw pointers, contiguous
-// buffers, templated on the element type (float, double). The CUDA twins live in
-// engine/cuda/ops.cu with the same names ending in _cuda.
+// buffers, templated on the element type (float, double). The CUDA twins are declared in
+// engine/ops_cuda.h (namespace kiln::cuda, same names and arguments, device pointers).
 #pragma once
 
 #include <cstdint>

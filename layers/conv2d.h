@@ -10,7 +10,9 @@
 //
 // Kernels (see layers/conv2d_kernels.h): on CPU, kernel_impl() picks Impl::Hand (im2col +
 // OpenBLAS GEMM, layers/conv2d_cpu.cpp) or Impl::Vendor (oneDNN, layers/conv2d_dnnl.cpp;
-// f32 only, f64 always uses the hand kernels). Backward computes only the gradients needed.
+// f32 only, f64 always uses the hand kernels); on CUDA, cuda_kernel_impl() picks Impl::Hand
+// (implicit GEMM, layers/conv2d_cuda.cu) or Impl::Vendor (cuDNN, layers/conv2d_cudnn.cu).
+// Backward computes only the gradients needed.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 // In training, element i of x (flattened, row-major) is kept iff
 //     uniform01(philox_u32(seed, base, i)) >= p,     base = gen.reserve(numel)
 // and kept values are scaled by 1 / (1 - p) ("inverted dropout": eval is the identity).
-// The mask is a pure function of (seed, base, i): the CPU and (later) every CUDA thread
+// The mask is a pure function of (seed, base, i): the CPU and every CUDA thread
 // compute the same mask bit for bit, and backward recomputes it from (seed, base) instead of
 // saving it, so dropout costs no activation memory. p is compared as a float on every device.
 // x: any shape, f32 or f64. p must be in [0, 1); p == 0 or eval mode returns x itself.
