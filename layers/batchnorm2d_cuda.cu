@@ -27,6 +27,7 @@
 #include <cmath>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "layers/batchnorm2d_kernels.h"
 
@@ -38,27 +39,8 @@ constexpr int kWarp = 32;
 constexpr int kReduceThreads = 256;  // per-channel reduction blocks (a multiple of 32)
 constexpr int kElementThreads = 256;
 constexpr unsigned kMaxElementBlocks = 4096;  // grid-stride beyond 1M threads
-constexpr unsigned kFullMask = 0xffffffffu;
 
-// Sum over the 32 lanes of a warp; every lane gets the total. In a butterfly (xor) each pair
-// adds the same two values, a + b == b + a exactly, so all lanes hold bit-identical sums.
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); every thread gets the total. `scratch`
-// is __shared__ double[32]; it is free again when this returns (the final barrier).
-__device__ double block_sum(double v, double* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int warps = blockDim.x / kWarp;
-  v = warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = warp_sum(lane < warps ? scratch[lane] : 0.0);  // every warp reduces the warp totals
-  __syncthreads();
-  return v;
-}
+// warp_sum / block_sum (fixed-order butterfly reductions): engine/cuda/kernels/common.h.
 
 // Offset of value k (0 <= k < N * HW) of channel ch in the (N, C, HW) tensor.
 __device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t ch, int64_t c, int64_t hw) {

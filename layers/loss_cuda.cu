@@ -32,6 +32,7 @@
 #include <cmath>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "layers/loss_kernels.h"
 
@@ -40,7 +41,6 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kRowsPerBlock = 8;                     // cross-entropy: a warp per row
 constexpr int kRowThreads = kRowsPerBlock * kWarp;   // 256
 constexpr int kThreads = 256;                        // every other kernel
@@ -52,23 +52,8 @@ __device__ __forceinline__ double exp_t(double v) { return ::exp(v); }
 __device__ __forceinline__ float log_t(float v) { return ::logf(v); }
 __device__ __forceinline__ double log_t(double v) { return ::log(v); }
 
-// Butterfly reductions over a warp: every lane ends with the result, and because each step
-// combines the same pair of values on both lanes (a + b == b + a exactly), every lane holds
-// the same bits.
-template <typename V>
-__device__ __forceinline__ V warp_sum(V v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-// The max as the CPU loop takes it (`b > a ? b : a`: a NaN never wins a comparison).
-template <typename V>
-__device__ __forceinline__ V warp_max(V v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    const V o = __shfl_xor_sync(kFullMask, v, offset);
-    v = o > v ? o : v;
-  }
-  return v;
-}
+// warp_sum / warp_max / block_sum (fixed-order butterfly reductions, every lane gets the
+// result): engine/cuda/kernels/common.h. The minimum of a long long is only needed here.
 __device__ __forceinline__ long long warp_min(long long v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     const long long o = __shfl_xor_sync(kFullMask, v, offset);
@@ -77,19 +62,7 @@ __device__ __forceinline__ long long warp_min(long long v) {
   return v;
 }
 
-// Sum over a block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
-// `scratch` is __shared__ double[32]; it may be reused once this returns.
-__device__ double block_sum(double v, double* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  v = warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = warp_sum(lane < static_cast<int>(blockDim.x / kWarp) ? scratch[lane] : 0.0);
-  __syncthreads();
-  return v;
-}
-
-// The same for the minimum of a long long.
+// The minimum over a block (block_sum's scheme); `scratch` is __shared__ long long[32].
 __device__ long long block_min(long long v, long long* scratch) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   v = warp_min(v);
