@@ -7,6 +7,7 @@
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "layers/batchnorm2d_kernels.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/context.h"
@@ -200,11 +201,19 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
              shape_str(x.shape()), " has ", x.size(1), " channels, expected ", num_features_);
   if (!is_training())
     return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, false, 0.0, eps_);
-  // momentum = None: the cumulative average over the batches seen so far, as PyTorch.
-  const double batches = num_batches_tracked_.item() + 1;
-  const double momentum = momentum_ ? *momentum_ : 1.0 / batches;
-  Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true, momentum, eps_);
-  num_batches_tracked_.fill_(batches);  // only once the step succeeded
+  if (!momentum_) {
+    // momentum = None: the cumulative average over the batches seen so far, as PyTorch. The
+    // count is read on the host (on a GPU that waits for the device: only in this mode).
+    const double batches = num_batches_tracked_.item() + 1;
+    Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true,
+                            1.0 / batches, eps_);
+    num_batches_tracked_.fill_(batches);  // only once the step succeeded
+    return y;
+  }
+  Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true, *momentum_, eps_);
+  // Count the step where the counter lives, without reading it back (exact below 2^53).
+  NoGradGuard no_grad;
+  num_batches_tracked_.copy_(num_batches_tracked_.to(DType::F64) + 1.0);
   return y;
 }
 
