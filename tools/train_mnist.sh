@@ -5,6 +5,6 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/tools/setup.sh"
-"$root/tools/build.sh"
+KILN_BUILD_TARGET=mnist_train "$root/tools/build.sh"  # the app only: tests are tools/test.sh's job
 "$root/datasets/fetch_mnist.sh"
 exec "${KILN_BUILD_DIR:-$root/build}/apps/mnist_train" --device auto "$@"
