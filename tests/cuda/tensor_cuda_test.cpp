@@ -106,7 +106,8 @@ TEST(CudaContext, MissingDeviceNamesWhatExists) {
              : "this machine has " + std::to_string(n) + " CUDA devices (cuda:0..cuda:" +
                    std::to_string(n - 1) + ")";
   const int missing = n <= 7 ? 7 : n;
-  const std::string want = "device cuda:" + std::to_string(missing) + " is not available: " + have;
+  const std::string want = "device cuda:" + std::to_string(missing) + " is not available: " + have +
+                           "; pick one of those, or use --device cpu";
   Error e = expect_error([&] { cuda::check_device(missing); });
   EXPECT_EQ(std::string(e.what()), want);
   EXPECT_EQ(e.kind(), ErrorKind::Usage);
