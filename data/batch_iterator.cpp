@@ -4,19 +4,60 @@
 #include <chrono>
 #include <utility>
 
+#include "data/transforms.h"
 #include "engine/error.h"
 
 namespace kiln {
 
 BatchSource::~BatchSource() = default;
 
+namespace detail {
+
+ExampleWriter::ExampleWriter(const Dataset& dataset, std::shared_ptr<const Compose> transform,
+                             uint64_t seed)
+    : dataset_(dataset), transform_(std::move(transform)), seed_(seed) {
+  const Shape in = dataset.example_shape();
+  input_numel_ = shape_numel(in);
+  output_shape_ = in;
+  if (transform_) {
+    if (transform_->input_shape() != in) {
+      throw Error("the transform " + transform_->describe() + " expects examples of shape " +
+                      shape_str(transform_->input_shape()) + ", but the dataset's are " +
+                      shape_str(in) + " (" + dataset.describe() + ")",
+                  ErrorKind::Usage);
+    }
+    output_shape_ = transform_->output_shape();
+  }
+  output_numel_ = shape_numel(output_shape_);
+}
+
+int64_t ExampleWriter::write(int64_t index, int64_t epoch, float* out,
+                             std::vector<float>& scratch) const {
+  if (!transform_) return dataset_.get(index, out);  // straight into the batch row
+  // The raw example goes into scratch first, the pipeline writes the batch row; the first
+  // input_numel_ floats of scratch hold the raw example, the rest is the pipeline's scratch.
+  const size_t need = static_cast<size_t>(input_numel_ + transform_->scratch_floats());
+  if (scratch.size() < need) scratch.resize(need);
+  const int64_t label = dataset_.get(index, scratch.data());
+  SampleContext ctx;
+  ctx.seed = seed_;
+  ctx.epoch = epoch;
+  ctx.index = index;
+  float* pipeline_scratch = transform_->scratch_floats() > 0 ? scratch.data() + input_numel_ : nullptr;
+  transform_->apply(scratch.data(), out, ctx, pipeline_scratch);
+  return label;
+}
+
+}  // namespace detail
+
 BatchIterator::BatchIterator(const Dataset& dataset, std::shared_ptr<Sampler> sampler,
-                             int64_t batch_size, bool drop_last)
+                             int64_t batch_size, bool drop_last,
+                             std::shared_ptr<const Compose> transform, uint64_t seed)
     : dataset_(dataset),
       sampler_(std::move(sampler)),
       batch_size_(batch_size),
       drop_last_(drop_last),
-      example_shape_(dataset.example_shape()) {
+      writer_(dataset, std::move(transform), seed) {
   KILN_CHECK_INPUT(sampler_ != nullptr, "BatchIterator: no sampler given");
   if (batch_size_ < 1) {
     throw Error(detail::str("BatchIterator: batch size must be >= 1, got ", batch_size_),
@@ -32,6 +73,7 @@ int64_t BatchIterator::num_batches() const {
 void BatchIterator::start_epoch(int64_t epoch) {
   const auto t0 = std::chrono::steady_clock::now();
   order_ = sampler_->indices(epoch);
+  epoch_ = epoch;
   position_ = 0;
   batch_index_ = 0;
   started_ = true;
@@ -48,15 +90,15 @@ bool BatchIterator::next(Batch& out) {
 
   // inputs is (B, example_shape...), labels is (B).
   Shape shape{b};
-  shape.insert(shape.end(), example_shape_.begin(), example_shape_.end());
+  shape.insert(shape.end(), writer_.output_shape().begin(), writer_.output_shape().end());
   Tensor inputs = Tensor::empty(shape, DType::F32);
   Tensor labels = Tensor::empty({b}, DType::I64);
   float* x = inputs.data<float>();
   int64_t* y = labels.data<int64_t>();
-  const int64_t example_numel = shape_numel(example_shape_);
+  const int64_t example_numel = writer_.output_numel();
   for (int64_t i = 0; i < b; ++i) {
     const int64_t index = order_[static_cast<size_t>(position_ + i)];
-    y[i] = dataset_.get(index, x + i * example_numel);
+    y[i] = writer_.write(index, epoch_, x + i * example_numel, scratch_);
   }
   position_ += b;
 

@@ -12,6 +12,11 @@
 // queue, pinned buffers, prefetch) is another BatchSource; apps hold a BatchSource and never
 // change when it arrives.
 //
+// Transforms: an optional Compose pipeline (data/transforms.h) is applied to each example
+// after Dataset::get(), with SampleContext{seed, epoch, index}: random augmentations are a pure
+// function of (seed, epoch, dataset index), so the Loader, with any number of workers, builds
+// bit-identical batches (both use detail::ExampleWriter below).
+//
 // Batches: the sampler's order of the epoch is cut into consecutive batches of batch_size;
 // the last one is smaller unless drop_last (then it is skipped). Batch tensors are freshly
 // allocated CPU tensors (Tensor::empty) each time: a batch handed out stays valid for as long
@@ -27,6 +32,8 @@
 #include "engine/tensor.h"
 
 namespace kiln {
+
+class Compose;
 
 struct Batch {
   Tensor inputs;      // f32 (B, C, H, W) on CPU: (B, example_shape...)
@@ -47,11 +54,39 @@ class BatchSource {
   virtual double wait_seconds() const = 0;
 };
 
+namespace detail {
+
+// Writes one example of a batch: Dataset::get() and then the optional transform. Shared by
+// BatchIterator and Loader, so both produce the same bits. Const and thread-safe; each thread
+// brings its own `scratch` (resized on first use, then reused: no allocation per example).
+class ExampleWriter {
+ public:
+  // Throws kiln::Error (Usage) when the transform's input shape is not the dataset's.
+  ExampleWriter(const Dataset& dataset, std::shared_ptr<const Compose> transform, uint64_t seed);
+  // Shape of one example as written (the transform's output shape, or the dataset's).
+  const Shape& output_shape() const { return output_shape_; }
+  int64_t output_numel() const { return output_numel_; }
+  // Writes example `index` of epoch `epoch` into out[output_numel()]; returns its label.
+  int64_t write(int64_t index, int64_t epoch, float* out, std::vector<float>& scratch) const;
+
+ private:
+  const Dataset& dataset_;
+  std::shared_ptr<const Compose> transform_;
+  uint64_t seed_;
+  Shape output_shape_;
+  int64_t input_numel_ = 0, output_numel_ = 0;
+};
+
+}  // namespace detail
+
 class BatchIterator : public BatchSource {
  public:
-  // `dataset` must outlive the iterator. batch_size >= 1.
+  // `dataset` must outlive the iterator. batch_size >= 1. `transform` (optional) is applied to
+  // every example with SampleContext{seed, epoch, index}; its input shape must be the
+  // dataset's example shape.
   BatchIterator(const Dataset& dataset, std::shared_ptr<Sampler> sampler, int64_t batch_size,
-                bool drop_last = false);
+                bool drop_last = false, std::shared_ptr<const Compose> transform = nullptr,
+                uint64_t seed = 0);
 
   void start_epoch(int64_t epoch) override;
   bool next(Batch& out) override;
@@ -65,9 +100,11 @@ class BatchIterator : public BatchSource {
   std::shared_ptr<Sampler> sampler_;
   int64_t batch_size_;
   bool drop_last_;
-  Shape example_shape_;
+  detail::ExampleWriter writer_;
+  std::vector<float> scratch_;
 
   bool started_ = false;
+  int64_t epoch_ = 0;
   std::vector<int64_t> order_;  // the epoch's indices
   int64_t position_ = 0;        // next position in order_
   int64_t batch_index_ = 0;

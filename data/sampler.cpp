@@ -1,6 +1,7 @@
 // sampler.cpp: sequential and seeded random samplers (see sampler.h for the why).
 #include "data/sampler.h"
 
+#include <algorithm>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -80,13 +81,59 @@ RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
   check_size(n, "RandomSampler");
 }
 
+// Each epoch gets its own region of the counter space: 2^40 counters (2^42 numbers), far
+// more than a shuffle of up to 2^32 elements draws, so epochs never share random numbers.
+constexpr int kEpochShift = 40;
+
 std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
-  // Each epoch gets its own region of the counter space: 2^40 counters (2^42 numbers), far
-  // more than a shuffle of up to 2^32 elements draws, so epochs never share random numbers.
-  constexpr int kEpochShift = 40;
   KILN_CHECK_INPUT(epoch >= 0 && epoch < (int64_t{1} << (64 - kEpochShift)),
                    "RandomSampler::indices: epoch must be in 0..2^24-1, got ", epoch);
   return philox_permutation(n_, seed_, static_cast<uint64_t>(epoch) << kEpochShift);
+}
+
+DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed),
+      drop_last_(drop_last) {
+  check_size(n, "DistributedSampler");
+  if (world_size < 1) {
+    throw Error(detail::str("DistributedSampler: world_size must be >= 1, got ", world_size),
+                ErrorKind::Usage);
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw Error(detail::str("DistributedSampler: rank must be in 0..", world_size - 1,
+                            " (world_size ", world_size, "), got ", rank),
+                ErrorKind::Usage);
+  }
+  const int64_t w = world_size;
+  per_rank_ = drop_last ? n / w : (n + w - 1) / w;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  KILN_CHECK_INPUT(epoch >= 0 && epoch < (int64_t{1} << (64 - kEpochShift)),
+                   "DistributedSampler::indices: epoch must be in 0..2^24-1, got ", epoch);
+  // 1. The whole epoch's order, identical on every rank (same seed, same epoch).
+  std::vector<int64_t> order;
+  if (shuffle_) {
+    order = philox_permutation(n_, seed_, static_cast<uint64_t>(epoch) << kEpochShift);
+  } else {
+    order.resize(static_cast<size_t>(n_));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  // 2. Pad (repeating from the start, again and again if n < world_size) or cut to a multiple
+  //    of world_size.
+  const int64_t total = per_rank_ * world_size_;
+  if (n_ > 0) {
+    for (int64_t i = n_; i < total; ++i) order.push_back(order[static_cast<size_t>(i - n_)]);
+  }
+  order.resize(static_cast<size_t>(std::min<int64_t>(total, static_cast<int64_t>(order.size()))));
+  // 3. This rank's share: positions rank, rank + W, rank + 2W, ...
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t i = rank_; i < static_cast<int64_t>(order.size()); i += world_size_) {
+    mine.push_back(order[static_cast<size_t>(i)]);
+  }
+  return mine;
 }
 
 }  // namespace kiln

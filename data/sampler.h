@@ -8,6 +8,11 @@
 //   SequentialSampler(n)      0, 1, ..., n-1 every epoch (evaluation).
 //   RandomSampler(n, seed)    a uniformly random permutation of 0..n-1, a different one each
 //                             epoch, the same one for the same (seed, epoch) on every platform.
+//   DistributedSampler(n, rank, world_size, shuffle, seed)
+//                             this rank's share of the epoch when world_size processes train
+//                             together (data parallelism): every rank draws the SAME epoch order
+//                             (seed, epoch), pads it to a multiple of world_size and takes every
+//                             world_size-th index starting at `rank` (PyTorch's scheme).
 //
 // Why not std::shuffle: the algorithm of std::shuffle and of std::uniform_int_distribution is
 // implementation-defined, so libstdc++, libc++ and MSVC give different orders from the same
@@ -51,6 +56,37 @@ class RandomSampler : public Sampler {
  private:
   int64_t n_;
   uint64_t seed_;
+};
+
+// DistributedSampler: the epoch's order (a philox permutation of 0..n-1 for (seed, epoch) as in
+// RandomSampler, or 0..n-1 without shuffle) is the same on every rank, because each rank
+// computes it from the same (seed, epoch): no communication is needed to agree on it. Rank r
+// takes positions r, r + W, r + 2W, ... (W = world_size), so the ranks' shares are disjoint.
+// Every rank must run the same number of steps (a collective all-reduce per step would hang
+// otherwise), so when n is not a multiple of W the order is padded to ceil(n / W) * W by
+// repeating its beginning (PyTorch's DistributedSampler does the same): a few examples are seen
+// twice per epoch. With drop_last the order is instead cut to floor(n / W) * W. The per-epoch
+// reshuffle comes through indices(epoch), i.e. BatchSource::start_epoch(epoch): there is no
+// set_epoch() to forget.
+class DistributedSampler : public Sampler {
+ public:
+  // Throws kiln::Error (Usage) unless world_size >= 1 and 0 <= rank < world_size, n >= 0.
+  DistributedSampler(int64_t n, int rank, int world_size, bool shuffle = true, uint64_t seed = 0,
+                     bool drop_last = false);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  // Indices of this rank per epoch: ceil(n / world_size) (floor with drop_last); equal on all
+  // ranks.
+  int64_t size() const override { return per_rank_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  int64_t n_;
+  int rank_, world_size_;
+  bool shuffle_;
+  uint64_t seed_;
+  bool drop_last_;
+  int64_t per_rank_;
 };
 
 // A uniform random permutation of 0..n-1 drawn from the Philox stream (key, counter base):

