@@ -48,18 +48,14 @@ Tensor host_tensor(const Shape& shape, DType dtype, bool pinned) {
 // every earlier use of it on that stream is ordered before (caching_allocator.h, point 2). The
 // copy runs on the copy stream, so the block must come from the copy stream's free list; a block
 // from the compute stream's list could still be read by queued compute kernels when the copy
-// overwrites it. Storage's constructor always allocates for the current stream, so we let it
-// take a 0-byte placeholder and swap in a block of the right stream (freeing the placeholder).
+// overwrites it. Storage's allocating constructor uses the current stream, so the block is
+// allocated here for the copy stream and the Storage adopts it.
 Tensor device_tensor_for_stream(const Shape& shape, DType dtype, Device device,
                                 cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  auto storage = std::make_shared<Storage>(0, device);
   void* block = cuda_allocator::allocate(bytes, device.index, stream);
-  void* placeholder = storage->data;
-  storage->data = block;
-  storage->bytes = bytes;
-  cuda_allocator::deallocate(placeholder);
-  return tensor_over(std::move(storage), shape, dtype);
+  return tensor_over(std::make_shared<Storage>(block, bytes, device, MemoryKind::Device), shape,
+                     dtype);
 }
 #endif
 

@@ -63,6 +63,12 @@ Storage::Storage(size_t nbytes, Device dev, MemoryKind k) : bytes(nbytes), devic
   }
 }
 
+Storage::Storage(void* block, size_t nbytes, Device dev, MemoryKind k)
+    : data(block), bytes(nbytes), device(dev), kind(k) {
+  KILN_CHECK(dev.is_cuda() == (k == MemoryKind::Device), "Storage: memory kind does not match ",
+             dev.str());
+}
+
 Storage::~Storage() {
   switch (kind) {
     case MemoryKind::Host: cpu_allocator::deallocate(data, bytes); break;

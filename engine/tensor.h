@@ -41,6 +41,10 @@ struct Storage {
   // cuda:N does not exist, or in a build without CUDA).
   Storage(size_t bytes, Device device);
   Storage(size_t bytes, Device device, MemoryKind kind);  // PinnedHost needs a CPU device
+  // Takes ownership of `data` (`bytes` long), already allocated by the allocator of `kind`,
+  // which frees it. For blocks allocated differently from the constructors above, e.g. a CUDA
+  // block owned by another stream than the caller's (the loader's copy stream).
+  Storage(void* data, size_t bytes, Device device, MemoryKind kind);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
