@@ -40,22 +40,17 @@ namespace kiln::cuda {
 
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;                     // cross-entropy: a warp per row
-constexpr int kRowThreads = kRowsPerBlock * kWarp;   // 256
+constexpr int kRowThreads = kRowsPerBlock * kWarpSize;   // 256
 constexpr int kThreads = 256;                        // every other kernel
 constexpr unsigned kMaxBlocks = 1024;                // grid-stride beyond 256K threads
 
-// exp and log in T's precision (float: expf/logf, not the fast __expf approximations).
-__device__ __forceinline__ float exp_t(float v) { return ::expf(v); }
-__device__ __forceinline__ double exp_t(double v) { return ::exp(v); }
-__device__ __forceinline__ float log_t(float v) { return ::logf(v); }
-__device__ __forceinline__ double log_t(double v) { return ::log(v); }
+// exp_t / log_t (T's precision, not the fast __expf approximations): kernels/common.h.
 
 // warp_sum / warp_max / block_sum (fixed-order butterfly reductions, every lane gets the
 // result): engine/cuda/kernels/common.h. The minimum of a long long is only needed here.
 __device__ __forceinline__ long long warp_min(long long v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     const long long o = __shfl_xor_sync(kFullMask, v, offset);
     v = o < v ? o : v;
   }
@@ -64,11 +59,11 @@ __device__ __forceinline__ long long warp_min(long long v) {
 
 // The minimum over a block (block_sum's scheme); `scratch` is __shared__ long long[32].
 __device__ long long block_min(long long v, long long* scratch) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   v = warp_min(v);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  v = warp_min(lane < static_cast<int>(blockDim.x / kWarp) ? scratch[lane] : v);
+  v = warp_min(lane < static_cast<int>(blockDim.x / kWarpSize) ? scratch[lane] : v);
   __syncthreads();
   return v;
 }
@@ -87,22 +82,22 @@ __global__ void __launch_bounds__(kRowThreads)
     cross_entropy_rows_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
                               T* __restrict__ probs, double* __restrict__ row_loss, int64_t n,
                               int64_t c) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= n) return;  // the whole warp leaves together: the shuffles below stay complete
   const T* x = logits + row * c;
   T* p = probs + row * c;
   T mx = -INFINITY;
-  for (int64_t j = lane; j < c; j += kWarp) mx = x[j] > mx ? x[j] : mx;
+  for (int64_t j = lane; j < c; j += kWarpSize) mx = x[j] > mx ? x[j] : mx;
   mx = warp_max(mx);
   T sum = 0;
-  for (int64_t j = lane; j < c; j += kWarp) {
+  for (int64_t j = lane; j < c; j += kWarpSize) {
     const T e = exp_t(x[j] - mx);
     p[j] = e;
     sum += e;
   }
   sum = warp_sum(sum);
-  for (int64_t j = lane; j < c; j += kWarp) p[j] /= sum;  // this lane's own writes: no sync
+  for (int64_t j = lane; j < c; j += kWarpSize) p[j] /= sum;  // this lane's own writes: no sync
   if (lane == 0) {
     const int64_t t = targets[row];
     row_loss[row] = (t >= 0 && t < c) ? static_cast<double>(log_t(sum) + mx - x[t]) : 0.0;
@@ -116,8 +111,8 @@ __global__ void __launch_bounds__(kThreads)
     cross_entropy_finish_kernel(const double* __restrict__ row_loss,
                                 const int64_t* __restrict__ targets, T* __restrict__ loss,
                                 int64_t* __restrict__ bad_row, int64_t n, int64_t c) {
-  __shared__ double sum_scratch[kWarp];
-  __shared__ long long min_scratch[kWarp];
+  __shared__ double sum_scratch[kWarpSize];
+  __shared__ long long min_scratch[kWarpSize];
   constexpr long long kNone = 0x7fffffffffffffffLL;
   double s = 0;
   long long first_bad = kNone;
@@ -158,7 +153,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mse_loss_partial_kernel(const T* __restrict__ a, const T* __restrict__ b,
                             double* __restrict__ partials, int64_t n) {
-  __shared__ double scratch[kWarp];
+  __shared__ double scratch[kWarpSize];
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   double s = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -175,7 +170,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mse_loss_finish_kernel(const double* __restrict__ partials, int64_t count,
                            T* __restrict__ loss, int64_t n) {
-  __shared__ double scratch[kWarp];
+  __shared__ double scratch[kWarpSize];
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
   s = block_sum(s, scratch);
