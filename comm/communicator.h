@@ -1,0 +1,136 @@
+// communicator.h: collectives over a Transport, blocking or asynchronous.
+//
+//   auto comm = comm::make_communicator("mpi");          // or "local" inside run_local(), "nccl"
+//   comm->allreduce(grad, ReduceOp::Average, Algorithm::Ring);
+//   std::shared_ptr<Work> w = comm->allreduce_async(bucket, ReduceOp::Sum, Algorithm::Ring);
+//   ... backward continues ...
+//   w->wait();
+//
+// Every operation, blocking or not, runs on the communicator's own worker thread in the order
+// it was submitted. That gives three properties at once: (1) asynchronous collectives overlap
+// with whatever the caller does next (DataParallel starts a bucket's allreduce from a
+// grad-ready hook while backward continues); (2) all ranks run their collectives in the same
+// order as long as they submit them in the same order (the MPI rule); (3) only one thread
+// talks to the transport at a time, which is all MPI_THREAD_SERIALIZED asks.
+//
+// Members: collectives run over ranks [0, members()) of the transport, by default all of them.
+// With dedicated parameter-server ranks (comm/parameter_server.h) the workers are the first
+// W ranks and the servers the rest: the workers' communicator has members() == W.
+//
+// Tensors passed to collectives are contiguous f32 or f64 tensors on the transport's device
+// (the CPU for local and mpi; this rank's GPU for nccl); an async call keeps its tensor alive
+// until the Work completes, and the caller must not touch it before wait().
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/transport.h"
+#include "engine/tensor.h"
+
+namespace kiln::comm {
+
+// How an allreduce is computed (comm/algorithms.h). Native: the transport's own.
+enum class Algorithm : uint8_t { Ring, HalvingDoubling, ParameterServer, Native };
+const char* algorithm_name(Algorithm a);  // "ring", "hd", "ps", "native"
+// "ring" | "hd" | "ps" | "native"; anything else is a Usage error listing these.
+Algorithm parse_algorithm(const std::string& name);
+
+// Tuning shared by the algorithms.
+struct AlgorithmOptions {
+  // Ring: each of the N chunks travels in sub-chunks of at most this many bytes, so the
+  // reduction of one sub-chunk overlaps the transfer of the next (pipelining).
+  size_t ring_subchunk_bytes = 1 << 20;
+  // Parameter server (synchronous allreduce): shard layout. 0: one shard per member rank
+  // (co-located servers); S > 0: S dedicated server ranks, ranks [members, members + S).
+  int ps_servers = 0;
+};
+
+// The handle of an asynchronous operation.
+class Work {
+ public:
+  // Blocks until the operation finished; rethrows its error. Idempotent.
+  void wait();
+  bool done() const;
+  // Seconds the operation ran on the worker thread (valid after wait()).
+  double seconds() const;
+
+ private:
+  friend class Communicator;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  double seconds_ = 0;
+  std::function<void()> fn_;
+  Tensor keep_alive_;
+};
+
+class Communicator {
+ public:
+  // members: ranks [0, members) take part in collectives (-1: all).
+  explicit Communicator(std::shared_ptr<Transport> transport, int members = -1,
+                        AlgorithmOptions options = {});
+  ~Communicator();  // drains the queue, joins the worker
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return members_; }  // members of the collectives
+  int local_rank() const { return transport_->local_rank(); }
+  bool is_member() const { return rank() < members_; }
+  Transport& transport() const { return *transport_; }
+  const std::shared_ptr<Transport>& transport_ptr() const { return transport_; }
+  const AlgorithmOptions& options() const { return options_; }
+  uint64_t bytes_sent() const { return transport_->bytes_sent(); }
+
+  // Point to point, blocking, on whole tensors (recv: `t` has the expected size).
+  void send(const Tensor& t, int dst, int tag = 0);
+  void recv(Tensor& t, int src, int tag = 0);
+
+  // Collectives, blocking. In place where the result has the input's shape.
+  void allreduce(Tensor& t, ReduceOp op = ReduceOp::Sum, Algorithm alg = Algorithm::Ring);
+  void broadcast(Tensor& t, int root = 0);
+  // out: size() * in.numel() elements, rank r's `in` at [r * n, (r + 1) * n).
+  void allgather(const Tensor& in, Tensor& out);
+  // in: size() * out.numel() elements; out = the reduction of every rank's block `rank()`.
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::Sum);
+  void barrier();
+
+  // Asynchronous versions: queued behind earlier operations; the tensor stays alive until done.
+  std::shared_ptr<Work> allreduce_async(Tensor t, ReduceOp op = ReduceOp::Sum,
+                                        Algorithm alg = Algorithm::Ring);
+  std::shared_ptr<Work> broadcast_async(Tensor t, int root = 0);
+  // Any operation on the worker thread (used by DataParallel for buffers that are not tensors).
+  std::shared_ptr<Work> submit(std::function<void()> fn, Tensor keep_alive = Tensor());
+
+  // The allreduce itself on a raw buffer, run on the calling thread (the worker thread calls
+  // it; so do tests of the algorithms).
+  void allreduce_now(const Buffer& buf, ReduceOp op, Algorithm alg);
+
+ private:
+  void worker_loop();
+  std::shared_ptr<Transport> transport_;
+  int members_;
+  AlgorithmOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Work>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+// A Buffer over a contiguous f32/f64 tensor (checks the dtype and the device).
+Buffer buffer_of(const Tensor& t, const Transport& transport);
+
+// "local:N" is not created here (see run_local in comm/local_transport.h). "mpi": initialises
+// MPI on first use; "nccl": MPI for the rendezvous, then NCCL on GPU local_rank. A transport
+// this build lacks is a Usage error saying how to get it.
+std::shared_ptr<Transport> make_transport(const std::string& name);
+
+}  // namespace kiln::comm

@@ -1,0 +1,1 @@
+// data_parallel.cpp: placeholder, being written

@@ -1,0 +1,1 @@
+// halving_doubling.cpp: placeholder, being written

@@ -1,0 +1,1 @@
+// mpi_transport.cpp: placeholder, being written

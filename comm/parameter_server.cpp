@@ -1,0 +1,1 @@
+// parameter_server.cpp: placeholder, being written

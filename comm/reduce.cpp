@@ -1,0 +1,1 @@
+// reduce.cpp: placeholder, being written

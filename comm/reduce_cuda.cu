@@ -1,0 +1,1 @@
+// reduce_cuda.cu: placeholder, being written

@@ -1,0 +1,1 @@
+// ring.cpp: placeholder, being written

@@ -1,0 +1,1 @@
+# algorithm_tests.cmake: being written

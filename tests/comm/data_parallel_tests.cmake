@@ -1,0 +1,1 @@
+# data_parallel_tests.cmake: being written

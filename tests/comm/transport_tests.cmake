@@ -1,0 +1,1 @@
+# transport_tests.cmake: being written
