@@ -1,1 +1,80 @@
-# transport_tests.cmake: being written
+# transport_tests.cmake: tests of the transports (local threads, MPI, NCCL), their failure
+# paths and timeouts, and kiln_mpi_test(), which the other comm/ test files use too.
+
+find_package(MPI REQUIRED COMPONENTS CXX)
+
+# kiln_mpi_test(<name> NP 2 [3 4 ...] SOURCES a.cpp ... LIBS kiln_comm ... [TIMEOUT s])
+#
+# One executable (the sources + mpi_test_main.cpp, which initialises MPI), and one ctest test
+# per NP value, <name>_np<n>, that runs the whole executable under mpirun on n ranks:
+#   mpirun -n <n> --oversubscribe <exe>
+# --oversubscribe lets 4 ranks run on a 2-core machine. Root may run mpirun only with
+# OMPI_ALLOW_RUN_AS_ROOT*; no MCA flags are needed here (shared-memory and self transports
+# are picked by default). Label: mpi; build them all with the kiln_tests_mpi target.
+function(kiln_mpi_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "NP;SOURCES;LIBS" ${ARGN})
+  if(NOT T_NP)
+    message(FATAL_ERROR "kiln_mpi_test(${name}): give at least one NP <ranks>")
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/comm/mpi_test_main.cpp)
+  target_link_libraries(${name} PRIVATE ${T_LIBS} kiln_test_support GTest::gtest MPI::MPI_CXX)
+  foreach(np ${T_NP})
+    add_test(NAME ${name}_np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(${name}_np${np} PROPERTIES
+      LABELS mpi
+      TIMEOUT ${T_TIMEOUT}
+      PROCESSORS ${np}
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  endforeach()
+  if(NOT TARGET kiln_tests_mpi)
+    add_custom_target(kiln_tests_mpi)
+  endif()
+  add_dependencies(kiln_tests_mpi ${name})
+endfunction()
+
+# The local transport (threads): matching, failure propagation, timeouts.
+kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit LIBS kiln_comm)
+
+# The MPI transport itself, then every algorithm over it.
+kiln_mpi_test(mpi_transport_test NP 2 4 SOURCES mpi_transport_test.cpp LIBS kiln_comm TIMEOUT 120)
+kiln_mpi_test(mpi_algorithms_test NP 2 3 4 SOURCES mpi_algorithms_test.cpp LIBS kiln_comm
+              TIMEOUT 300)
+
+# A rank that leaves the job while rank 0 waits for it, killed (SIGKILL) or by abort(): the
+# whole job must end quickly, with a non-zero exit code and a message. mpi_rank_dies_test.sh
+# runs mpirun and checks all three (Open MPI's launcher ends the job, not our timeout).
+add_executable(mpi_rank_dies mpi_rank_dies.cpp)
+target_link_libraries(mpi_rank_dies PRIVATE kiln_comm MPI::MPI_CXX)
+foreach(mode kill abort)
+  add_test(NAME mpi_rank_dies_${mode}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_dies_test.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:mpi_rank_dies> ${mode})
+  set_tests_properties(mpi_rank_dies_${mode} PROPERTIES
+    LABELS mpi
+    TIMEOUT 90
+    PROCESSORS 2
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endforeach()
+if(NOT TARGET kiln_tests_mpi)
+  add_custom_target(kiln_tests_mpi)
+endif()
+add_dependencies(kiln_tests_mpi mpi_rank_dies)
+
+# NCCL: only in a real CUDA build with NCCL (comm/CMakeLists.txt then gives kiln_comm the
+# public definition KILN_WITH_NCCL=1); on a machine without a GPU the tests skip and say why.
+# NP 2 needs two GPUs on this host and skips on one.
+get_target_property(kiln_comm_defs kiln_comm INTERFACE_COMPILE_DEFINITIONS)
+if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1")
+  kiln_mpi_test(nccl_transport_test NP 1 2 SOURCES nccl_transport_test.cpp LIBS kiln_comm
+                TIMEOUT 120)
+  set_property(TEST nccl_transport_test_np1 nccl_transport_test_np2 APPEND PROPERTY LABELS gpu)
+  if(NOT TARGET kiln_tests_gpu)
+    add_custom_target(kiln_tests_gpu)
+  endif()
+  add_dependencies(kiln_tests_gpu nccl_transport_test)
+endif()
