@@ -37,15 +37,15 @@ inline int64_t chunk_offset(int64_t K, int n, int c) {
   return c * (K / n) + (c < K % n ? c : K % n);
 }
 
-// A scratch buffer of `count` elements of `type` on `device` (host memory, or a CUDA tensor).
+// A scratch buffer of `count` elements of `type` on `device` (a tensor from the engine's caching
+// allocator, host or CUDA).
 class Scratch {
  public:
   Scratch(ElemType type, int64_t count, Device device);
   Buffer buffer() const { return buf_; }
 
  private:
-  std::vector<char> host_;
-  Tensor device_mem_;
+  Tensor device_mem_;  // host or device memory, from the engine's allocators
   Buffer buf_;
 };
 

@@ -1,1 +1,344 @@
-// data_parallel.cpp: placeholder, being written
+// data_parallel.cpp: buckets, grad-ready hooks, and the synchronize() that averages.
+#include "comm/data_parallel.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "comm/algorithms.h"
+#include "comm/fp16.h"
+#include "engine/autograd.h"
+
+namespace kiln::comm {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// A tensor of `shape` that views `flat`'s storage from element `offset` on.
+Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = flat.impl()->storage;
+  impl->offset = flat.impl()->offset + offset;
+  impl->shape = shape;
+  impl->dtype = flat.dtype();
+  impl->numel = shape_numel(shape);
+  return Tensor(impl);
+}
+
+// The tensor's values on the host (itself when it is already there).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device()); }
+
+}  // namespace
+
+double DataParallelStats::overlap_fraction() const {
+  if (comm_seconds <= 0) return 0.0;
+  const double f = 1.0 - exposed_seconds / comm_seconds;
+  return f < 0 ? 0.0 : (f > 1 ? 1.0 : f);
+}
+
+// The hooks hold this, not the DataParallel: a parameter can outlive its DataParallel, and a
+// hook cannot be unregistered, so the destructor just cuts the link.
+struct DataParallel::State {
+  std::mutex mu;
+  DataParallel* dp = nullptr;
+};
+
+DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tensor> params,
+                           std::vector<Tensor> buffers, DataParallelOptions options)
+    : comm_(std::move(comm)),
+      params_(std::move(params)),
+      buffers_(std::move(buffers)),
+      options_(options),
+      state_(std::make_shared<State>()) {
+  KILN_CHECK(comm_ != nullptr, "DataParallel: the communicator is null");
+  KILN_CHECK(comm_->is_member(), "DataParallel: rank ", comm_->rank(), " is not a member of the "
+             "communicator (a dedicated parameter-server rank runs comm::serve instead)");
+  KILN_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be > 0");
+  const Device dev = comm_->transport().device();
+  if (options_.fp16) {
+    KILN_CHECK(dev.is_cpu(), "DataParallel: fp16 compression is implemented for host transports "
+               "(local, mpi); with ", comm_->transport().name(), " drop --fp16-allreduce");
+  }
+
+  // Buckets in reverse registration order, cut at bucket_bytes and where the dtype changes.
+  bucket_of_.assign(params_.size(), -1);
+  ready_.assign(params_.size(), 0);
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k];
+    KILN_CHECK(p.defined() && p.is_leaf(), "DataParallel: parameter ", k, " is not a leaf tensor");
+    KILN_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "DataParallel: parameter ", k,
+               " is ", p.str(), "; only f32 and f64 parameters can be averaged");
+    KILN_CHECK(!options_.fp16 || p.dtype() == DType::F32, "DataParallel: fp16 compression needs "
+               "f32 parameters; parameter ", k, " is ", p.str());
+    if (!p.requires_grad()) continue;
+    const size_t bytes = p.nbytes();
+    const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
+                      static_cast<size_t>(buckets_.back().count) * dtype_size(p.dtype()) + bytes <=
+                          options_.bucket_bytes;
+    if (!fits) {
+      buckets_.emplace_back();
+      buckets_.back().dtype = p.dtype();
+    }
+    Bucket& b = buckets_.back();
+    b.params.push_back(k);
+    b.offset.push_back(b.count);
+    b.count += p.numel();
+    bucket_of_[k] = static_cast<int>(buckets_.size() - 1);
+  }
+  for (Bucket& b : buckets_) {
+    b.flat = Tensor::zeros({b.count}, b.dtype, dev);
+    if (options_.fp16) b.wire = Tensor::zeros({2 * b.count}, DType::U8, dev);
+  }
+  reset_pass();
+
+  if (options_.broadcast_from_rank0) broadcast_parameters();
+
+  state_->dp = this;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (bucket_of_[k] < 0) continue;
+    std::weak_ptr<State> weak = state_;
+    params_[k].register_grad_ready_hook([weak, k](Tensor& grad) {
+      auto s = weak.lock();
+      if (!s) return;
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (s->dp != nullptr) s->dp->on_grad_ready(k, grad);
+    });
+  }
+}
+
+DataParallel::~DataParallel() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->dp = nullptr;
+  }
+  // Never leave an allreduce running on buffers we are about to free.
+  for (Bucket& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void DataParallel::broadcast_parameters() {
+  const Device dev = comm_->transport().device();
+  auto bcast = [&](Tensor& t) {
+    const bool direct = t.device() == dev && (t.dtype() == DType::F32 || t.dtype() == DType::F64);
+    if (direct) {
+      comm_->broadcast(t, 0);
+      return;
+    }
+    // Another device or an integer buffer (BatchNorm's step count): through an f64 copy.
+    Tensor staged = t.device() == dev ? t.clone() : t.to(dev);
+    if (staged.dtype() != DType::F32 && staged.dtype() != DType::F64) {
+      staged = staged.to(DType::F64);
+    }
+    comm_->broadcast(staged, 0);
+    t.copy_(staged);
+  };
+  NoGradGuard no_grad;
+  for (Tensor& p : params_) {
+    Tensor d = p.detach();
+    bcast(d);
+  }
+  for (Tensor& b : buffers_) bcast(b);
+}
+
+void DataParallel::reset_pass() {
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (Bucket& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.launched = false;
+    b.work.reset();
+  }
+  next_launch_ = 0;
+}
+
+// Copies parameter k's gradient (or zeros) into its slot of the bucket's flat/wire buffer.
+void DataParallel::pack(size_t k, const Tensor* grad) {
+  Bucket& b = buckets_[bucket_of_[k]];
+  size_t slot = 0;
+  while (b.params[slot] != k) ++slot;
+  const int64_t off = b.offset[slot], n = params_[k].numel();
+  if (options_.fp16) {
+    uint16_t* out = reinterpret_cast<uint16_t*>(b.wire.raw_data()) + off;
+    if (grad == nullptr) {
+      std::memset(out, 0, static_cast<size_t>(n) * 2);
+      return;
+    }
+    const Tensor host = on_host(*grad);
+    const float* in = host.data<float>();
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
+    return;
+  }
+  Tensor view = view_of(b.flat, off, {n});
+  if (grad == nullptr) {
+    view.zero_();
+  } else {
+    view.copy_(*grad);
+  }
+}
+
+void DataParallel::on_grad_ready(size_t k, const Tensor& grad) {
+  if (no_sync_depth_ > 0) return;  // accumulate locally
+  KILN_CHECK(!ready_[k], "DataParallel: parameter ", k, " got a second gradient before "
+             "synchronize(): call synchronize() after every backward, or accumulate "
+             "micro-batches under no_sync()");
+  ready_[k] = 1;
+  pack(k, &grad);
+  Bucket& b = buckets_[bucket_of_[k]];
+  if (--b.pending == 0) launch_ready(/*from_hook=*/true);
+}
+
+// Submits, in bucket order, every bucket whose parameters are all in.
+void DataParallel::launch_ready(bool from_hook) {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    launch(buckets_[next_launch_], from_hook);
+    if (observer_) observer_(static_cast<int>(next_launch_), from_hook);
+    ++next_launch_;
+  }
+}
+
+void DataParallel::launch(Bucket& b, bool from_hook) {
+  b.launched = true;
+  ++stats_.buckets_launched;
+  if (from_hook) ++stats_.buckets_from_hooks;
+  // Sum on the wire; the division by N happens once, in f32/f64, when unpacking.
+  Buffer buf;
+  if (options_.fp16) {
+    buf.data = b.wire.raw_data();
+    buf.count = b.count;
+    buf.type = ElemType::F16;
+    buf.device = b.wire.device();
+  } else {
+    buf = buffer_of(b.flat, comm_->transport());
+  }
+  // The worker thread runs one operation at a time, so the transport's byte counter moves
+  // only for this allreduce while it runs: its bytes, exactly.
+  Communicator* c = comm_.get();
+  const Algorithm alg = options_.algorithm;
+  uint64_t* bytes = &b.bytes;
+  b.work = comm_->submit(
+      [c, buf, alg, bytes] {
+        const uint64_t before = c->bytes_sent();
+        c->allreduce_now(buf, ReduceOp::Sum, alg);
+        *bytes = c->bytes_sent() - before;
+      },
+      options_.fp16 ? b.wire : b.flat);
+}
+
+void DataParallel::synchronize() {
+  if (no_sync_depth_ > 0) return;
+  const auto start = SteadyClock::now();
+  // Parameters whose hook did not fire in this pass (unused in the forward pass, or a pass
+  // without backward): their current .grad if any (accumulated under no_sync), else zeros.
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (bucket_of_[k] < 0 || ready_[k]) continue;
+    const Tensor g = params_[k].grad();
+    pack(k, g.defined() ? &g : nullptr);
+    ready_[k] = 1;
+    --buckets_[bucket_of_[k]].pending;
+  }
+  launch_ready(/*from_hook=*/false);
+  std::exception_ptr error;
+  for (Bucket& b : buckets_) {
+    try {
+      b.work->wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  stats_.exposed_seconds += since(start);
+  if (error) {
+    reset_pass();
+    std::rethrow_exception(error);
+  }
+  for (Bucket& b : buckets_) {
+    stats_.comm_seconds += b.work->seconds();
+    stats_.bytes_sent += b.bytes;
+  }
+
+  // Unpack: average = sum / N, written into each .grad.
+  const double inv = 1.0 / static_cast<double>(comm_->size());
+  NoGradGuard no_grad;
+  for (Bucket& b : buckets_) {
+    if (options_.fp16) {
+      const uint16_t* in = reinterpret_cast<const uint16_t*>(b.wire.raw_data());
+      float* out = b.flat.data<float>();
+      const float f = static_cast<float>(inv);
+      for (int64_t i = 0; i < b.count; ++i) out[i] = f16_to_f32(in[i]) * f;
+    } else if (b.flat.device().is_cpu()) {
+      if (b.dtype == DType::F32) {
+        float* p = b.flat.data<float>();
+        const float f = static_cast<float>(inv);
+        for (int64_t i = 0; i < b.count; ++i) p[i] *= f;
+      } else {
+        double* p = b.flat.data<double>();
+        for (int64_t i = 0; i < b.count; ++i) p[i] *= inv;
+      }
+    } else {
+      scale(buffer_of(b.flat, comm_->transport()), inv);
+    }
+    for (size_t s = 0; s < b.params.size(); ++s) {
+      Tensor& p = params_[b.params[s]];
+      const Tensor view = view_of(b.flat, b.offset[s], p.shape());
+      Tensor g = p.grad();
+      if (!g.defined()) {
+        p.set_grad(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+        g = p.grad();
+      }
+      g.copy_(view);
+    }
+  }
+  ++stats_.steps;
+  reset_pass();
+}
+
+DataParallel::NoSync::NoSync(DataParallel& dp) : dp_(dp) { ++dp_.no_sync_depth_; }
+DataParallel::NoSync::~NoSync() { --dp_.no_sync_depth_; }
+
+std::shared_ptr<LRSchedule> large_minibatch_schedule(double base_lr, int world_size,
+                                                     int64_t warmup_steps, int64_t decay_every,
+                                                     double gamma) {
+  KILN_CHECK(world_size >= 1, "large_minibatch_schedule: world_size must be >= 1");
+  auto inner = std::make_shared<StepLR>(world_scaled_lr(base_lr, world_size),
+                                        decay_every > 0 ? decay_every : 1,
+                                        decay_every > 0 ? gamma : 1.0);
+  if (warmup_steps <= 0 || world_size == 1) return inner;
+  // Starts at base_lr (factor 1/N of the scaled rate) and reaches base_lr * N at warmup_steps.
+  return std::make_shared<LinearWarmup>(inner, warmup_steps, 1.0 / world_size);
+}
+
+std::vector<float> flatten_to_host(const std::vector<Tensor>& tensors) {
+  std::vector<float> out;
+  for (const Tensor& t : tensors) {
+    const std::vector<float> v = t.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+void unflatten_from_host(const std::vector<float>& flat, std::vector<Tensor>& tensors) {
+  int64_t off = 0;
+  for (const Tensor& t : tensors) off += t.numel();
+  KILN_CHECK(off == static_cast<int64_t>(flat.size()), "unflatten_from_host: ", flat.size(),
+             " values for tensors of ", off, " elements");
+  off = 0;
+  NoGradGuard no_grad;
+  for (Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    std::vector<float> part(flat.begin() + off, flat.begin() + off + n);
+    Tensor d = t.detach();
+    d.copy_(Tensor::from_vector<float>(part, t.shape()));
+    off += n;
+  }
+}
+
+}  // namespace kiln::comm

@@ -12,10 +12,21 @@
 
 namespace kiln {
 
+namespace {
+thread_local Generator* t_scoped_generator = nullptr;  // set by GeneratorScope
+}  // namespace
+
 Generator& default_generator() {
+  if (t_scoped_generator != nullptr) return *t_scoped_generator;
   static Generator gen;
   return gen;
 }
+
+GeneratorScope::GeneratorScope(Generator& gen) : prev_(t_scoped_generator) {
+  t_scoped_generator = &gen;
+}
+
+GeneratorScope::~GeneratorScope() { t_scoped_generator = prev_; }
 
 void manual_seed(uint64_t seed) { default_generator().set_state(seed, 0); }
 

@@ -83,8 +83,26 @@ class Generator {
   uint64_t offset_ = 0;
 };
 
-// The process-wide generator used by init and dropout unless one is passed.
+// The generator used by init and dropout unless one is passed: the process-wide one, or on a
+// thread inside a GeneratorScope, that scope's generator.
 Generator& default_generator();
 void manual_seed(uint64_t seed);  // resets the default generator to (seed, offset 0)
+
+// Makes default_generator() (and so manual_seed, init and dropout) use `gen` on the calling
+// thread while the scope lives; other threads are unaffected. Scopes nest. Data-parallel ranks
+// that are threads of one process (comm::run_local) each open one, so every rank has its own
+// dropout stream instead of drawing interleaved numbers from one shared generator, which would
+// make a run depend on thread timing. A Dropout or Conv2d built inside the scope keeps a
+// reference to `gen`: keep it alive as long as the model.
+class GeneratorScope {
+ public:
+  explicit GeneratorScope(Generator& gen);
+  ~GeneratorScope();
+  GeneratorScope(const GeneratorScope&) = delete;
+  GeneratorScope& operator=(const GeneratorScope&) = delete;
+
+ private:
+  Generator* prev_;
+};
 
 }  // namespace kiln

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""tools/plot.py: charts of apps/loader_bench CSV files (PNG, matplotlib).
+"""tools/plot.py: charts of apps/loader_bench and apps/comm_bench CSV files (PNG, matplotlib).
 
     tools/plot.py --csv out/loader/throughput.csv --out out/loader/throughput.png
     tools/plot.py --csv out/loader/train.csv --out out/loader/train.png
+    tools/plot.py --csv out/comm/mpi2.csv --out out/comm/mpi2.png
     tools/plot.py --csv a.csv --csv b.csv --out both.png      (rows of several files together)
 
 The kind of chart follows from the CSV's columns (loader_bench writes three kinds):
@@ -11,6 +12,12 @@ The kind of chart follows from the CSV's columns (loader_bench writes three kind
   train       (loader_wait_fraction): two panels vs workers: the loader wait fraction (%)
               and the median step time (ms), one line per (dataset, extra decode us);
   h2d         (pinned_gb_per_s): host-to-device GB/s vs copy size, pageable and pinned.
+and comm_bench two:
+  comm sweep  (busbw_gbs): two panels vs message size (log 2 x axis): busbw (GB/s) and time
+              per allreduce (us, log), one line per (transport, ranks, algorithm, dtype);
+  ps scaling  (server_bytes_received): two panels vs workers W: time per allreduce of the ring
+              and of the parameter server with one dedicated server, and the bytes a ring rank
+              sends, a PS worker sends and the PS server receives per allreduce.
 Rows measured on the CUDA simulator (column simulated = 1) are labelled SIMULATED.
 
 Runs with the system Python (/usr/bin/python3 and Debian's python3-matplotlib, which
@@ -142,23 +149,112 @@ def plot_h2d(rows, title):
     return fig
 
 
+def size_label(b):
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= div:
+            return "%g%s" % (b / div, unit)
+    return "%d" % b
+
+
+def plot_comm_sweep(rows, title):
+    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
+    groups = OrderedDict()
+    for r in rows:
+        groups.setdefault((r["transport"], r["members"], r["algorithm"], r["dtype"]), []).append(r)
+    many = len({(k[0], k[1], k[3]) for k in groups}) > 1
+    for (transport, members, alg, dtype), rs in groups.items():
+        rs.sort(key=lambda r: int(r["bytes"]))
+        x = [int(r["bytes"]) for r in rs]
+        label = alg + (" (%s, %s ranks, %s)" % (transport, members, dtype) if many else "")
+        ax_bw.plot(x, [float(r["busbw_gbs"]) for r in rs], marker="o", markersize=3, label=label)
+        ax_t.plot(x, [float(r["time_us"]) for r in rs], marker="o", markersize=3, label=label)
+    xs = sorted({int(r["bytes"]) for r in rows})
+    step = max(1, -(-len(xs) // 9))  # at most 9 labels
+    for ax in (ax_bw, ax_t):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs[::step])
+        ax.set_xticklabels([size_label(b) for b in xs[::step]])
+        ax.set_xlabel("message size K (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+    ax_bw.set_ylim(bottom=0)
+    ax_bw.set_ylabel("busbw = K/t * 2(N-1)/N  (GB/s)")
+    ax_bw.set_title("Bus bandwidth (higher is better)")
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time per allreduce (us, log)")
+    ax_t.set_title("Time of the slowest rank")
+    ax_bw.legend(fontsize=8)
+    r0 = rows[0]
+    fig.suptitle(title or "Allreduce (sum, %s) over %s ranks, transport %s" %
+                 (r0["dtype"], r0["members"], r0["transport"]))
+    return fig
+
+
+def plot_ps_scaling(rows, title):
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.5))
+    groups = OrderedDict()
+    for r in rows:
+        groups.setdefault((r["transport"], r["algorithm"]), []).append(r)
+    transports = list(OrderedDict((k[0], 1) for k in groups))
+    styles = ["-", "--", ":", "-."]
+    mib = float(1 << 20)
+    for (transport, alg), rs in groups.items():
+        rs.sort(key=lambda r: int(r["workers"]))
+        w = [int(r["workers"]) for r in rs]
+        ls = styles[transports.index(transport) % len(styles)]
+        suffix = " (%s)" % transport if len(transports) > 1 else ""
+        if alg == "ps":
+            ax_t.plot(w, [float(r["time_us"]) / 1e3 for r in rs], marker="o", linestyle=ls,
+                      color="tab:red", label="parameter server, 1 server" + suffix)
+            ax_b.plot(w, [float(r["server_bytes_received"]) / mib for r in rs], marker="o",
+                      linestyle=ls, color="tab:red", label="PS server: received, W K" + suffix)
+            ax_b.plot(w, [float(r["worker_bytes_sent"]) / mib for r in rs], marker="s",
+                      linestyle=ls, color="tab:orange", label="PS worker: sent, K" + suffix)
+        else:
+            ax_t.plot(w, [float(r["time_us"]) / 1e3 for r in rs], marker="o", linestyle=ls,
+                      color="tab:blue", label=alg + suffix)
+            ax_b.plot(w, [float(r["worker_bytes_sent"]) / mib for r in rs], marker="o",
+                      linestyle=ls, color="tab:blue",
+                      label="%s rank: sent, 2(W-1)K/W%s" % (alg, suffix))
+    for ax in (ax_t, ax_b):
+        ax.set_xlabel("workers W")
+        ax.set_xticks(sorted({int(r["workers"]) for r in rows}))
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_t.set_ylabel("time per allreduce (ms)")
+    ax_t.set_title("Time of the slowest worker")
+    ax_b.set_ylabel("MiB per allreduce")
+    ax_b.set_title("Bytes on the wire")
+    r0 = rows[0]
+    fig.suptitle(title or "Parameter server bottleneck: allreduce of %siB (%s), %s" %
+                 (size_label(int(r0["bytes"])), r0["dtype"], " and ".join(transports)))
+    return fig
+
+
 def main():
-    p = argparse.ArgumentParser(description="Charts of apps/loader_bench CSV files")
+    p = argparse.ArgumentParser(description="Charts of apps/loader_bench and apps/comm_bench "
+                                "CSV files")
     p.add_argument("--csv", action="append", required=True,
-                   help="a loader_bench CSV (repeat to plot the rows of several files together)")
+                   help="a loader_bench or comm_bench CSV (repeat to plot the rows of several "
+                   "files together)")
     p.add_argument("--out", required=True, help="the PNG to write")
     p.add_argument("--title", default="", help="chart title (default: from the data)")
     p.add_argument("--dpi", type=int, default=80)
     a = p.parse_args()
     columns, rows = read_rows(a.csv)
-    if "loader_wait_fraction" in columns:
+    if "busbw_gbs" in columns:
+        fig = plot_comm_sweep(rows, a.title)
+    elif "server_bytes_received" in columns:
+        fig = plot_ps_scaling(rows, a.title)
+    elif "loader_wait_fraction" in columns:
         fig = plot_train(rows, a.title)
     elif "pinned_gb_per_s" in columns:
         fig = plot_h2d(rows, a.title)
     elif "images_per_sec" in columns:
         fig = plot_throughput(rows, a.title)
     else:
-        sys.exit("plot.py: %s is not a loader_bench CSV (columns: %s)" % (a.csv[0], columns))
+        sys.exit("plot.py: %s is not a loader_bench or comm_bench CSV (columns: %s)" %
+                 (a.csv[0], columns))
     if simulated(rows):
         fig.text(0.5, 0.5, "SIMULATED", fontsize=40, color="red", alpha=0.25, ha="center",
                  va="center", rotation=20)

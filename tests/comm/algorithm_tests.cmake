@@ -1,7 +1,7 @@
 # algorithm_tests.cmake: ring, halving-doubling, parameter server, collectives and the element
 # reductions (comm/algorithms.h, comm/parameter_server.h), all over the local transport.
-kiln_test(comm_algorithms_test SOURCES algorithms_test.cpp LABELS unit LIBS kiln_comm)
-kiln_test(comm_parameter_server_test SOURCES parameter_server_test.cpp LABELS unit LIBS kiln_comm)
+kiln_test(comm_algorithms_test SOURCES algorithms_test.cpp LABELS unit comm LIBS kiln_comm)
+kiln_test(comm_parameter_server_test SOURCES parameter_server_test.cpp LABELS unit comm LIBS kiln_comm)
 # The CUDA kernels of comm/reduce_cuda.cu against the CPU loops (simulator: label sim).
 if(KILN_WITH_CUDA)
   if(KILN_CUDA_SIM)

@@ -1,1 +1,4 @@
-# data_parallel_tests.cmake: being written
+# data_parallel_tests.cmake: DataParallel over the local transport, and the equivalence that
+# proves data parallelism right (N ranks with batch B/N == 1 rank with batch B).
+kiln_test(data_parallel_test SOURCES data_parallel_test.cpp LABELS unit comm
+          LIBS kiln_comm kiln_models)

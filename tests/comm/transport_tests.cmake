@@ -38,7 +38,7 @@ function(kiln_mpi_test name)
 endfunction()
 
 # The local transport (threads): matching, failure propagation, timeouts.
-kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit LIBS kiln_comm)
+kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit comm LIBS kiln_comm)
 
 # The MPI transport itself, then every algorithm over it.
 kiln_mpi_test(mpi_transport_test NP 2 4 SOURCES mpi_transport_test.cpp LIBS kiln_comm TIMEOUT 120)

@@ -1,0 +1,172 @@
+// data_parallel.h: synchronous data parallelism, the way Horovod and PyTorch DDP do it.
+//
+// Every rank holds a full replica of the model and trains on its own shard of each global
+// batch. After backward, each rank's gradient is the mean over its B/N examples; the average
+// of the N ranks' gradients is the mean over all B examples, i.e. exactly the gradient one
+// rank would have computed on the whole batch. So if the replicas start equal (the
+// constructor broadcasts rank 0's parameters and buffers) and every rank applies the same
+// averaged gradient with the same optimizer, they stay equal, step after step, and N ranks
+// with batch B/N each follow the same trajectory as one rank with batch B.
+//
+//   std::vector<Tensor> buffers;  // BatchNorm statistics etc.: model->named_buffers()
+//   comm::DataParallel dp(communicator, model->parameters(), buffers);
+//   for (...) {
+//     Tensor loss = cross_entropy(model(x), y);
+//     opt.zero_grad();
+//     loss.backward();      // grad-ready hooks start bucket allreduces as gradients appear
+//     dp.synchronize();     // waits for them, averages, writes the result into each .grad
+//     opt.step();
+//   }
+//
+// Fusion buckets. Allreducing each of a model's tensors separately pays the per-message
+// latency once per tensor (the CNN has 8, a ResNet hundreds); allreducing one flat vector of
+// all of them would wait for the whole backward pass. So gradients are packed into buckets of
+// about bucket_bytes (25 MiB by default, PyTorch's number), filled in REVERSE registration
+// order: backward produces the last layer's gradients first, so the first bucket fills first.
+//
+// Overlap. Each parameter has a grad-ready hook (engine/autograd.h) that the engine calls once
+// its gradient for this backward pass is complete. The hook copies the gradient into its
+// bucket's flat buffer; when the bucket's last parameter is in, the bucket's allreduce is
+// submitted to the Communicator's worker thread and runs WHILE backward goes on computing the
+// gradients of earlier layers. synchronize() then only waits for what is left. Buckets are
+// submitted strictly in bucket order (bucket k waits for buckets < k), so every rank submits
+// the same collectives in the same order even if its gradients arrive in another order.
+// A bucket overlaps only if it closes before backward ends: a model smaller than one bucket
+// travels in one allreduce after backward and hides nothing (the seed CNN's 4.8 MB in 25 MiB;
+// mnist_train uses 1 MiB buckets). Stats: comm_seconds is the time the allreduces ran,
+// exposed_seconds the time synchronize() had to wait; overlap_fraction = 1 - exposed / comm is
+// the share hidden behind backward.
+//
+// fp16 compression halves the bytes on the wire: gradients are rounded to IEEE half in the
+// bucket, summed in f32 by the reduction (comm/algorithms.h reduce_into) and rounded again;
+// the error is about 2^-11 relative per rounding, harmless for SGD's noisy gradients.
+//
+// no_sync(): gradient accumulation. Under the guard the hooks do nothing, so gradients add up
+// locally in .grad over several micro-batches; the next backward outside the guard allreduces
+// the accumulated sum (one allreduce for k micro-batches), as in PyTorch DDP.
+//
+// The large-minibatch recipe (Goyal et al. 2017, Horovod): with a fixed per-rank batch, N ranks
+// make the batch N times larger, so the learning rate is multiplied by N, reached through a
+// linear warm-up from the single-rank rate: large_minibatch_schedule() below.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/optim/lr_schedule.h"
+#include "engine/tensor.h"
+
+namespace kiln::comm {
+
+struct DataParallelOptions {
+  size_t bucket_bytes = size_t{25} << 20;  // fusion bucket capacity (a larger tensor gets its own)
+  Algorithm algorithm = Algorithm::Ring;
+  bool fp16 = false;                // compress gradients to IEEE half on the wire
+  bool broadcast_from_rank0 = true; // constructor broadcasts parameters and buffers
+};
+
+struct DataParallelStats {
+  int64_t steps = 0;           // synchronize() calls that allreduced
+  int64_t buckets_launched = 0;
+  int64_t buckets_from_hooks = 0;  // of which were launched by a hook, during backward
+  double comm_seconds = 0;     // sum of the buckets' allreduce times on the worker thread
+  double exposed_seconds = 0;  // time synchronize() waited for them
+  uint64_t bytes_sent = 0;     // bytes this rank sent in the gradient allreduces
+  // Share of the communication hidden behind backward: 1 - exposed / comm, in [0, 1].
+  double overlap_fraction() const;
+};
+
+class DataParallel {
+ public:
+  // params: the model's trainable parameters in registration order (model->parameters());
+  // buffers: state that must agree across ranks but is not trained (BatchNorm statistics).
+  // Every member rank of `comm` constructs it with the same tensors in the same order.
+  DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tensor> params,
+               std::vector<Tensor> buffers = {}, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Rank 0's parameters and buffers to every rank (the constructor calls it).
+  void broadcast_parameters();
+
+  // Call after backward, before the optimizer step: launches the buckets not launched yet
+  // (parameters without a gradient contribute zeros), waits for all, and writes the average
+  // over the ranks into each parameter's .grad. Under no_sync() it does nothing.
+  void synchronize();
+
+  // RAII: while one lives, backward passes only accumulate gradients locally.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& dp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DataParallel& dp_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  const DataParallelStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = DataParallelStats(); }
+  const DataParallelOptions& options() const { return options_; }
+  Communicator& communicator() const { return *comm_; }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // The parameter indices (into `params`) of bucket b, in the order they fill it.
+  const std::vector<size_t>& bucket_params(int b) const { return buckets_.at(b).params; }
+  // Called on the backward thread each time a bucket is submitted (tests, tracing).
+  void set_launch_observer(std::function<void(int bucket, bool from_hook)> fn) {
+    observer_ = std::move(fn);
+  }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offset;  // element offset of each in the flat buffer
+    int64_t count = 0;
+    DType dtype = DType::F32;
+    Tensor flat;                  // count elements of dtype on the transport's device
+    Tensor wire;                  // fp16: 2 * count bytes (U8) holding the halves
+    int pending = 0;              // parameters not ready yet in this pass
+    bool launched = false;
+    std::shared_ptr<Work> work;
+    uint64_t bytes = 0;           // sent by the last allreduce (written by the worker thread)
+  };
+  struct State;  // what the hooks see (outlives this object if the tensors do)
+
+  void on_grad_ready(size_t param, const Tensor& grad);
+  void pack(size_t param, const Tensor* grad);  // grad null: zeros
+  void launch_ready(bool from_hook);
+  void launch(Bucket& b, bool from_hook);
+  void reset_pass();
+
+  std::shared_ptr<Communicator> comm_;
+  std::vector<Tensor> params_, buffers_;
+  DataParallelOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // per parameter
+  std::vector<char> ready_;     // per parameter, this pass
+  size_t next_launch_ = 0;
+  int no_sync_depth_ = 0;
+  DataParallelStats stats_;
+  std::function<void(int, bool)> observer_;
+  std::shared_ptr<State> state_;
+};
+
+// Horovod's learning rate for a fixed per-rank batch: base_lr * world_size, reached by a linear
+// warm-up over warmup_steps optimizer steps starting from base_lr (Goyal et al. 2017), then
+// multiplied by gamma every decay_every steps (StepLR; gamma 1: constant). t counts steps.
+std::shared_ptr<LRSchedule> large_minibatch_schedule(double base_lr, int world_size,
+                                                     int64_t warmup_steps, int64_t decay_every,
+                                                     double gamma);
+
+// The tensors concatenated into one f32 vector on the CPU (and back): for comparing replicas
+// and for the asynchronous parameter server's flat parameter vector.
+std::vector<float> flatten_to_host(const std::vector<Tensor>& tensors);
+void unflatten_from_host(const std::vector<float>& flat, std::vector<Tensor>& tensors);
+
+}  // namespace kiln::comm
