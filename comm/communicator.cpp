@@ -201,8 +201,9 @@ std::shared_ptr<Transport> make_transport(const std::string& name) {
 #if KILN_WITH_NCCL
     return make_nccl_transport();
 #else
-    throw Error("transport 'nccl': this build has no NCCL (it needs a CUDA build with nvcc and "
-                "NCCL installed; the simulator has none): use mpi or local", ErrorKind::Usage);
+    throw Error("transport 'nccl': this build has no NCCL (it needs a CUDA build with nvcc, "
+                "NCCL and Open MPI installed; the simulator has none): use mpi or local",
+                ErrorKind::Usage);
 #endif
   }
   throw Error("unknown transport '" + name + "': use local:N (threads), mpi or nccl",

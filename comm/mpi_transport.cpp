@@ -22,6 +22,7 @@
 // (one thread talks to MPI at a time). Whoever initialised MPI finalises it: we do at exit.
 #include "comm/mpi_transport.h"
 
+#if KILN_WITH_MPI
 #include <mpi.h>
 
 #include <algorithm>
@@ -351,3 +352,17 @@ void MpiRequest::wait() {
 std::shared_ptr<Transport> make_mpi_transport() { return std::make_shared<MpiTransport>(); }
 
 }  // namespace kiln::comm
+
+#else  // a build without MPI
+
+namespace kiln::comm {
+
+std::shared_ptr<Transport> make_mpi_transport() {
+  throw Error("transport 'mpi': this build has no MPI. Install Open MPI (apt-get install "
+              "libopenmpi-dev openmpi-bin, or tools/setup.sh) and reconfigure; or use --dist "
+              "local:N (ranks as threads of one process)", ErrorKind::Usage);
+}
+
+}  // namespace kiln::comm
+
+#endif  // KILN_WITH_MPI

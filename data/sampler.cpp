@@ -77,6 +77,23 @@ std::vector<int64_t> SequentialSampler::indices(int64_t epoch) const {
   return out;
 }
 
+ShardSampler::ShardSampler(int64_t n, int rank, int world_size) {
+  check_size(n, "ShardSampler");
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw Error(detail::str("ShardSampler: rank ", rank, " of world_size ", world_size,
+                            ": need world_size >= 1 and 0 <= rank < world_size"),
+                ErrorKind::Usage);
+  }
+  begin_ = n * rank / world_size;
+  end_ = n * (rank + 1) / world_size;
+}
+
+std::vector<int64_t> ShardSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> out(static_cast<size_t>(end_ - begin_));
+  std::iota(out.begin(), out.end(), begin_);
+  return out;
+}
+
 RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
   check_size(n, "RandomSampler");
 }

@@ -46,6 +46,20 @@ class SequentialSampler : public Sampler {
   int64_t n_;
 };
 
+// ShardSampler(n, rank, world_size): the contiguous slice [rank * n / W, (rank + 1) * n / W) of
+// 0..n-1, in order. The slices of the W ranks cover every index exactly once (no padding, unlike
+// DistributedSampler), so sharded evaluation adds up to exactly the full test set.
+class ShardSampler : public Sampler {
+ public:
+  // Throws kiln::Error (Usage) unless world_size >= 1, 0 <= rank < world_size and n >= 0.
+  ShardSampler(int64_t n, int rank, int world_size);
+  std::vector<int64_t> indices(int64_t epoch) const override;
+  int64_t size() const override { return end_ - begin_; }
+
+ private:
+  int64_t begin_, end_;
+};
+
 class RandomSampler : public Sampler {
  public:
   RandomSampler(int64_t n, uint64_t seed);

@@ -7,7 +7,9 @@
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
 #   build-sim/   the CUDA sources compiled as C++ against the CUDA simulator: ctest -L sim.
 #   build-asan/  the same under AddressSanitizer: ctest -L sim.
-#   build-tsan/  the data loader's threads under ThreadSanitizer: ctest -L loader.
+#   build-tsan/  the threaded parts under ThreadSanitizer: the data loader and comm/ (local
+#                transport, communicator worker thread, parameter server, DataParallel):
+#                ctest -L 'loader|comm'.
 #
 # KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
 # ctest call (e.g. -R Conv).
@@ -19,13 +21,14 @@ ctest_args=("$@")
 "$root/tools/setup.sh"
 "$root/datasets/fetch_mnist.sh"
 
-# run_tree <name> <build dir> <ctest label or ""> <build target> [cmake arguments...]
+# run_tree <name> <build dir> <ctest label regex or ""> <build targets, space-separated> [cmake arguments...]
 run_tree() {
   local name=$1 dir=$2 label=$3 target=$4
   shift 4
   echo "== test.sh: $name tree in $dir"
   cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs" --target "$target"
+  # shellcheck disable=SC2086  # several targets, one word each
+  cmake --build "$dir" -j "$jobs" --target $target
   local filter=()
   [[ -n "$label" ]] && filter=(-L "$label")
   (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}" "${ctest_args[@]}")
@@ -39,8 +42,10 @@ has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim \
 has asan && run_tree "simulator + AddressSanitizer" "$root/build-asan" sim kiln_tests_sim \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
-# TSan: the loader's workers, queue and shutdown paths (no CUDA: the simulator's fibers are not
-# what this tree checks).
-has tsan && run_tree "ThreadSanitizer (loader)" "$root/build-tsan" loader kiln_tests_loader \
+# TSan: the loader's workers, queue and shutdown paths, and comm/'s threads (no CUDA: the
+# simulator's fibers are not what this tree checks). OMP_NUM_THREADS=1: libgomp is not built
+# with TSan, so its thread pool would be reported as races in code that has none.
+has tsan && OMP_NUM_THREADS=1 run_tree "ThreadSanitizer (loader, comm)" "$root/build-tsan" \
+  'loader|comm' "kiln_tests_loader kiln_tests_comm" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA=OFF -DKILN_SANITIZE=thread
 echo "== test.sh: all selected trees passed ($trees)"

@@ -24,6 +24,28 @@ bool is_permutation_of_range(std::vector<int64_t> v, int64_t n) {
   return true;
 }
 
+TEST(ShardSampler, ContiguousSlicesCoverEveryIndexOnce) {
+  for (int world = 1; world <= 4; ++world) {
+    for (int64_t n : {0, 1, 3, 10, 10001}) {
+      std::vector<int64_t> all;
+      for (int r = 0; r < world; ++r) {
+        const ShardSampler s(n, r, world);
+        const std::vector<int64_t> idx = s.indices(0);
+        EXPECT_EQ(static_cast<int64_t>(idx.size()), s.size());
+        EXPECT_EQ(idx, s.indices(3));  // no shuffling
+        all.insert(all.end(), idx.begin(), idx.end());
+      }
+      std::vector<int64_t> expected(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) expected[static_cast<size_t>(i)] = i;
+      EXPECT_EQ(all, expected) << "n " << n << ", world " << world;
+    }
+  }
+  EXPECT_EQ(ShardSampler(10, 1, 3).indices(0), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_THROW(ShardSampler(10, 3, 3), Error);
+  EXPECT_THROW(ShardSampler(10, 0, 0), Error);
+  EXPECT_THROW(ShardSampler(-1, 0, 1), Error);
+}
+
 TEST(SequentialSampler, InOrderEveryEpoch) {
   SequentialSampler s(7);
   EXPECT_EQ(s.size(), 7);
