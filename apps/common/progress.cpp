@@ -5,10 +5,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace kiln::apps {
 
-bool stdout_is_tty() { return isatty(fileno(stdout)) == 1; }
+// Under mpirun, Open MPI hands each rank a pseudo-terminal even when mpirun's own output goes
+// to a file, so isatty() says yes and a log would fill with progress-bar redraws: plain lines.
+bool stdout_is_tty() {
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  return isatty(fileno(stdout)) == 1 && !under_mpirun;
+}
 
 std::string format_duration(double seconds) {
   if (!(seconds >= 0)) seconds = 0;  // also catches NaN

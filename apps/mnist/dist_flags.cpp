@@ -1,0 +1,100 @@
+// dist_flags.cpp: see dist_flags.h.
+#include "apps/mnist/dist_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+
+#include "engine/error.h"
+
+namespace kiln::apps::mnist {
+
+DistSpec parse_dist(const std::string& s) {
+  DistSpec d;
+  if (s == "none" || s == "mpi" || s == "nccl") {
+    d.kind = s;
+    return d;
+  }
+  if (s.rfind("local:", 0) == 0) {
+    const std::string n = s.substr(6);
+    char* end = nullptr;
+    const long v = std::strtol(n.c_str(), &end, 10);
+    if (!n.empty() && *end == '\0' && v >= 1 && v <= 64) {
+      d.kind = "local";
+      d.ranks = static_cast<int>(v);
+      return d;
+    }
+  }
+  throw Error("--dist " + s + ": use none, local:N (N = 1..64 ranks as threads), mpi (launch "
+              "with mpirun -np N) or nccl", ErrorKind::Usage);
+}
+
+void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) {
+  const bool ps = o.allreduce == "ps";
+  if (o.ps_async && !(ps && o.ps_servers >= 1)) {
+    throw Error("--ps-async needs --allreduce ps and --ps-servers >= 1 (dedicated server ranks "
+                "that hold the parameters), e.g. --dist local:3 --allreduce ps --ps-servers 1 "
+                "--ps-async", ErrorKind::Usage);
+  }
+  if (o.ps_servers > 0 && !ps) {
+    throw Error("--ps-servers " + std::to_string(o.ps_servers) + " needs --allreduce ps",
+                ErrorKind::Usage);
+  }
+  if (app.count("--ps-staleness") > 0 && !o.ps_async) {
+    throw Error("--ps-staleness applies to the asynchronous parameter server: add --ps-async",
+                ErrorKind::Usage);
+  }
+  if (o.warmup_epochs >= 0 && !o.batch_per_rank) {
+    throw Error("--warmup-epochs belongs to the large-minibatch recipe: add --batch-per-rank "
+                "(or drop --warmup-epochs)", ErrorKind::Usage);
+  }
+  if (o.allreduce == "native" && (d.kind == "local" || d.kind == "none")) {
+    throw Error("--allreduce native is MPI_Allreduce / ncclAllReduce: use it with --dist mpi or "
+                "nccl; local ranks use ring, hd or ps", ErrorKind::Usage);
+  }
+  if (o.fp16_allreduce && o.ps_async) {
+    throw Error("--fp16-allreduce compresses allreduced gradients; the asynchronous parameter "
+                "server pushes f32: drop one of the two", ErrorKind::Usage);
+  }
+  if (o.fp16_allreduce && d.kind == "nccl") {
+    throw Error("--fp16-allreduce is implemented for host transports (local, mpi), not nccl: "
+                "drop it with --dist nccl", ErrorKind::Usage);
+  }
+  if (o.ps_async && (!o.checkpoint.empty() || !o.resume.empty())) {
+    throw Error("--checkpoint/--resume with --ps-async: the optimizer state lives on the server "
+                "ranks and is not saved; train synchronously (drop --ps-async) to checkpoint",
+                ErrorKind::Usage);
+  }
+  if (d.kind == "none" && (o.ps_servers > 0 || app.count("--allreduce") > 0 ||
+                           o.fp16_allreduce || app.count("--bucket-mb") > 0)) {
+    throw Error("--allreduce, --ps-*, --bucket-mb and --fp16-allreduce need several ranks: add "
+                "--dist local:N, mpi or nccl", ErrorKind::Usage);
+  }
+}
+
+void check_world(const Options& o, int world) {
+  const int servers = o.allreduce == "ps" ? o.ps_servers : 0;
+  if (servers >= world) {
+    throw Error("--ps-servers " + std::to_string(servers) + " leaves no worker among " +
+                std::to_string(world) + " ranks: use more ranks or fewer servers",
+                ErrorKind::Usage);
+  }
+  const int workers = world - servers;
+  if (!o.batch_per_rank && o.batch_size % workers != 0) {
+    throw Error("--batch-size " + std::to_string(o.batch_size) + " is the global batch and must "
+                "split evenly over the " + std::to_string(workers) + " worker ranks: use a "
+                "multiple of " + std::to_string(workers) + ", or --batch-per-rank",
+                ErrorKind::Usage);
+  }
+}
+
+// Open MPI, MPICH/Hydra and PMIx each tell a process its rank in one of these variables.
+bool launched_as_nonzero_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::atoi(v) != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace kiln::apps::mnist

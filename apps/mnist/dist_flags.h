@@ -1,0 +1,40 @@
+// dist_flags.h: reading and checking mnist_train's data-parallel flags before anything starts.
+//
+//   --dist none | local:N | mpi | nccl       how many ranks, and how they talk (DistSpec)
+//   --allreduce, --ps-*, --bucket-mb, --fp16-allreduce, --batch-per-rank, --warmup-epochs
+//
+// Every check here is a Usage error (exit 2) whose message says which flag to add or drop.
+// Most checks need the flags only (check_dist_flags); those that need the number of ranks run
+// once it is known (check_world): at once for local:N, after MPI started for mpi and nccl.
+#pragma once
+
+#include <string>
+
+#include "apps/mnist/options.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kiln::apps::mnist {
+
+struct DistSpec {
+  std::string kind = "none";  // none | local | mpi | nccl
+  int ranks = 1;              // local:N
+};
+
+// "none", "mpi", "nccl" or "local:N" with N = 1..64; anything else is a Usage error.
+DistSpec parse_dist(const std::string& s);
+
+// Flag combinations that make no sense whatever the number of ranks.
+void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d);
+
+// Checks that need the world size (known at once for local:N, after MPI started for mpi).
+void check_world(const Options& o, int world);
+
+// Whether mpirun started this process as a rank other than 0, read from the launcher's
+// environment before MPI is initialised: only rank 0 prints the usage errors found before the
+// transport exists (every rank finds the same bad flag).
+bool launched_as_nonzero_rank();
+
+}  // namespace kiln::apps::mnist

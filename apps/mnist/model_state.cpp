@@ -1,0 +1,45 @@
+// model_state.cpp: see model_state.h.
+#include "apps/mnist/model_state.h"
+
+#include "engine/optim/adadelta.h"
+#include "engine/optim/adam.h"
+#include "engine/optim/sgd.h"
+#include "engine/philox.h"
+#include "models/mlp.h"
+#include "models/mnist_cnn.h"
+
+namespace kiln::apps::mnist {
+
+std::unique_ptr<Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
+  if (o.optimizer == "sgd") return std::make_unique<SGD>(params, o.lr, /*momentum=*/0.9);
+  if (o.optimizer == "adam") return std::make_unique<Adam>(params, o.lr);
+  return std::make_unique<Adadelta>(params, o.lr);
+}
+
+ModelState build_model_state(const Options& o, Device device, const TrainCheckpoint& resumed) {
+  ModelState s;
+  manual_seed(o.seed);  // before the model: initialisation draws from the generator
+  s.model = o.model == "cnn" ? std::shared_ptr<Module>(make_mnist_cnn())
+                             : std::shared_ptr<Module>(make_mlp());
+  s.model->to(device);
+  s.opt = make_optimizer(o, s.model->parameters());
+  if (!o.resume.empty()) {
+    restore_train_checkpoint(resumed, o.resume, *s.model, *s.opt);
+    s.start_epoch = static_cast<int>(resumed.epoch);
+  }
+  return s;
+}
+
+void save_checkpoint(const Options& o, int epoch, const ModelState& s, double test_accuracy) {
+  TrainCheckpoint meta;
+  meta.epoch = epoch + 1;
+  meta.model = o.model;
+  meta.optimizer = o.optimizer;
+  meta.seed = o.seed;
+  meta.generator_offset = default_generator().offset();
+  meta.lr = s.opt->lr();
+  meta.test_accuracy = test_accuracy;
+  write_train_checkpoint(o.checkpoint, *s.model, *s.opt, meta);
+}
+
+}  // namespace kiln::apps::mnist

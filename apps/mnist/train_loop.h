@@ -1,0 +1,43 @@
+// train_loop.h: one epoch of training and one pass of evaluation, on one rank.
+//
+// Both read batches from a BatchSource (data/loader.h: worker threads build them ahead) and
+// move them to the training device. What a training step does after the loss (plain, or with
+// the gradients exchanged between ranks) is the caller's StepFn, so the same loop serves
+// --dist none and every data-parallel mode (apps/mnist/dist_training.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "data/batch_iterator.h"
+#include "engine/device.h"
+#include "engine/tensor.h"
+#include "layers/module.h"
+
+namespace kiln::apps::mnist {
+
+struct EpochResult {
+  double train_loss = 0;      // mean over the epoch's training examples
+  double train_seconds = 0;   // the training loop only (batches + steps)
+  double wait_seconds = 0;    // of which the loop waited for batches
+  double images_per_sec = 0;  // training images / train_seconds (all ranks' images)
+  int64_t train_seen = 0;     // training images of this rank
+  double test_loss = 0, test_accuracy = 0;
+  double eval_seconds = 0;
+};
+
+// What a training step does once the loss is computed: backward and the update (plain, with
+// DataParallel's gradient averaging, or through the asynchronous parameter server).
+using StepFn = std::function<void(Tensor& loss)>;
+
+// One pass over the training set (epoch is 0-based; the progress bar shows epoch + 1 of
+// `epochs` when `progress` is true and stdout is a terminal). Fills the training fields of
+// `r`. A loss that is not finite stops training with an error saying to lower --lr.
+void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
+                 int epoch, int epochs, bool progress, EpochResult& r);
+
+// Accuracy and mean loss over the batches of `source`, in eval mode (dropout off), recording
+// nothing. Fills the test fields of `r`.
+void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r);
+
+}  // namespace kiln::apps::mnist
