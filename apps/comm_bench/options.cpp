@@ -1,0 +1,110 @@
+// options.cpp: see options.h.
+#include "apps/comm_bench/options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <exception>
+
+#include "comm/communicator.h"
+#include "engine/error.h"
+
+namespace kiln::apps::comm_bench {
+
+using comm::ElemType;
+
+void add_flags(CLI::App& app, Options& o) {
+  app.add_option("--transport", o.transport, "local:N (N ranks as threads of this process) | "
+                 "mpi (under mpirun; the default there) | nccl (under mpirun, one GPU per rank)")
+      ->capture_default_str();
+  app.add_option("--algorithms", o.algorithms, "comma-separated: ring, hd (halving-doubling), "
+                 "ps (parameter server), native (MPI_Allreduce / ncclAllReduce; skipped where "
+                 "the transport has none)")
+      ->delimiter(',')->capture_default_str();
+  app.add_option("--min-bytes", o.min_bytes, "smallest message, bytes (K, M, G suffixes: "
+                 "powers of 1024)")->capture_default_str();
+  app.add_option("--max-bytes", o.max_bytes, "largest message")->capture_default_str();
+  app.add_option("--step-factor", o.step_factor, "each size is the previous one times this")
+      ->check(CLI::Range(2, 1024))->capture_default_str();
+  app.add_option("--iters", o.iters, "timed allreduces per size and algorithm (at most)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed allreduces first (at least 1 always runs)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--max-seconds", o.max_seconds, "time budget of one size and algorithm: "
+                 "fewer --iters when one allreduce is slow")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dtype", o.dtype, "element type on the wire: f32 | f16")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  app.add_option("--ps-servers", o.ps_servers, "ps: 0 = one shard per rank (co-located); S > 0 "
+                 "= the last S ranks are dedicated servers (the others run every algorithm)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--ps-scaling", o.ps_scaling, "PS bottleneck mode: worker counts W, "
+                 "comma-separated; ring over W ranks vs PS with W workers + 1 server (local: "
+                 "W+1 threads each; mpi: one W = ranks - 1)")
+      ->delimiter(',')->check(CLI::Range(1, 63));
+  app.add_option("--ps-bytes", o.ps_bytes, "--ps-scaling: message size")->capture_default_str();
+  app.add_option("--ring-subchunk", o.ring_subchunk, "ring: pipelined sub-chunk size")
+      ->capture_default_str();
+  app.add_option("--csv", o.csv, "write the rows as CSV here (rank 0)");
+  app.add_flag("--append", o.append, "append rows to --csv instead of overwriting it");
+  app.add_option("--json", o.json, "also write the rows as JSON here (rank 0)");
+}
+
+size_t parse_bytes(const std::string& flag, const std::string& s) {
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  std::string suffix = s.substr(pos);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  unsigned long long mult = 0;
+  if (pos > 0) {
+    if (suffix.empty() || suffix == "B") mult = 1;
+    else if (suffix == "K" || suffix == "KB" || suffix == "KIB") mult = 1ull << 10;
+    else if (suffix == "M" || suffix == "MB" || suffix == "MIB") mult = 1ull << 20;
+    else if (suffix == "G" || suffix == "GB" || suffix == "GIB") mult = 1ull << 30;
+  }
+  if (mult == 0 || v == 0) {
+    throw Error(flag + " " + s + ": expected a positive size in bytes, with an optional K, M or "
+                "G suffix (powers of 1024), e.g. 4K or 256M", ErrorKind::Usage);
+  }
+  return static_cast<size_t>(v * mult);
+}
+
+ElemType parse_dtype(const std::string& s) {
+  if (s == "f32") return ElemType::F32;
+  if (s == "f16") return ElemType::F16;
+  throw Error("--dtype " + s + ": use f32 or f16", ErrorKind::Usage);
+}
+
+int local_ranks(const std::string& transport) {
+  if (transport == "local") return 2;
+  if (transport.rfind("local:", 0) != 0) return 0;
+  int n = 0;
+  try {
+    size_t pos = 0;
+    n = std::stoi(transport.substr(6), &pos);
+    if (pos != transport.size() - 6) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  if (n < 1 || n > 64) {
+    throw Error("--transport " + transport + ": expected local:N with N in 1..64 threads",
+                ErrorKind::Usage);
+  }
+  return n;
+}
+
+void check_flags(const Options& o) {
+  parse_dtype(o.dtype);
+  parse_bytes("--min-bytes", o.min_bytes);
+  parse_bytes("--max-bytes", o.max_bytes);
+  parse_bytes("--ps-bytes", o.ps_bytes);
+  parse_bytes("--ring-subchunk", o.ring_subchunk);
+  for (const std::string& a : o.algorithms) comm::parse_algorithm(a);
+}
+
+}  // namespace kiln::apps::comm_bench
