@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/csv_out.h"
 #include "apps/common/progress.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
@@ -209,30 +210,7 @@ Device resolve_device(const std::string& spec) {
   return d;
 }
 
-// Rows go to --csv: a header when the file is new (or not --append), then one line per run.
-class CsvOut {
- public:
-  CsvOut(const std::string& path, bool append, const std::string& header) {
-    if (path.empty()) return;
-    std::error_code ec;
-    const bool has_header = append && std::filesystem::exists(path, ec) &&
-                            std::filesystem::file_size(path, ec) > 0;
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) {
-      throw Error("--csv " + path + ": cannot open for writing: check that its directory exists",
-                  ErrorKind::Usage);
-    }
-    if (!has_header) out_ << header << "\n";
-  }
-  void row(const std::string& line) {
-    if (!out_.is_open()) return;
-    out_ << line << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
+using apps::CsvOut;
 
 std::string fmt(const char* f, double v) {
   char buf[64];

@@ -31,25 +31,6 @@ std::string bytes_str(double b) {
   return b == std::floor(b) ? fmt("%.0f", b) : fmt("%.1f", b);
 }
 
-void CsvOut::open(const std::string& path, bool append, const std::string& header) {
-  if (path.empty()) return;
-  std::error_code ec;
-  const bool has_header = append && std::filesystem::exists(path, ec) &&
-                          std::filesystem::file_size(path, ec) > 0;
-  out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) {
-    throw Error("--csv " + path + ": cannot open for writing: check that its directory exists",
-                ErrorKind::Usage);
-  }
-  if (!has_header) out_ << header << "\n";
-}
-
-void CsvOut::row(const std::string& line) {
-  if (!out_.is_open()) return;
-  out_ << line << "\n";
-  out_.flush();
-}
-
 void write_json_report(const Options& o, const Report& report) {
   std::ofstream out(o.json);
   KILN_CHECK_INPUT(out.good(), "comm_bench: cannot write --json ", o.json);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common/csv_out.h"
 #include "comm/transport.h"
 
 namespace kiln::apps::comm_bench {
@@ -36,19 +37,10 @@ std::string fmt(const char* f, double v);
 // The bytes column: an integer when it is one, else one decimal.
 std::string bytes_str(double b);
 
-// Rank 0 writes the CSV; other ranks hold a closed one.
-class CsvOut {
- public:
-  void open(const std::string& path, bool append, const std::string& header);
-  void row(const std::string& line);
-
- private:
-  std::ofstream out_;
-};
 
 // What rank 0 collects while the ranks run (the local transport's rank 0 is a thread).
 struct Report {
-  CsvOut csv;
+  CsvOut csv;  // rank 0 opens it; other ranks hold a closed one
   nlohmann::json rows = nlohmann::json::array();
   bool all_correct = true;
 };
