@@ -217,16 +217,7 @@ std::string app_context(const std::vector<std::string>& args) {
 RunResult run_mpirun_command(const std::string& rest) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  const std::string cmd = std::string("timeout 300 '") + KILN_MPIEXEC + "' " + rest + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_shell(std::string("timeout 300 '") + KILN_MPIEXEC + "' " + rest + " 2>&1");
 }
 
 // `mpirun -np <np> mnist_train <args>`.

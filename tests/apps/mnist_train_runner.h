@@ -22,11 +22,8 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs mnist_train with `args` (each single-quoted for the shell) and captures its output.
-RunResult run_mnist_train(const std::vector<std::string>& args) {
-  std::string cmd = std::string("'") + KILN_MNIST_TRAIN + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>&1";
+// Runs a shell command line and captures its stdout and stderr (the command adds 2>&1).
+RunResult run_shell(const std::string& cmd) {
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -36,6 +33,13 @@ RunResult run_mnist_train(const std::vector<std::string>& args) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs mnist_train with `args` (each single-quoted for the shell) and captures its output.
+RunResult run_mnist_train(const std::vector<std::string>& args) {
+  std::string cmd = std::string("'") + KILN_MNIST_TRAIN + "'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  return run_shell(cmd + " 2>&1");
 }
 
 std::string mnist_dir() { return std::string(KILN_SOURCE_DIR) + "/datasets/mnist"; }
