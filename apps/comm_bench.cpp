@@ -64,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/launcher.h"
 #include "apps/comm_bench/options.h"
 #include "apps/comm_bench/ps_scaling.h"
 #include "apps/comm_bench/report.h"
@@ -170,9 +171,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   // Started by mpirun / srun without --transport: the ranks are MPI processes, not threads.
-  if (app.count("--transport") == 0 &&
-      (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-       std::getenv("PMIX_RANK"))) {
+  if (app.count("--transport") == 0 && apps::launched_by_mpi()) {
     o.transport = "mpi";
   }
   try {

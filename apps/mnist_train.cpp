@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/launcher.h"
 #include "apps/common/progress.h"
 #include "apps/common/train_checkpoint.h"
 #include "apps/mnist/datasets.h"
@@ -427,7 +428,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   // Under mpirun every rank finds the same bad flag: rank 0 alone says so.
-  const bool say = !launched_as_nonzero_rank();
+  const bool say = !apps::launched_as_nonzero_rank();
   try {
     return run(o, app);
   } catch (const Error& e) {

@@ -5,15 +5,15 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
+
+#include "apps/common/launcher.h"
 
 namespace kiln::apps {
 
 // Under mpirun, Open MPI hands each rank a pseudo-terminal even when mpirun's own output goes
 // to a file, so isatty() says yes and a log would fill with progress-bar redraws: plain lines.
 bool stdout_is_tty() {
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  return isatty(fileno(stdout)) == 1 && !under_mpirun;
+  return isatty(fileno(stdout)) == 1 && !launched_by_mpi();
 }
 
 std::string format_duration(double seconds) {

@@ -88,13 +88,4 @@ void check_world(const Options& o, int world) {
   }
 }
 
-// Open MPI, MPICH/Hydra and PMIx each tell a process its rank in one of these variables.
-bool launched_as_nonzero_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && std::atoi(v) != 0) return true;
-  }
-  return false;
-}
-
 }  // namespace kiln::apps::mnist

@@ -32,9 +32,5 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d);
 // Checks that need the world size (known at once for local:N, after MPI started for mpi).
 void check_world(const Options& o, int world);
 
-// Whether mpirun started this process as a rank other than 0, read from the launcher's
-// environment before MPI is initialised: only rank 0 prints the usage errors found before the
-// transport exists (every rank finds the same bad flag).
-bool launched_as_nonzero_rank();
 
 }  // namespace kiln::apps::mnist
