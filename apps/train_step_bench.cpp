@@ -1,16 +1,22 @@
-// train_step_bench: images/s of the seed CNN's training step (forward, backward, optimizer),
-// batch in memory, no data loading. The Kiln half of tools/bench_vs_pytorch.sh, which runs
-// the same step in PyTorch (tools/bench_pytorch_step.py) for the ratio.
+// train_step_bench: images/s of one training step (forward, backward, SGD with momentum) or of
+// one inference forward, batch in memory, no data loading. The Kiln half of
+// tools/bench_vs_pytorch.sh, which runs the same step in PyTorch
+// (tools/bench_pytorch_step.py) for the ratio.
 //
-//   train_step_bench --threads 2 --batch-size 128 --steps 30 [--kernels hand|vendor]
-// Prints one line: "kiln threads=2 kernels=vendor batch=128 images_per_sec=... ms_per_step=..."
+//   train_step_bench --model mnist_cnn --threads 2 --batch-size 128 --steps 30
+//   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode train
+//   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode eval --fold-bn
+// Prints one line: "kiln model=resnet50 mode=train threads=2 kernels=vendor batch=32
+// image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
@@ -18,46 +24,80 @@
 #include "engine/parallel.h"
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
+#include "models/resnet.h"
 
 using namespace kiln;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Kiln: time the seed CNN training step (batch in memory)"};
-  int threads = 1, batch = 128, steps = 30, warmup = 5;
-  std::string kernels = "vendor";
-  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", batch, "images per step")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
+  int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
+  std::string kernels = "vendor", model = "mnist_cnn", mode = "train";
+  bool fold_bn = false;
+  app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
+      ->check(CLI::IsMember({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
+                             "resnet152"}));
+  app.add_option("--mode", mode, "train (forward, backward, SGD step) or eval (forward only)")
+      ->check(CLI::IsMember({"train", "eval"}));
+  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")->check(CLI::Range(1, 1024));
+  app.add_option("--batch-size", batch, "images per step")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--image-size", image, "ResNet input height and width (MNIST is 28)")
+      ->check(CLI::Range(32, 4096));
+  app.add_option("--classes", classes, "ResNet classes")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--kernels", kernels, "hand or vendor")->check(CLI::IsMember({"hand", "vendor"}));
+  app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
   CLI11_PARSE(app, argc, argv);
   try {
+    KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
+                     "--fold-bn needs --mode eval and a ResNet model");
     set_num_threads(threads);
     set_kernel_impl(parse_impl(kernels.c_str()));
     manual_seed(1);
-    auto net = make_mnist_cnn();
-    net->train();
+    const bool is_resnet = model != "mnist_cnn";
+    std::shared_ptr<Module> net;
+    if (is_resnet) {
+      auto resnet = make_resnet(model, classes);
+      if (fold_bn) {
+        resnet->eval();
+        resnet->fold_batch_norms();
+      }
+      net = resnet;
+    } else {
+      net = make_mnist_cnn();
+      classes = 10;
+      image = 28;
+    }
+    const bool train = mode == "train";
+    net->train(train);
     SGD opt(net->parameters(), 0.01, 0.9);
-    Tensor x = Tensor::empty({batch, 1, 28, 28});
+    Tensor x = Tensor::empty({batch, is_resnet ? 3 : 1, image, image});
     uniform_(x, -1, 1);
     std::vector<int64_t> labels(static_cast<size_t>(batch));
-    for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % 10;
+    for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % classes;
     Tensor y = Tensor::from_vector(labels, {batch});
 
     std::vector<double> ms;
     for (int s = 0; s < warmup + steps; ++s) {
       auto t0 = std::chrono::steady_clock::now();
-      opt.zero_grad();
-      Tensor loss = cross_entropy(net->forward(x), y);
-      loss.backward();
-      opt.step();
+      if (train) {
+        opt.zero_grad();
+        Tensor loss = cross_entropy(net->forward(x), y);
+        loss.backward();
+        opt.step();
+      } else {
+        NoGradGuard no_grad;
+        Tensor logits = net->forward(x);
+      }
       auto t1 = std::chrono::steady_clock::now();
       if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln threads=%d kernels=%s batch=%d images_per_sec=%.1f ms_per_step=%.2f\n",
-                threads, kernels.c_str(), batch, batch * 1000.0 / median, median);
+    std::printf("kiln model=%s mode=%s%s threads=%d kernels=%s batch=%d image=%d "
+                "images_per_sec=%.1f ms_per_step=%.2f\n",
+                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", threads, kernels.c_str(),
+                batch, image, batch * 1000.0 / median, median);
   } catch (const Error& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return e.exit_code();

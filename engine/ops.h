@@ -24,6 +24,9 @@ Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor square(const Tensor& a);
 Tensor relu(const Tensor& a);
+// relu(a + b) in one pass, a and b of the same shape: a residual block's join (ResNet). The
+// sum is never stored; backward sends the same masked gradient, g * (y > 0), to both inputs.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -20,6 +20,10 @@ static T apply_binary(BinaryOp op, T a, T b) {
     case BinaryOp::Sub: return a - b;
     case BinaryOp::Mul: return a * b;
     case BinaryOp::Div: return a / b;
+    case BinaryOp::AddRelu: {
+      const T v = a + b;
+      return v > T(0) ? v : T(0);
+    }
   }
   return T(0);
 }

@@ -7,7 +7,8 @@
 
 namespace kiln::cpu {
 
-enum class BinaryOp { Add, Sub, Mul, Div };
+// AddRelu is max(a + b, 0): ResNet's residual join, fused so the sum is written once.
+enum class BinaryOp { Add, Sub, Mul, Div, AddRelu };
 enum class UnaryOp { Neg, Exp, Log, Square, Relu, AddScalar, MulScalar };
 // How the second operand of a binary op is broadcast over the first (see ops.h).
 enum class Broadcast { Same, Scalar, Row };

@@ -20,6 +20,7 @@ const char* binary_name(BinaryOp op) {
     case BinaryOp::Sub: return "sub";
     case BinaryOp::Mul: return "mul";
     case BinaryOp::Div: return "div";
+    case BinaryOp::AddRelu: return "add_relu";
   }
   return "?";
 }
@@ -101,6 +102,8 @@ struct BinaryBackward : Node {
         if (need_b) gb = neg(reduce_to(mul(ga_full, binary_forward(BinaryOp::Div, saved[0], saved[1], kind)), shape_b, kind));
         break;
       }
+      case BinaryOp::AddRelu:  // has its own node, AddReluBackward
+        throw Error("add_relu: BinaryBackward cannot differentiate it (internal error)");
     }
     return {ga, gb};
   }
@@ -148,6 +151,43 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* nam
   return out;
 }
 
+// grad_x = grad_y where y > 0, else 0 (the backward of relu and of add_relu).
+Tensor relu_backward(const Tensor& g, const Tensor& y) {
+  check_same_device(g, y, "relu_backward");
+  Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
+  switch (g.device().type) {
+    case DeviceType::CPU:
+      dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+      });
+      break;
+    case DeviceType::CUDA:
+#if KILN_WITH_CUDA
+    {
+      cuda::DeviceGuard guard(g.device().index);
+      dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+      });
+      break;
+    }
+#else
+      no_cuda_backend("relu_backward");
+#endif
+  }
+  return gx;
+}
+
+// saved = {y}: one mask serves both inputs.
+struct AddReluBackward : Node {
+  const char* name() const override { return "AddReluBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    Tensor gx = relu_backward(g, saved[0]);
+    return {gx, gx};
+  }
+};
+
 struct UnaryBackward : Node {
   UnaryOp op;
   double scalar;
@@ -164,32 +204,7 @@ struct UnaryBackward : Node {
       case UnaryOp::Square: return {mul(mul(g, x), 2.0)};
       case UnaryOp::AddScalar: return {g};
       case UnaryOp::MulScalar: return {mul(g, scalar)};
-      case UnaryOp::Relu: {
-        Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
-        switch (g.device().type) {
-          case DeviceType::CPU:
-            dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-              using T = typename decltype(tag)::type;
-              cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-            });
-            break;
-          case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-          {
-            check_same_device(g, y, "relu_backward");
-            cuda::DeviceGuard guard(g.device().index);
-            dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-              using T = typename decltype(tag)::type;
-              cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-            });
-            break;
-          }
-#else
-            no_cuda_backend("relu_backward");
-#endif
-        }
-        return {gx};
-      }
+      case UnaryOp::Relu: return {relu_backward(g, y)};
     }
     return {};
   }
@@ -220,5 +235,19 @@ Tensor exp(const Tensor& a) { return unary(UnaryOp::Exp, a, 0, "exp"); }
 Tensor log(const Tensor& a) { return unary(UnaryOp::Log, a, 0, "log"); }
 Tensor square(const Tensor& a) { return unary(UnaryOp::Square, a, 0, "square"); }
 Tensor relu(const Tensor& a) { return unary(UnaryOp::Relu, a, 0, "relu"); }
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  check_same_device(a, b, "add_relu");
+  check_same_dtype(a, b, "add_relu");
+  KILN_CHECK(a.shape() == b.shape(), "add_relu: the operands must have the same shape, got ",
+             shape_str(a.shape()), " and ", shape_str(b.shape()));
+  Tensor out = binary_forward(BinaryOp::AddRelu, a, b, Broadcast::Same);
+  if (any_requires_grad({&a, &b})) {
+    auto node = std::make_shared<AddReluBackward>();
+    node->saved = {out.detach()};
+    set_history(out, node, {a, b});
+  }
+  return out;
+}
 
 }  // namespace kiln

@@ -33,7 +33,8 @@ void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
   check_same_device(t, x, kOp);
 }
 
-// Saves x, the per-channel mean and invstd actually used, and the weight (or undefined).
+// Saves x, the per-channel mean and invstd actually used, the weight (or undefined) and, with
+// a fused ReLU, the output y (its mask; undefined otherwise).
 struct BatchNorm2dBackward : Node {
   BatchNormMode mode = BatchNormMode::Train;
   const char* name() const override { return "BatchNorm2dBackward"; }
@@ -42,6 +43,7 @@ struct BatchNorm2dBackward : Node {
     const Tensor& mean = saved[1];    // (C)
     const Tensor& invstd = saved[2];  // (C)
     const Tensor& weight = saved[3];  // (C) or undefined
+    const Tensor& relu_y = saved[4];  // (N, C, H, W) or undefined
     const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
     // Only the gradients some input needs are computed (next[i] is null otherwise).
     Tensor gx, gw, gb;
@@ -55,7 +57,7 @@ struct BatchNorm2dBackward : Node {
           auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
           cpu::batch_norm2d_backward_cpu<T>(mode, grad_out.data<T>(), x.data<T>(),
                                             mean.data<T>(), invstd.data<T>(), ptr(weight),
-                                            ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+                                            ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), n, c, hw);
         });
         break;
       case DeviceType::CUDA:
@@ -69,7 +71,8 @@ struct BatchNorm2dBackward : Node {
           auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
           cuda::batch_norm2d_backward_cuda<T>(mode, grad_out.data<T>(), x.data<T>(),
                                               mean.data<T>(), invstd.data<T>(), ptr(weight),
-                                              ptr(gx), ptr(gw), ptr(gb), ptr(coef), n, c, hw);
+                                              ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), ptr(coef),
+                                              n, c, hw);
         });
         break;
       }
@@ -85,7 +88,7 @@ struct BatchNorm2dBackward : Node {
 
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
-                    double momentum, double eps) {
+                    double momentum, double eps, BatchNormActivation activation) {
   KILN_CHECK(x.defined(), kOp, ": the input is undefined");
   KILN_CHECK(x.dim() == 4, kOp, ": expected an input of shape (N, C, H, W), got ",
              shape_str(x.shape()));
@@ -112,6 +115,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor mean = Tensor::empty({c}, x.dtype(), x.device());
   Tensor invstd = Tensor::empty({c}, x.dtype(), x.device());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const bool relu = activation == BatchNormActivation::Relu;
   switch (x.device().type) {
     case DeviceType::CPU:
       dispatch_floating(x.dtype(), kOp, [&](auto tag) {
@@ -131,7 +135,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
           cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
         }
         cpu::batch_norm2d_forward_cpu<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw);
+                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
       });
       break;
     case DeviceType::CUDA:
@@ -155,7 +159,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
           cuda::batch_norm2d_invstd_cuda<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
         }
         cuda::batch_norm2d_forward_cuda<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                           ptr(weight), ptr(bias), y.data<T>(), n, c, hw);
+                                           ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
       });
       break;
     }
@@ -167,7 +171,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (any_requires_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<BatchNorm2dBackward>();
     node->mode = batch_stats ? BatchNormMode::Train : BatchNormMode::Eval;
-    node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor()};
+    node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor(),
+                   relu ? y.detach() : Tensor()};
     set_history(y, node, {x, weight, bias});
   }
   return y;
@@ -194,23 +199,25 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double>
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({1}, DType::I64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x, BatchNormActivation activation) {
   KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: expected an input of shape ",
              "(N, C, H, W), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
   KILN_CHECK(x.size(1) == num_features_, "BatchNorm2d(", num_features_, "): the input ",
              shape_str(x.shape()), " has ", x.size(1), " channels, expected ", num_features_);
   if (!is_training())
-    return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, false, 0.0, eps_);
+    return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, false, 0.0, eps_,
+                        activation);
   if (!momentum_) {
     // momentum = None: the cumulative average over the batches seen so far, as PyTorch. The
     // count is read on the host (on a GPU that waits for the device: only in this mode).
     const double batches = num_batches_tracked_.item() + 1;
     Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true,
-                            1.0 / batches, eps_);
+                            1.0 / batches, eps_, activation);
     num_batches_tracked_.fill_(batches);  // only once the step succeeded
     return y;
   }
-  Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true, *momentum_, eps_);
+  Tensor y = batch_norm2d(x, weight_, bias_, running_mean_, running_var_, true, *momentum_, eps_,
+                          activation);
   // Count the step where the counter lives, without reading it back (exact below 2^53).
   NoGradGuard no_grad;
   num_batches_tracked_.copy_(num_batches_tracked_.to(DType::F64) + 1.0);

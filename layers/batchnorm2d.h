@@ -24,10 +24,16 @@
 
 namespace kiln {
 
+// What follows the normalisation inside the same kernel. Relu gives relu(batch_norm2d(...))
+// with one pass over memory fewer each way (ResNet's BN -> ReLU pairs); backward saves the
+// output, which is the ReLU's mask.
+enum class BatchNormActivation { None, Relu };
+
 // The functional op, like torch.nn.functional.batch_norm for 4-D inputs.
 Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
-                    double momentum = 0.1, double eps = 1e-5);
+                    double momentum = 0.1, double eps = 1e-5,
+                    BatchNormActivation activation = BatchNormActivation::None);
 
 // Parameters weight (ones) and bias (zeros) when affine; buffers running_mean (zeros),
 // running_var (ones) and num_batches_tracked (i64, shape [1], counts training steps).
@@ -38,10 +44,14 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5,
                        std::optional<double> momentum = 0.1, bool affine = true,
                        DType dtype = DType::F32);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return forward(x, BatchNormActivation::None); }
+  // forward(x) then the activation, fused: forward(x, BatchNormActivation::Relu) is
+  // relu(forward(x)), computed in one kernel.
+  Tensor forward(const Tensor& x, BatchNormActivation activation);
   std::string type_name() const override { return "BatchNorm2d"; }
 
   int64_t num_features() const { return num_features_; }
+  double eps() const { return eps_; }
   const Tensor& weight() const { return weight_; }  // undefined when not affine
   const Tensor& bias() const { return bias_; }
   const Tensor& running_mean() const { return running_mean_; }

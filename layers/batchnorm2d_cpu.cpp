@@ -62,7 +62,7 @@ void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mea
 
 template <typename T>
 void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw) {
+                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
   // y = x * scale + shift with scale = invstd * weight, shift = bias - mean * scale.
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t b = 0; b < n; ++b) {
@@ -72,15 +72,26 @@ void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const 
       const T shift = (bias ? bias[ch] : T(0)) - mean[ch] * scale;
       const T* xs = x + (b * c + ch) * hw;
       T* ys = y + (b * c + ch) * hw;
-      for (int64_t i = 0; i < hw; ++i) ys[i] = xs[i] * scale + shift;
+      if (relu) {
+        for (int64_t i = 0; i < hw; ++i) {
+          const T v = xs[i] * scale + shift;
+          ys[i] = v > T(0) ? v : T(0);  // NaN -> 0, as relu()
+        }
+      } else {
+        for (int64_t i = 0; i < hw; ++i) ys[i] = xs[i] * scale + shift;
+      }
     }
   }
 }
 
 template <typename T>
 void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, T* grad_x, T* grad_weight,
-                               T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+  // The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU cut it.
+  auto gy_at = [grad_y, relu_y](int64_t off) {
+    return relu_y && !(relu_y[off] > T(0)) ? T(0) : grad_y[off];
+  };
   const double m = static_cast<double>(n * hw);
   // The sums are needed for grad_weight / grad_bias, and in training also for grad_x.
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
@@ -93,11 +104,11 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
     double sum_gy = 0, sum_gy_xc = 0;
     if (need_sums) {
       for (int64_t b = 0; b < n; ++b) {
-        const T* xs = x + (b * c + ch) * hw;
-        const T* gys = grad_y + (b * c + ch) * hw;
+        const int64_t base = (b * c + ch) * hw;
+        const T* xs = x + base;
 #pragma omp simd reduction(+ : sum_gy, sum_gy_xc)
         for (int64_t i = 0; i < hw; ++i) {
-          const double gy = static_cast<double>(gys[i]);
+          const double gy = static_cast<double>(gy_at(base + i));
           sum_gy += gy;
           sum_gy_xc += gy * (static_cast<double>(xs[i]) - mu);
         }
@@ -120,10 +131,10 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
     const T kt = static_cast<T>(k), at = static_cast<T>(a), dt = static_cast<T>(d);
     const T mut = mean[ch];
     for (int64_t b = 0; b < n; ++b) {
-      const T* xs = x + (b * c + ch) * hw;
-      const T* gys = grad_y + (b * c + ch) * hw;
-      T* gxs = grad_x + (b * c + ch) * hw;
-      for (int64_t i = 0; i < hw; ++i) gxs[i] = kt * gys[i] - at * (xs[i] - mut) + dt;
+      const int64_t base = (b * c + ch) * hw;
+      const T* xs = x + base;
+      T* gxs = grad_x + base;
+      for (int64_t i = 0; i < hw; ++i) gxs[i] = kt * gy_at(base + i) - at * (xs[i] - mut) + dt;
     }
   }
 }
@@ -134,10 +145,10 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
                                                    int64_t, double);                          \
   template void batch_norm2d_stats_cpu<T>(const T*, T*, T*, int64_t, int64_t, int64_t);       \
   template void batch_norm2d_forward_cpu<T>(const T*, const T*, const T*, const T*, const T*, \
-                                            T*, int64_t, int64_t, int64_t);                   \
+                                            T*, int64_t, int64_t, int64_t, bool);             \
   template void batch_norm2d_backward_cpu<T>(BatchNormMode, const T*, const T*, const T*,     \
-                                             const T*, const T*, T*, T*, T*, int64_t,         \
-                                             int64_t, int64_t);
+                                             const T*, const T*, const T*, T*, T*, T*,        \
+                                             int64_t, int64_t, int64_t);
 KILN_INSTANTIATE_BN(float)
 KILN_INSTANTIATE_BN(double)
 #undef KILN_INSTANTIATE_BN

@@ -105,21 +105,30 @@ __global__ void batch_norm2d_update_running_kernel(const T* __restrict__ mean,
 }
 
 // Grid-stride over the N * C * HW elements: y = x * scale + shift, with the CPU's per-channel
-// scale = invstd * weight and shift = bias - mean * scale (in T, as on the CPU).
+// scale = invstd * weight and shift = bias - mean * scale (in T, as on the CPU); relu: max(y, 0).
 template <typename T>
 __global__ void batch_norm2d_forward_kernel(const T* __restrict__ x, const T* __restrict__ mean,
                                             const T* __restrict__ invstd,
                                             const T* __restrict__ weight,
                                             const T* __restrict__ bias, T* __restrict__ y,
-                                            int64_t total, int64_t c, int64_t hw) {
+                                            int64_t total, int64_t c, int64_t hw, bool relu) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t ch = (i / hw) % c;
     const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
     const T shift = (bias ? bias[ch] : T(0)) - mean[ch] * scale;
-    y[i] = x[i] * scale + shift;
+    const T v = x[i] * scale + shift;
+    y[i] = relu && !(v > T(0)) ? T(0) : v;
   }
+}
+
+// The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU's output is not
+// positive (relu_y is null without a fused ReLU).
+template <typename T>
+__device__ __forceinline__ T masked_grad(const T* __restrict__ grad_y, const T* __restrict__ relu_y,
+                                         int64_t off) {
+  return relu_y && !(relu_y[off] > T(0)) ? T(0) : grad_y[off];
 }
 
 // grid = C blocks, block = kReduceThreads. For channel ch = blockIdx.x: the sums
@@ -130,8 +139,8 @@ template <typename T>
 __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_kernel(
     BatchNormMode mode, const T* __restrict__ grad_y, const T* __restrict__ x,
     const T* __restrict__ mean, const T* __restrict__ invstd, const T* __restrict__ weight,
-    T* __restrict__ grad_weight, T* __restrict__ grad_bias, T* __restrict__ coef, bool need_sums,
-    int64_t n, int64_t c, int64_t hw) {
+    const T* __restrict__ relu_y, T* __restrict__ grad_weight, T* __restrict__ grad_bias,
+    T* __restrict__ coef, bool need_sums, int64_t n, int64_t c, int64_t hw) {
   __shared__ double scratch[kWarpSize];
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
@@ -141,7 +150,7 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
   if (need_sums) {  // the same for the whole block: the barriers inside are reached by all
     for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
       const int64_t off = channel_offset(k, ch, c, hw);
-      const double gy = static_cast<double>(grad_y[off]);
+      const double gy = static_cast<double>(masked_grad(grad_y, relu_y, off));
       sum_gy += gy;
       sum_gy_xc += gy * (static_cast<double>(x[off]) - mu);
     }
@@ -167,6 +176,7 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
 // Grid-stride over the N * C * HW elements: grad_x = k * grad_y - a * (x - mean) + d.
 template <typename T>
 __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
+                                                   const T* __restrict__ relu_y,
                                                    const T* __restrict__ x,
                                                    const T* __restrict__ mean,
                                                    const T* __restrict__ coef,
@@ -176,7 +186,8 @@ __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t ch = (i / hw) % c;
-    grad_x[i] = coef[ch] * grad_y[i] - coef[c + ch] * (x[i] - mean[ch]) + coef[2 * c + ch];
+    grad_x[i] = coef[ch] * masked_grad(grad_y, relu_y, i) - coef[c + ch] * (x[i] - mean[ch]) +
+                coef[2 * c + ch];
   }
 }
 
@@ -214,31 +225,32 @@ void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_me
 
 template <typename T>
 void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
-                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw) {
+                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
   const int64_t total = n * c * hw;
   if (total == 0) return;
   launch(batch_norm2d_forward_kernel<T>,
          LaunchConfig{dim3(element_blocks(total)), dim3(kElementThreads), 0, current_stream()},
-         x, mean, invstd, weight, bias, y, total, c, hw);
+         x, mean, invstd, weight, bias, y, total, c, hw, relu);
 }
 
 template <typename T>
 void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                                const T* invstd, const T* weight, T* grad_x, T* grad_weight,
-                                T* grad_bias, T* coef, int64_t n, int64_t c, int64_t hw) {
+                                const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                                T* grad_weight, T* grad_bias, T* coef, int64_t n, int64_t c,
+                                int64_t hw) {
   KILN_CHECK(!grad_x || coef, "batch_norm2d_backward_cuda: grad_x needs the (3 * C) workspace");
   if (c == 0) return;
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
   cudaStream_t stream = current_stream();
   launch(batch_norm2d_backward_reduce_kernel<T>,
          LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, stream}, mode,
-         grad_y, x, mean, invstd, weight, grad_weight, grad_bias, grad_x ? coef : nullptr,
+         grad_y, x, mean, invstd, weight, relu_y, grad_weight, grad_bias, grad_x ? coef : nullptr,
          need_sums, n, c, hw);
   const int64_t total = n * c * hw;
   if (!grad_x || total == 0) return;
   launch(batch_norm2d_backward_input_kernel<T>,
-         LaunchConfig{dim3(element_blocks(total)), dim3(kElementThreads), 0, stream}, grad_y, x,
-         mean, coef, grad_x, total, c, hw);
+         LaunchConfig{dim3(element_blocks(total)), dim3(kElementThreads), 0, stream}, grad_y,
+         relu_y, x, mean, coef, grad_x, total, c, hw);
 }
 
 #define KILN_INSTANTIATE_BN_CUDA(T)                                                            \
@@ -247,10 +259,10 @@ void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x,
   template void batch_norm2d_update_running_cuda<T>(const T*, const T*, T*, T*, int64_t,       \
                                                     int64_t, double);                          \
   template void batch_norm2d_forward_cuda<T>(const T*, const T*, const T*, const T*, const T*, \
-                                             T*, int64_t, int64_t, int64_t);                   \
+                                             T*, int64_t, int64_t, int64_t, bool);             \
   template void batch_norm2d_backward_cuda<T>(BatchNormMode, const T*, const T*, const T*,     \
-                                              const T*, const T*, T*, T*, T*, T*, int64_t,     \
-                                              int64_t, int64_t);
+                                              const T*, const T*, const T*, T*, T*, T*, T*,    \
+                                              int64_t, int64_t, int64_t);
 KILN_INSTANTIATE_BN_CUDA(float)
 KILN_INSTANTIATE_BN_CUDA(double)
 #undef KILN_INSTANTIATE_BN_CUDA

@@ -15,6 +15,9 @@
 //   training:   grad_x = weight * invstd * (grad_y - grad_bias / M - xhat * grad_weight / M)
 //               (mean and invstd depend on x: the full formula)
 //   eval:       grad_x = weight * invstd * grad_y     (running statistics are constants)
+// Fused ReLU (ResNet's BN -> ReLU pairs): the forward writes max(y, 0) instead of y, and the
+// backward, given that output as relu_y, reads grad_y as 0 wherever relu_y <= 0 (the ReLU's
+// gradient) before the formulas above. One pass over memory fewer each way, one tensor fewer.
 #pragma once
 
 #include <cstdint>
@@ -38,16 +41,18 @@ void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mea
                                      T* running_var, int64_t c, int64_t m, double momentum);
 
 // x, y are (N, C, HW); mean, invstd are (C); weight, bias are (C) or null (no affine: 1, 0).
+// relu: y = max(y, 0).
 template <typename T>
 void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw);
+                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
 
 // grad_y, x are (N, C, HW); mean, invstd, weight are (C) (weight null: 1). Outputs may each
 // be null when that gradient is not needed: grad_x (N, C, HW), grad_weight (C), grad_bias (C).
+// relu_y: (N, C, HW), the output of a forward with relu, or null (no fused ReLU).
 template <typename T>
 void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, T* grad_x, T* grad_weight,
-                               T* grad_bias, int64_t n, int64_t c, int64_t hw);
+                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cpu
 
@@ -73,15 +78,16 @@ void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_me
 
 template <typename T>
 void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
-                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw);
+                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
 
 // As batch_norm2d_backward_cpu, plus `coef`: a (3 * C) device workspace the op allocates when
 // grad_x is wanted (null otherwise): the per-channel constants k, a, d of grad_x, computed by
 // the reduction kernel and read by the element-wise one.
 template <typename T>
 void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                                const T* invstd, const T* weight, T* grad_x, T* grad_weight,
-                                T* grad_bias, T* coef, int64_t n, int64_t c, int64_t hw);
+                                const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                                T* grad_weight, T* grad_bias, T* coef, int64_t n, int64_t c,
+                                int64_t hw);
 
 }  // namespace kiln::cuda
 #endif  // KILN_WITH_CUDA

@@ -246,6 +246,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, i
   }
 }
 
+void Conv2d::set_bias(const Tensor& b) {
+  KILN_CHECK(!bias.defined(), "Conv2d::set_bias: this convolution already has a bias");
+  KILN_CHECK(b.defined() && b.dim() == 1 && b.size(0) == out_channels_, "Conv2d::set_bias: ",
+             "expected a bias of shape [", out_channels_, "], got ",
+             b.defined() ? shape_str(b.shape()) : "an undefined tensor");
+  bias = register_parameter("bias", b);
+}
+
 Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride_, padding_); }
 
 std::string Conv2d::extra_repr() const {

@@ -35,6 +35,9 @@ class Conv2d : public Module {
          int64_t padding = 0, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
+  // Gives a convolution built without bias one (out_channels), registered as "bias"; used
+  // when a BatchNorm is folded into it (models/resnet.h).
+  void set_bias(const Tensor& b);
 
   Tensor weight;  // (out_channels, in_channels, kernel_size, kernel_size)
   Tensor bias;    // (out_channels), undefined when bias = false

@@ -1,5 +1,6 @@
 #include "layers/module.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/autograd.h"
@@ -96,6 +97,21 @@ std::string Module::describe(int indent) const {
   for (auto& [name, child] : children_)
     os << "\n" << std::string(indent + 2, ' ') << name << ": " << child->describe(indent + 2);
   return os.str();
+}
+
+std::shared_ptr<Module> Module::child(const std::string& name) const {
+  for (const auto& [n, m] : children_)
+    if (n == name) return m;
+  std::string known;
+  for (const auto& [n, m] : children_) known += (known.empty() ? "" : ", ") + n;
+  throw Error(detail::str(type_name(), " has no child '", name, "' (children: ", known, ")"));
+}
+
+void Module::remove_module(const std::string& name) {
+  child(name);  // throws, naming the children, if there is none
+  children_.erase(std::remove_if(children_.begin(), children_.end(),
+                                 [&](const auto& entry) { return entry.first == name; }),
+                  children_.end());
 }
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {

@@ -46,6 +46,11 @@ class Module {
     return children_;
   }
   std::string describe(int indent = 0) const;  // a tree, one module per line
+  // The child registered as `name` (an error naming the known children if there is none).
+  std::shared_ptr<Module> child(const std::string& name) const;
+  // Drops the child `name`, and with it its parameters and buffers (a model transformed for
+  // inference, e.g. BatchNorm folded into the convolution before it).
+  void remove_module(const std::string& name);
 
  protected:
   // Registers and returns the tensor (the same handle): requires_grad is switched on.

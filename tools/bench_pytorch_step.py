@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""The PyTorch half of tools/bench_vs_pytorch.sh: the seed CNN's training step, batch in
-memory, timed like apps/train_step_bench.cpp (median of --steps after --warmup).
-Run with Debian's python3 (python3-torch). Prints one line in the same format."""
+"""The PyTorch half of tools/bench_vs_pytorch.sh: a training step (forward, backward, SGD with
+momentum) or an inference forward, batch in memory, timed like apps/train_step_bench.cpp
+(median of --steps after --warmup). Models: the seed CNN, or torchvision's ResNets.
+Run with Debian's python3 (python3-torch, python3-torchvision). Prints one line in the same
+format as train_step_bench."""
 import argparse
 import time
 
@@ -28,6 +30,11 @@ class SeedCNN(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="mnist_cnn")
+    ap.add_argument("--mode", choices=["train", "eval"], default="train")
+    ap.add_argument("--image-size", type=int, default=128)
+    ap.add_argument("--channels-last", action="store_true",
+                    help="NHWC memory format (torch.channels_last) for model and input")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)
@@ -35,21 +42,37 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    net = SeedCNN().train()
+    if a.model == "mnist_cnn":
+        net, classes, shape = SeedCNN(), 10, (a.batch_size, 1, 28, 28)
+    else:
+        import torchvision
+        net = getattr(torchvision.models, a.model)(num_classes=1000)
+        classes, shape = 1000, (a.batch_size, 3, a.image_size, a.image_size)
+    train = a.mode == "train"
+    net.train(train)
+    x = torch.rand(*shape) * 2 - 1
+    if a.channels_last:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    x = torch.rand(a.batch_size, 1, 28, 28) * 2 - 1
-    y = torch.arange(a.batch_size) % 10
+    y = torch.arange(a.batch_size) % classes
     ms = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(net(x), y).backward()
-        opt.step()
+        if train:
+            opt.zero_grad()
+            F.cross_entropy(net(x), y).backward()
+            opt.step()
+        else:
+            with torch.no_grad():
+                net(x)
         if s >= a.warmup:
             ms.append((time.perf_counter() - t0) * 1000)
     ms.sort()
     med = ms[len(ms) // 2]
-    print(f"pytorch threads={a.threads} torch={torch.__version__} batch={a.batch_size} "
+    fmt = "+nhwc" if a.channels_last else ""
+    print(f"pytorch model={a.model} mode={a.mode}{fmt} threads={a.threads} torch={torch.__version__} "
+          f"batch={a.batch_size} image={shape[-1]} "
           f"images_per_sec={a.batch_size * 1000 / med:.1f} ms_per_step={med:.2f}")
 
 

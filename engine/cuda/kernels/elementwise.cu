@@ -1,5 +1,5 @@
 // elementwise.cu: CUDA kernels of the elementwise ops (binary with broadcast, unary, relu
-// backward): the twins of cpu::binary / cpu::unary / cpu::relu_backward.
+// backward; add_relu is the binary AddRelu): the twins of cpu::binary / cpu::unary / cpu::relu_backward.
 //
 // Parallelisation: one thread per element, blocks of 256 threads, consecutive threads on
 // consecutive elements so every warp reads and writes 32 neighbouring values (coalesced).
@@ -26,6 +26,10 @@ __device__ __forceinline__ T apply_binary(T a, T b) {
   if (Op == BinaryOp::Add) return a + b;
   if (Op == BinaryOp::Sub) return a - b;
   if (Op == BinaryOp::Mul) return a * b;
+  if (Op == BinaryOp::AddRelu) {
+    const T v = a + b;
+    return v > T(0) ? v : T(0);
+  }
   return a / b;
 }
 
@@ -93,6 +97,7 @@ void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t
     case BinaryOp::Sub: return launch_binary<T, BinaryOp::Sub>(kind, a, b, out, n, row);
     case BinaryOp::Mul: return launch_binary<T, BinaryOp::Mul>(kind, a, b, out, n, row);
     case BinaryOp::Div: return launch_binary<T, BinaryOp::Div>(kind, a, b, out, n, row);
+    case BinaryOp::AddRelu: return launch_binary<T, BinaryOp::AddRelu>(kind, a, b, out, n, row);
   }
 }
 

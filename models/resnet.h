@@ -1,0 +1,140 @@
+// resnet.h: the ResNet family (He, Zhang, Ren, Sun, "Deep Residual Learning for Image
+// Recognition", CVPR 2016, https://arxiv.org/abs/1512.03385), laid out exactly like
+// torchvision's models/resnet.py, so a torchvision state_dict loads key for key.
+//
+//   x (N, 3, H, W)                                    H, W >= 32
+//   stem:   conv1 7x7/2 (3 -> 64), bn1, relu, maxpool 3x3/2 pad 1       -> (N, 64, H/4, W/4)
+//   layer1: blocks at 64 planes, stride 1                              -> (N, 64 e, H/4, W/4)
+//   layer2: 128 planes, first block stride 2                           -> (N, 128 e, H/8, W/8)
+//   layer3: 256 planes, stride 2                                       -> (N, 256 e, H/16, W/16)
+//   layer4: 512 planes, stride 2                                       -> (N, 512 e, H/32, W/32)
+//   head:   avgpool (adaptive, 1x1), flatten, fc (512 e -> classes)    -> logits (N, classes)
+// e is the block's expansion: 1 for BasicBlock (ResNet-18/34), 4 for Bottleneck (50/101/152).
+//
+// Blocks (each ends in ReLU(residual + identity)):
+//   BasicBlock:  conv 3x3/s -> bn -> relu -> conv 3x3 -> bn                 (+ identity)
+//   Bottleneck:  conv 1x1 -> bn -> relu -> conv 3x3/s -> bn -> relu -> conv 1x1 (x4) -> bn
+// The Bottleneck is "v1.5": the stride sits on the 3x3 convolution, not the first 1x1 as in
+// the paper; torchvision's form (https://catalog.ngc.nvidia.com/orgs/nvidia/resources/resnet_50_v1_5_for_pytorch).
+// The identity is x itself, or downsample(x) = bn(conv 1x1/s(x)) where the shape changes.
+//
+// Kernels and fusion: every conv has no bias (a BN follows); each BN -> ReLU pair runs as one
+// kernel (BatchNorm2d::forward(x, Relu)), and the residual join as add_relu(), so no
+// activation is written twice. fold_batch_norms() turns an eval-mode model into convolutions
+// with bias (BN folded into the weights) for inference.
+//
+// Names follow torchvision: conv1.weight, bn1.running_mean, layer2.0.downsample.0.weight,
+// layer4.1.bn2.num_batches_tracked, fc.bias ... (num_batches_tracked is [1] here, a 0-d tensor
+// in PyTorch: tools/export_torchvision.py reshapes it).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/batchnorm2d.h"
+#include "layers/conv2d.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+#include "layers/pool2d.h"
+
+namespace kiln {
+
+enum class ResNetBlock { Basic, Bottleneck };
+
+struct ResNetConfig {
+  ResNetBlock block = ResNetBlock::Basic;
+  std::array<int64_t, 4> layers{2, 2, 2, 2};  // blocks per stage
+  int64_t num_classes = 1000;
+  // Channels of the 3x3 convolutions of a Bottleneck at 64 planes (torchvision's
+  // width_per_group; 64 is the standard net). Smaller values make narrow nets for tests.
+  int64_t width_per_group = 64;
+  // Channels of the stem and of layer1's planes (64 in every standard net). Smaller values,
+  // with a smaller width_per_group, give small nets of the same depth for tests and the
+  // simulator; only 64 loads torchvision weights.
+  int64_t base_planes = 64;
+};
+
+// "resnet18" | "resnet34" | "resnet50" | "resnet101" | "resnet152" -> its configuration.
+// An unknown name is a usage error listing the known ones.
+ResNetConfig resnet_config(const std::string& name, int64_t num_classes = 1000);
+
+// conv -> bn, with the BN's fused ReLU when asked: the building brick of every block.
+struct ConvBn {
+  std::shared_ptr<Conv2d> conv;
+  std::shared_ptr<BatchNorm2d> bn;  // null once folded into conv (fold_batch_norms)
+  Tensor forward(const Tensor& x, BatchNormActivation activation) const;
+  void fold();  // conv' = conv * scale, bias' = shift (eval-mode BN as an affine map)
+};
+
+class BasicBlock : public Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, bool downsample);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BasicBlock"; }
+  void fold_batch_norms();
+
+ private:
+  ConvBn c1_, c2_;
+  ConvBn down_;  // conv null: identity
+};
+
+class Bottleneck : public Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, bool downsample,
+             int64_t width_per_group = 64);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Bottleneck"; }
+  void fold_batch_norms();
+
+ private:
+  ConvBn c1_, c2_, c3_;
+  ConvBn down_;
+};
+
+// A named piece of the model in execution order: the unit that pipeline stages are cut from.
+struct ResNetPiece {
+  std::string name;  // "stem", "layer1.0", ..., "layer4.2", "head"
+  std::shared_ptr<Module> module;
+};
+
+class ResNet : public Module {
+ public:
+  explicit ResNet(const ResNetConfig& config);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "ResNet"; }
+  const ResNetConfig& config() const { return config_; }
+
+  // The model as an ordered sequence: stem, every residual block, head. Running the pieces
+  // one after another is forward(). Their modules share the model's parameters, and each
+  // piece's named_parameters() are the model's with the piece's prefix dropped ("stem": conv1.*,
+  // bn1.*; "head": fc.*).
+  std::vector<ResNetPiece> pieces() const { return pieces_; }
+
+  // For inference: folds every BatchNorm into the convolution before it, using the running
+  // statistics (the model must be in eval mode). Afterwards the model has no BN parameters or
+  // buffers, its convolutions have biases, and forward() computes the same function with one
+  // pass fewer per convolution. Irreversible; training a folded model is an error.
+  void fold_batch_norms();
+  bool folded() const { return folded_; }
+
+ private:
+  ResNetConfig config_;
+  ConvBn stem_;  // conv1, bn1
+  std::vector<ResNetPiece> pieces_;
+  bool folded_ = false;
+};
+
+std::shared_ptr<ResNet> make_resnet(const ResNetConfig& config);
+std::shared_ptr<ResNet> make_resnet(const std::string& name, int64_t num_classes = 1000);
+
+// Loads a state_dict written by tools/export_torchvision.py (a Kiln checkpoint of
+// torchvision's tensors) into `model`. Checks every key in the model's order and throws an
+// input error naming the file and the first key that is missing, unexpected or mis-shaped.
+void load_torchvision_weights(ResNet& model, const std::string& path);
+
+}  // namespace kiln
