@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "layers/batchnorm2d_kernels.h"
+#include "layers/layout.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/context.h"
 #endif
@@ -25,9 +26,10 @@ constexpr const char* kOp = "batch_norm2d";
 // x's dtype and device. Undefined is allowed (the caller decides what that means).
 void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
   if (!t.defined()) return;
-  KILN_CHECK(t.dim() == 1 && t.size(0) == x.size(1), kOp, ": ", what, " has shape ",
-             shape_str(t.shape()), " but the input ", shape_str(x.shape()), " has ", x.size(1),
-             " channels: expected [", x.size(1), "]");
+  const int64_t c = logical_channels(x);
+  KILN_CHECK(t.dim() == 1 && t.size(0) == c, kOp, ": ", what, " has shape ",
+             shape_str(t.shape()), " but the input ", shape_str(x.shape()), " has ", c,
+             " channels: expected [", c, "]");
   KILN_CHECK(t.dtype() == x.dtype(), kOp, ": ", what, " is ", dtype_name(t.dtype()),
              " but the input is ", dtype_name(x.dtype()), ": convert one with .to(dtype)");
   check_same_device(t, x, kOp);
@@ -37,6 +39,7 @@ void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
 // a fused ReLU, the output y (its mask; undefined otherwise).
 struct BatchNorm2dBackward : Node {
   BatchNormMode mode = BatchNormMode::Train;
+  bool blocked = false;  // x in the channel-blocked layout (CPU only)
   const char* name() const override { return "BatchNorm2dBackward"; }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& x = saved[0];       // (N, C, H, W)
@@ -44,7 +47,7 @@ struct BatchNorm2dBackward : Node {
     const Tensor& invstd = saved[2];  // (C)
     const Tensor& weight = saved[3];  // (C) or undefined
     const Tensor& relu_y = saved[4];  // (N, C, H, W) or undefined
-    const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+    const int64_t n = x.size(0), c = logical_channels(x), hw = x.size(2) * x.size(3);
     // Only the gradients some input needs are computed (next[i] is null otherwise).
     Tensor gx, gw, gb;
     if (next[0]) gx = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -55,9 +58,10 @@ struct BatchNorm2dBackward : Node {
         dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
           using T = typename decltype(tag)::type;
           auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-          cpu::batch_norm2d_backward_cpu<T>(mode, grad_out.data<T>(), x.data<T>(),
-                                            mean.data<T>(), invstd.data<T>(), ptr(weight),
-                                            ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+          auto kernel = blocked ? cpu::batch_norm2d_backward_blocked_cpu<T>
+                                : cpu::batch_norm2d_backward_cpu<T>;
+          kernel(mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                 ptr(weight), ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), n, c, hw);
         });
         break;
       case DeviceType::CUDA:
@@ -90,8 +94,12 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     double momentum, double eps, BatchNormActivation activation) {
   KILN_CHECK(x.defined(), kOp, ": the input is undefined");
-  KILN_CHECK(x.dim() == 4, kOp, ": expected an input of shape (N, C, H, W), got ",
-             shape_str(x.shape()));
+  const bool blocked = is_channel_blocked(x);
+  KILN_CHECK(x.dim() == 4 || blocked, kOp, ": expected an input of shape (N, C, H, W) ",
+             "(or channel-blocked (N, C/16, H, W, 16)), got ", shape_str(x.shape()));
+  if (blocked && x.device().type != DeviceType::CPU)  // blocked kernels exist on the CPU only
+    return to_channel_blocks(batch_norm2d(from_channel_blocks(x), weight, bias, running_mean,
+                                          running_var, training, momentum, eps, activation));
   KILN_CHECK(is_floating(x.dtype()), kOp, ": expected an f32 or f64 tensor, got ", x.str());
   check_channel_tensor("weight", weight, x);
   check_channel_tensor("bias", bias, x);
@@ -104,7 +112,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             ", momentum=", momentum),
                 ErrorKind::Usage);
 
-  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3), m = n * hw;
+  const int64_t n = x.size(0), c = logical_channels(x), hw = x.size(2) * x.size(3), m = n * hw;
   // Batch statistics in training, and whenever there are no running statistics to use.
   const bool batch_stats = training || !running_mean.defined();
   const bool update_running = training && running_mean.defined();
@@ -123,7 +131,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
         auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
         if (batch_stats) {
           Tensor var = Tensor::empty({c}, x.dtype(), x.device());
-          cpu::batch_norm2d_stats_cpu<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+          (blocked ? cpu::batch_norm2d_stats_blocked_cpu<T> : cpu::batch_norm2d_stats_cpu<T>)(
+              x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
           cpu::batch_norm2d_invstd_cpu<T>(var.data<T>(), invstd.data<T>(), c, eps);
           // The running statistics are state, not part of the graph: written in place.
           if (update_running)
@@ -134,8 +143,9 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
           mean.copy_(running_mean);
           cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
         }
-        cpu::batch_norm2d_forward_cpu<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
+        (blocked ? cpu::batch_norm2d_forward_blocked_cpu<T> : cpu::batch_norm2d_forward_cpu<T>)(
+            x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias), y.data<T>(), n,
+            c, hw, relu);
       });
       break;
     case DeviceType::CUDA:
@@ -171,6 +181,7 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (any_requires_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<BatchNorm2dBackward>();
     node->mode = batch_stats ? BatchNormMode::Train : BatchNormMode::Eval;
+    node->blocked = blocked;
     node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor(),
                    relu ? y.detach() : Tensor()};
     set_history(y, node, {x, weight, bias});
@@ -200,10 +211,12 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double>
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x, BatchNormActivation activation) {
-  KILN_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: expected an input of shape ",
-             "(N, C, H, W), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
-  KILN_CHECK(x.size(1) == num_features_, "BatchNorm2d(", num_features_, "): the input ",
-             shape_str(x.shape()), " has ", x.size(1), " channels, expected ", num_features_);
+  KILN_CHECK(x.defined() && (x.dim() == 4 || is_channel_blocked(x)), "BatchNorm2d: expected an ",
+             "input of shape (N, C, H, W) or (N, C/16, H, W, 16), got ",
+             x.defined() ? shape_str(x.shape()) : "an undefined tensor");
+  KILN_CHECK(logical_channels(x) == num_features_, "BatchNorm2d(", num_features_, "): the input ",
+             shape_str(x.shape()), " has ", logical_channels(x), " channels, expected ",
+             num_features_);
   if (!is_training())
     return batch_norm2d(x, weight_, bias_, running_mean_, running_var_, false, 0.0, eps_,
                         activation);

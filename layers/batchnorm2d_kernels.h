@@ -54,6 +54,22 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
                                const T* invstd, const T* weight, const T* relu_y, T* grad_x,
                                T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw);
 
+// The same three kernels for x, y, grad_y, grad_x, relu_y in the channel-blocked layout of
+// layers/layout.h, (N, C/16, HW, 16); c is the number of channels (a multiple of 16).
+// Definitions: layers/batchnorm2d_blocked_cpu.cpp.
+template <typename T>
+void batch_norm2d_stats_blocked_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c,
+                                    int64_t hw);
+template <typename T>
+void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
+                                      const T* bias, T* y, int64_t n, int64_t c, int64_t hw,
+                                      bool relu);
+template <typename T>
+void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
+                                       const T* mean, const T* invstd, const T* weight,
+                                       const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
+                                       int64_t n, int64_t c, int64_t hw);
+
 }  // namespace kiln::cpu
 
 #if KILN_WITH_CUDA

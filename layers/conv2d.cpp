@@ -17,7 +17,9 @@
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
+#include "engine/ops.h"
 #include "layers/conv2d_kernels.h"
+#include "layers/layout.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/context.h"
 #endif
@@ -99,7 +101,12 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
             // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
             // trained bias) is a plain sum over dy, done by the hand kernel.
             conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
-            if (dbp && !dwp) conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
+            if (dbp && !dwp) {
+              if (g.blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
+                db.copy_(sum(dy, {0, 2, 3}).reshape({g.k}));
+              else
+                conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
+            }
             return;
           }
         }
@@ -137,6 +144,12 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
   }
 }
 
+// (N, C, H, W), or (N, C/16, H, W, 16) in the blocked layout.
+Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked) {
+  if (blocked) return {n, c / kChannelBlock, h, w, kChannelBlock};
+  return {n, c, h, w};
+}
+
 struct Conv2dBackward : Node {
   ConvGeometry g{};
   Impl impl = Impl::Hand;
@@ -144,15 +157,15 @@ struct Conv2dBackward : Node {
   // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
 
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    KILN_CHECK(grad_out.shape() == Shape({g.n, g.k, g.p, g.q}),
-               "conv2d backward: the output gradient has shape ", shape_str(grad_out.shape()),
-               ", expected ", shape_str({g.n, g.k, g.p, g.q}));
+    const Shape y_shape = activation_shape(g.n, g.k, g.p, g.q, g.blocked);
+    KILN_CHECK(grad_out.shape() == y_shape, "conv2d backward: the output gradient has shape ",
+               shape_str(grad_out.shape()), ", expected ", shape_str(y_shape));
     const Tensor& x = saved[0];
     const Tensor& w = saved[1];
     const DType dt = grad_out.dtype();
     const Device dev = grad_out.device();
     Tensor dx, dw, db;
-    if (next[0]) dx = Tensor::empty({g.n, g.c, g.h, g.w}, dt, dev);
+    if (next[0]) dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.blocked), dt, dev);
     if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev);
     if (has_bias && next[2]) db = Tensor::empty({g.k}, dt, dev);
     if (g.n == 0) {  // an empty batch: the sums over images are empty
@@ -173,15 +186,28 @@ struct Conv2dBackward : Node {
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
-  KILN_CHECK(x.dim() == 4, "conv2d: expected the input as (N, C, H, W), got ",
+  if (is_channel_blocked(x)) {
+    // Blocked in, blocked out (layers/layout.h): oneDNN reads and writes the layout itself;
+    // every other kernel gets NCHW and its result is blocked again.
+    KILN_CHECK(w.dim() == 4 && w.size(1) == logical_channels(x) &&
+                   w.size(0) % kChannelBlock == 0,
+               "conv2d: a channel-blocked input ", shape_str(x.shape()), " (",
+               logical_channels(x), " channels) needs a weight (K, ", logical_channels(x),
+               ", R, S) with K a multiple of ", kChannelBlock, ", got ", shape_str(w.shape()));
+    if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
+          impl_for(x) == Impl::Vendor))
+      return to_channel_blocks(conv2d(from_channel_blocks(x), w, b, stride, padding));
+  }
+  const bool blocked = is_channel_blocked(x);
+  KILN_CHECK(x.dim() == 4 || blocked, "conv2d: expected the input as (N, C, H, W), got ",
              shape_str(x.shape()), "; add a batch or channel dimension with reshape()");
   KILN_CHECK(w.dim() == 4, "conv2d: expected the weight as (K, C, R, S), got ",
              shape_str(w.shape()));
   check_same_device(x, w, "conv2d");
   check_same_dtype(x, w, "conv2d");
   KILN_CHECK(is_floating(x.dtype()), "conv2d: expected f32 or f64 tensors, got ", x.str());
-  KILN_CHECK(x.size(1) == w.size(1), "conv2d: the input ", shape_str(x.shape()), " has ",
-             x.size(1), " channels but the weight ", shape_str(w.shape()), " expects ",
+  KILN_CHECK(logical_channels(x) == w.size(1), "conv2d: the input ", shape_str(x.shape()), " has ",
+             logical_channels(x), " channels but the weight ", shape_str(w.shape()), " expects ",
              w.size(1), " (weight is (out_channels, in_channels, kH, kW))");
   if (b.defined()) {
     check_same_device(x, b, "conv2d");
@@ -193,7 +219,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   KILN_CHECK(stride >= 1, "conv2d: stride must be >= 1, got ", stride);
   KILN_CHECK(padding >= 0, "conv2d: padding must be >= 0, got ", padding);
   ConvGeometry g{};
-  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
+  g.n = x.size(0), g.c = logical_channels(x), g.h = x.size(2), g.w = x.size(3);
+  g.blocked = blocked;
   g.k = w.size(0), g.r = w.size(2), g.s = w.size(3);
   g.stride = stride, g.pad = padding;
   KILN_CHECK(g.r >= 1 && g.s >= 1 && g.k >= 1 && g.c >= 1, "conv2d: the weight ",
@@ -205,7 +232,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
 
   const Impl impl = impl_for(x);
-  Tensor y = Tensor::empty({g.n, g.k, g.p, g.q}, x.dtype(), x.device());
+  Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, blocked), x.dtype(), x.device());
   if (g.n > 0) forward(x, w, b, y, g, impl);
 
   const bool with_b = b.defined();

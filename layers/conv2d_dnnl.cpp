@@ -108,22 +108,30 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights bwd_weights;
   Operand bx, bdw, bdy;
 
-  ConvPrimitives(const ConvGeometry& g, bool with_bias) : bias(with_bias) {
+  bool blocked = false;
+
+  ConvPrimitives(const ConvGeometry& g, bool with_bias) : bias(with_bias), blocked(g.blocked) {
     const auto f32 = memory::data_type::f32;
-    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, tag::nchw);
+    // Activations: plain NCHW, or already in oneDNN's blocked layout (layers/layout.h), which
+    // the blocked kernels then read and write in place.
+    const tag act = g.blocked ? tag::nChw16c : tag::nchw;
+    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, act);
     w_md = memory::desc({g.k, g.c, g.r, g.s}, f32, tag::oihw);
     b_md = memory::desc({g.k}, f32, tag::x);
-    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, tag::nchw);
+    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, act);
     strides = {g.stride, g.stride};
     pad = {g.pad, g.pad};
     auto any = [&](const memory::desc& md) { return memory::desc(md.dims(), f32, tag::any); };
+    // A blocked activation is handed over as it is: asking for `any` could pick yet another
+    // layout and bring the reorders back.
+    auto act_md = [&](const memory::desc& md) { return g.blocked ? md : any(md); };
     auto d = with_bias
                  ? dnnl::convolution_forward::desc(
                        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                       any(x_md), any(w_md), b_md, any(y_md), strides, pad, pad)
+                       act_md(x_md), any(w_md), b_md, act_md(y_md), strides, pad, pad)
                  : dnnl::convolution_forward::desc(
                        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                       any(x_md), any(w_md), any(y_md), strides, pad, pad);
+                       act_md(x_md), any(w_md), act_md(y_md), strides, pad, pad);
     fwd_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
     fwd = dnnl::convolution_forward(fwd_pd);
     fx = Operand(x_md, fwd_pd.src_desc());
@@ -135,8 +143,9 @@ struct ConvPrimitives {
     auto any = [&](const memory::desc& md) {
       return memory::desc(md.dims(), memory::data_type::f32, tag::any);
     };
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any(x_md),
-                                            any(w_md), any(y_md), strides, pad, pad);
+    auto act_md = [&](const memory::desc& md) { return blocked ? md : any(md); };
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, act_md(x_md),
+                                            any(w_md), act_md(y_md), strides, pad, pad);
     dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), fwd_pd);
     bwd_data = dnnl::convolution_backward_data(pd);
     dx_op = Operand(x_md, pd.diff_src_desc());
@@ -149,12 +158,13 @@ struct ConvPrimitives {
     auto any = [&](const memory::desc& md) {
       return memory::desc(md.dims(), memory::data_type::f32, tag::any);
     };
+    auto act_md = [&](const memory::desc& md) { return blocked ? md : any(md); };
     auto d = bias ? dnnl::convolution_backward_weights::desc(
-                        dnnl::algorithm::convolution_direct, any(x_md), any(w_md), b_md,
-                        any(y_md), strides, pad, pad)
+                        dnnl::algorithm::convolution_direct, act_md(x_md), any(w_md), b_md,
+                        act_md(y_md), strides, pad, pad)
                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                             any(x_md), any(w_md), any(y_md),
-                                                             strides, pad, pad);
+                                                             act_md(x_md), any(w_md),
+                                                             act_md(y_md), strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), fwd_pd);
     bwd_weights = dnnl::convolution_backward_weights(pd);
     bx = Operand(x_md, pd.src_desc());
@@ -169,7 +179,8 @@ using Key = std::array<int64_t, 12>;
 
 ConvPrimitives& primitives(const ConvGeometry& g, bool bias) {
   thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
-  Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(), 0};
+  Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
+          g.blocked};
   auto it = cache.find(key);
   if (it == cache.end()) {
     try {

@@ -23,6 +23,9 @@ struct ConvGeometry {
   int64_t k, r, s;     // weights (K, C, R, S)
   int64_t stride, pad;
   int64_t p, q;        // output spatial size (P, Q)
+  // x, y (and dx, dy) in the channel-blocked layout of layers/layout.h, (N, C/16, H, W, 16)
+  // and (N, K/16, P, Q, 16): the oneDNN kernels only (conv2d.cpp converts for the others).
+  bool blocked = false;
 };
 
 // ---- hand kernels (conv2d_cpu.cpp) -------------------------------------------------------------

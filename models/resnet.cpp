@@ -10,6 +10,7 @@
 #include "engine/ops.h"
 #include "engine/serialize.h"
 #include "layers/activation.h"
+#include "layers/layout.h"
 
 namespace kiln {
 
@@ -37,8 +38,11 @@ class ResNetStem : public Module {
     register_module("bn1", c1_->bn);
     register_module("maxpool", pool_);
   }
+  // The stem runs in NCHW (its input has 3 channels); its output moves to the layout the
+  // blocks prefer on this device (layers/layout.h), once for the whole network.
   Tensor forward(const Tensor& x) override {
-    return pool_->forward(c1_->forward(x, BatchNormActivation::Relu));
+    Tensor y = pool_->forward(c1_->forward(x, BatchNormActivation::Relu));
+    return as_layout(y, preferred_layout(y, y.size(1)));
   }
   std::string type_name() const override { return "ResNetStem"; }
   void drop_bn() { remove_module("bn1"); }
@@ -55,7 +59,14 @@ class ResNetHead : public Module {
     register_module("avgpool", pool_);
     register_module("fc", fc_);
   }
-  Tensor forward(const Tensor& x) override { return fc_->forward(pool_->forward(x).flatten(1)); }
+  Tensor forward(const Tensor& x) override {
+    if (is_channel_blocked(x)) {
+      // The global average of (N, C/16, H, W, 16) over H and W is (N, C/16, 16): channel
+      // cb * 16 + l, i.e. (N, C) once flattened. No conversion needed.
+      return fc_->forward(mean(x, {2, 3}).flatten(1));
+    }
+    return fc_->forward(pool_->forward(x).flatten(1));
+  }
   std::string type_name() const override { return "ResNetHead"; }
 
  private:
@@ -132,7 +143,24 @@ BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, bool do
   }
 }
 
-Tensor BasicBlock::forward(const Tensor& x) {
+// A block runs in the channel-blocked layout where that is fast for its input and every one of
+// its convolutions has a multiple of 16 channels; in NCHW otherwise.
+bool blockable(std::initializer_list<const ConvBn*> convs) {
+  for (const ConvBn* cb : convs) {
+    if (!cb->conv) continue;
+    if (cb->conv->weight.size(0) % kChannelBlock != 0 ||
+        cb->conv->weight.size(1) % kChannelBlock != 0)
+      return false;
+  }
+  return true;
+}
+
+Tensor block_input(const Tensor& x, bool blockable) {
+  return as_layout(x, blockable ? preferred_layout(x, kChannelBlock) : Layout::NCHW);
+}
+
+Tensor BasicBlock::forward(const Tensor& input) {
+  const Tensor x = block_input(input, blockable({&c1_, &c2_, &down_}));
   Tensor out = c1_.forward(x, BatchNormActivation::Relu);
   out = c2_.forward(out, BatchNormActivation::None);
   return add_relu(out, down_.conv ? down_.forward(x, BatchNormActivation::None) : x);
@@ -168,7 +196,8 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, bool do
   }
 }
 
-Tensor Bottleneck::forward(const Tensor& x) {
+Tensor Bottleneck::forward(const Tensor& input) {
+  const Tensor x = block_input(input, blockable({&c1_, &c2_, &c3_, &down_}));
   Tensor out = c1_.forward(x, BatchNormActivation::Relu);
   out = c2_.forward(out, BatchNormActivation::Relu);
   out = c3_.forward(out, BatchNormActivation::None);

@@ -1,0 +1,195 @@
+// batchnorm2d_blocked_cpu.cpp: the CPU kernels of 2-D batch normalisation for activations in
+// the channel-blocked layout of layers/layout.h: x is (N, C/16, HW, 16), the 16 channels of a
+// pixel side by side. The formulas are those of batchnorm2d_kernels.h; only the walk differs.
+//
+// In NCHW a channel is N slabs of HW contiguous values and the kernels vectorise along the
+// pixels. Here a pixel is 16 contiguous channels, so every loop's innermost step is "16
+// channels at once": one AVX-512 register of floats (two of doubles for the sums). Block cb
+// holds channels cb*16 .. cb*16+15 for every image and pixel; one thread owns a block at a
+// time for the reductions (fixed order: deterministic for a given thread count), and the
+// element-wise passes split over (image, block).
+#include "layers/batchnorm2d_kernels.h"
+
+#include <cmath>
+#include <vector>
+
+#include "layers/layout.h"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t L = kChannelBlock;
+constexpr int64_t kParallelMinElements = 1 << 15;
+
+// The gradient reaching the normalisation at element i: grad_y, or 0 where the fused ReLU's
+// output relu_y was not positive.
+template <bool Relu, typename T>
+inline T masked(const T* grad_y, const T* relu_y, int64_t i) {
+  if constexpr (Relu) return relu_y[i] > T(0) ? grad_y[i] : T(0);
+  return grad_y[i];
+}
+
+template <bool Relu, typename T>
+void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                      const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                      T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+  const int64_t cblocks = c / L;
+  const double m = static_cast<double>(n * hw);
+  const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
+  // Per channel: grad_x = k * grad_y - a * (x - mean) + d (see batch_norm2d_backward_cpu).
+  std::vector<T> k_coef(static_cast<size_t>(c)), a_coef(static_cast<size_t>(c)),
+      d_coef(static_cast<size_t>(c));
+#pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
+  for (int64_t cb = 0; cb < cblocks; ++cb) {
+    double sum_gy[L] = {}, sum_gy_xc[L] = {}, mu[L];
+    for (int64_t l = 0; l < L; ++l) mu[l] = static_cast<double>(mean[cb * L + l]);
+    if (need_sums) {
+      for (int64_t b = 0; b < n; ++b) {
+        const int64_t base = (b * cblocks + cb) * hw * L;
+        for (int64_t p = 0; p < hw; ++p) {
+#pragma omp simd
+          for (int64_t l = 0; l < L; ++l) {
+            const int64_t i = base + p * L + l;
+            const double gy = static_cast<double>(masked<Relu>(grad_y, relu_y, i));
+            sum_gy[l] += gy;
+            sum_gy_xc[l] += gy * (static_cast<double>(x[i]) - mu[l]);
+          }
+        }
+      }
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t ch = cb * L + l;
+      const double is = static_cast<double>(invstd[ch]);
+      const double sum_gy_xhat = sum_gy_xc[l] * is;
+      if (grad_bias) grad_bias[ch] = static_cast<T>(sum_gy[l]);
+      if (grad_weight) grad_weight[ch] = static_cast<T>(sum_gy_xhat);
+      const double k = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
+      double a = 0, d = 0;
+      if (mode == BatchNormMode::Train) {
+        a = k * is * sum_gy_xhat / m;
+        d = -k * sum_gy[l] / m;
+      }
+      k_coef[static_cast<size_t>(ch)] = static_cast<T>(k);
+      a_coef[static_cast<size_t>(ch)] = static_cast<T>(a);
+      d_coef[static_cast<size_t>(ch)] = static_cast<T>(d);
+    }
+  }
+  if (!grad_x) return;
+#pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t cb = 0; cb < cblocks; ++cb) {
+      const T* kc = k_coef.data() + cb * L;
+      const T* ac = a_coef.data() + cb * L;
+      const T* dc = d_coef.data() + cb * L;
+      const T* mc = mean + cb * L;
+      const int64_t base = (b * cblocks + cb) * hw * L;
+      for (int64_t p = 0; p < hw; ++p) {
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t i = base + p * L + l;
+          grad_x[i] = kc[l] * masked<Relu>(grad_y, relu_y, i) - ac[l] * (x[i] - mc[l]) + dc[l];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void batch_norm2d_stats_blocked_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c,
+                                    int64_t hw) {
+  const int64_t cblocks = c / L;
+  const double m = static_cast<double>(n * hw);
+#pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
+  for (int64_t cb = 0; cb < cblocks; ++cb) {
+    // Two passes, as in NCHW: the mean, then the squared deviations from it.
+    double s[L] = {};
+    for (int64_t b = 0; b < n; ++b) {
+      const T* xs = x + (b * cblocks + cb) * hw * L;
+      for (int64_t p = 0; p < hw; ++p) {
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) s[l] += static_cast<double>(xs[p * L + l]);
+      }
+    }
+    double mu[L], ss[L] = {};
+    for (int64_t l = 0; l < L; ++l) mu[l] = s[l] / m;
+    for (int64_t b = 0; b < n; ++b) {
+      const T* xs = x + (b * cblocks + cb) * hw * L;
+      for (int64_t p = 0; p < hw; ++p) {
+#pragma omp simd
+        for (int64_t l = 0; l < L; ++l) {
+          const double d = static_cast<double>(xs[p * L + l]) - mu[l];
+          ss[l] += d * d;
+        }
+      }
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      mean[cb * L + l] = static_cast<T>(mu[l]);
+      var[cb * L + l] = static_cast<T>(ss[l] / m);
+    }
+  }
+}
+
+template <typename T>
+void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
+                                      const T* bias, T* y, int64_t n, int64_t c, int64_t hw,
+                                      bool relu) {
+  const int64_t cblocks = c / L;
+#pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t cb = 0; cb < cblocks; ++cb) {
+      // y = x * scale + shift, per channel, as the NCHW kernel computes them.
+      T scale[L], shift[L];
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t ch = cb * L + l;
+        scale[l] = invstd[ch] * (weight ? weight[ch] : T(1));
+        shift[l] = (bias ? bias[ch] : T(0)) - mean[ch] * scale[l];
+      }
+      const int64_t base = (b * cblocks + cb) * hw * L;
+      const T* xs = x + base;
+      T* ys = y + base;
+      for (int64_t p = 0; p < hw; ++p) {
+        if (relu) {
+#pragma omp simd
+          for (int64_t l = 0; l < L; ++l) {
+            const T v = xs[p * L + l] * scale[l] + shift[l];
+            ys[p * L + l] = v > T(0) ? v : T(0);
+          }
+        } else {
+#pragma omp simd
+          for (int64_t l = 0; l < L; ++l) ys[p * L + l] = xs[p * L + l] * scale[l] + shift[l];
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
+                                       const T* mean, const T* invstd, const T* weight,
+                                       const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
+                                       int64_t n, int64_t c, int64_t hw) {
+  if (relu_y)
+    backward_blocked<true>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                           grad_bias, n, c, hw);
+  else
+    backward_blocked<false>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                            grad_bias, n, c, hw);
+}
+
+#define KILN_INSTANTIATE_BN_BLOCKED(T)                                                        \
+  template void batch_norm2d_stats_blocked_cpu<T>(const T*, T*, T*, int64_t, int64_t,         \
+                                                  int64_t);                                   \
+  template void batch_norm2d_forward_blocked_cpu<T>(const T*, const T*, const T*, const T*,   \
+                                                    const T*, T*, int64_t, int64_t, int64_t,  \
+                                                    bool);                                    \
+  template void batch_norm2d_backward_blocked_cpu<T>(BatchNormMode, const T*, const T*,       \
+                                                     const T*, const T*, const T*, const T*,  \
+                                                     T*, T*, T*, int64_t, int64_t, int64_t);
+KILN_INSTANTIATE_BN_BLOCKED(float)
+KILN_INSTANTIATE_BN_BLOCKED(double)
+#undef KILN_INSTANTIATE_BN_BLOCKED
+
+}  // namespace kiln::cpu
