@@ -24,6 +24,7 @@
 #include "engine/parallel.h"
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
+#include "layers/conv2d.h"
 #include "models/resnet.h"
 
 using namespace kiln;
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train";
-  bool fold_bn = false;
+  bool fold_bn = false, winograd = false;
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(CLI::IsMember({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
                              "resnet152"}));
@@ -47,12 +48,15 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--kernels", kernels, "hand or vendor")->check(CLI::IsMember({"hand", "vendor"}));
   app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
+  app.add_flag("--winograd", winograd,
+               "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
   CLI11_PARSE(app, argc, argv);
   try {
     KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
                      "--fold-bn needs --mode eval and a ResNet model");
     set_num_threads(threads);
     set_kernel_impl(parse_impl(kernels.c_str()));
+    if (winograd) set_conv_winograd(true);
     manual_seed(1);
     const bool is_resnet = model != "mnist_cnn";
     std::shared_ptr<Module> net;
@@ -94,9 +98,10 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s threads=%d kernels=%s batch=%d image=%d "
+    std::printf("kiln model=%s mode=%s%s%s threads=%d kernels=%s batch=%d image=%d "
                 "images_per_sec=%.1f ms_per_step=%.2f\n",
-                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", threads, kernels.c_str(),
+                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "",
+                winograd ? "+winograd" : "", threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median);
   } catch (const Error& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());

@@ -22,14 +22,6 @@ namespace {
 constexpr int64_t L = kChannelBlock;
 constexpr int64_t kParallelMinElements = 1 << 15;
 
-// The gradient reaching the normalisation at element i: grad_y, or 0 where the fused ReLU's
-// output relu_y was not positive.
-template <bool Relu, typename T>
-inline T masked(const T* grad_y, const T* relu_y, int64_t i) {
-  if constexpr (Relu) return relu_y[i] > T(0) ? grad_y[i] : T(0);
-  return grad_y[i];
-}
-
 template <bool Relu, typename T>
 void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
                       const T* invstd, const T* weight, const T* relu_y, T* grad_x,

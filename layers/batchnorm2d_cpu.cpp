@@ -84,14 +84,12 @@ void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const 
   }
 }
 
-template <typename T>
-void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
-                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
-  // The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU cut it.
-  auto gy_at = [grad_y, relu_y](int64_t off) {
-    return relu_y && !(relu_y[off] > T(0)) ? T(0) : grad_y[off];
-  };
+namespace {
+
+template <bool Relu, typename T>
+void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                   const T* invstd, const T* weight, const T* relu_y, T* grad_x, T* grad_weight,
+                   T* grad_bias, int64_t n, int64_t c, int64_t hw) {
   const double m = static_cast<double>(n * hw);
   // The sums are needed for grad_weight / grad_bias, and in training also for grad_x.
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
@@ -105,12 +103,11 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
     if (need_sums) {
       for (int64_t b = 0; b < n; ++b) {
         const int64_t base = (b * c + ch) * hw;
-        const T* xs = x + base;
 #pragma omp simd reduction(+ : sum_gy, sum_gy_xc)
-        for (int64_t i = 0; i < hw; ++i) {
-          const double gy = static_cast<double>(gy_at(base + i));
+        for (int64_t i = base; i < base + hw; ++i) {
+          const double gy = static_cast<double>(masked<Relu>(grad_y, relu_y, i));
           sum_gy += gy;
-          sum_gy_xc += gy * (static_cast<double>(xs[i]) - mu);
+          sum_gy_xc += gy * (static_cast<double>(x[i]) - mu);
         }
       }
     }
@@ -132,11 +129,25 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
     const T mut = mean[ch];
     for (int64_t b = 0; b < n; ++b) {
       const int64_t base = (b * c + ch) * hw;
-      const T* xs = x + base;
-      T* gxs = grad_x + base;
-      for (int64_t i = 0; i < hw; ++i) gxs[i] = kt * gy_at(base + i) - at * (xs[i] - mut) + dt;
+#pragma omp simd
+      for (int64_t i = base; i < base + hw; ++i)
+        grad_x[i] = kt * masked<Relu>(grad_y, relu_y, i) - at * (x[i] - mut) + dt;
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
+                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+  if (relu_y)
+    backward_nchw<true>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                        grad_bias, n, c, hw);
+  else
+    backward_nchw<false>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                         grad_bias, n, c, hw);
 }
 
 #define KILN_INSTANTIATE_BN(T)                                                                \

@@ -26,6 +26,15 @@ namespace kiln::cpu {
 
 enum class BatchNormMode { Train, Eval };
 
+// The gradient reaching the normalisation at element i: grad_y, or 0 where the fused ReLU's
+// output relu_y was not positive. Relu is a template argument so the loops that call it
+// vectorise (the NCHW and blocked CPU backward kernels).
+template <bool Relu, typename T>
+inline T masked(const T* grad_y, const T* relu_y, int64_t i) {
+  if constexpr (Relu) return relu_y[i] > T(0) ? grad_y[i] : T(0);
+  return grad_y[i];
+}
+
 // x is (N, C, HW); mean and var are (C), written: the batch mean and biased variance.
 template <typename T>
 void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);

@@ -10,6 +10,8 @@
 //         CUDA simulator the default is Hand, and an explicit Vendor throws (no cuDNN there).
 #include "layers/conv2d.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <sstream>
 
 #include "engine/autograd.h"
@@ -25,6 +27,24 @@
 #endif
 
 namespace kiln {
+
+namespace {
+// -1: KILN_CONV_WINOGRAD not read yet; else 0 / 1.
+std::atomic<int> g_winograd{-1};
+}  // namespace
+
+void set_conv_winograd(bool on) { g_winograd.store(on ? 1 : 0); }
+
+bool conv_winograd() {
+  int v = g_winograd.load();
+  if (v < 0) {
+    const char* env = std::getenv("KILN_CONV_WINOGRAD");
+    v = env != nullptr && *env != '\0' && *env != '0' ? 1 : 0;
+    g_winograd.store(v);
+  }
+  return v == 1;
+}
+
 namespace {
 
 // The implementation a convolution of x runs with.
@@ -102,7 +122,7 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
             // trained bias) is a plain sum over dy, done by the hand kernel.
             conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
             if (dbp && !dwp) {
-              if (g.blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
+              if (g.y_blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
                 db.copy_(sum(dy, {0, 2, 3}).reshape({g.k}));
               else
                 conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
@@ -157,7 +177,7 @@ struct Conv2dBackward : Node {
   // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
 
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    const Shape y_shape = activation_shape(g.n, g.k, g.p, g.q, g.blocked);
+    const Shape y_shape = activation_shape(g.n, g.k, g.p, g.q, g.y_blocked);
     KILN_CHECK(grad_out.shape() == y_shape, "conv2d backward: the output gradient has shape ",
                shape_str(grad_out.shape()), ", expected ", shape_str(y_shape));
     const Tensor& x = saved[0];
@@ -165,7 +185,7 @@ struct Conv2dBackward : Node {
     const DType dt = grad_out.dtype();
     const Device dev = grad_out.device();
     Tensor dx, dw, db;
-    if (next[0]) dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.blocked), dt, dev);
+    if (next[0]) dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev);
     if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev);
     if (has_bias && next[2]) db = Tensor::empty({g.k}, dt, dev);
     if (g.n == 0) {  // an empty batch: the sums over images are empty
@@ -184,19 +204,23 @@ struct Conv2dBackward : Node {
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
-              int64_t padding) {
+              int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
-  if (is_channel_blocked(x)) {
-    // Blocked in, blocked out (layers/layout.h): oneDNN reads and writes the layout itself;
-    // every other kernel gets NCHW and its result is blocked again.
-    KILN_CHECK(w.dim() == 4 && w.size(1) == logical_channels(x) &&
-                   w.size(0) % kChannelBlock == 0,
-               "conv2d: a channel-blocked input ", shape_str(x.shape()), " (",
-               logical_channels(x), " channels) needs a weight (K, ", logical_channels(x),
-               ", R, S) with K a multiple of ", kChannelBlock, ", got ", shape_str(w.shape()));
+  const Layout y_layout = out_layout.value_or(layout_of(x));
+  if (is_channel_blocked(x))
+    KILN_CHECK(w.dim() == 4 && w.size(1) == logical_channels(x), "conv2d: the channel-blocked ",
+               "input ", shape_str(x.shape()), " has ", logical_channels(x), " channels but the ",
+               "weight ", shape_str(w.shape()), " expects ", w.dim() == 4 ? w.size(1) : -1);
+  if (y_layout == Layout::NCHW16c)
+    KILN_CHECK(w.dim() == 4 && w.size(0) % kChannelBlock == 0, "conv2d: a channel-blocked ",
+               "output needs a multiple of ", kChannelBlock, " output channels, the weight ",
+               shape_str(w.shape()), " has ", w.dim() >= 1 ? w.size(0) : -1);
+  if (is_channel_blocked(x) || y_layout == Layout::NCHW16c) {
+    // Blocked activations (layers/layout.h): oneDNN reads and writes them itself; every other
+    // kernel gets NCHW and its result is converted.
     if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
           impl_for(x) == Impl::Vendor))
-      return to_channel_blocks(conv2d(from_channel_blocks(x), w, b, stride, padding));
+      return as_layout(conv2d(as_layout(x, Layout::NCHW), w, b, stride, padding), y_layout);
   }
   const bool blocked = is_channel_blocked(x);
   KILN_CHECK(x.dim() == 4 || blocked, "conv2d: expected the input as (N, C, H, W), got ",
@@ -220,7 +244,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   KILN_CHECK(padding >= 0, "conv2d: padding must be >= 0, got ", padding);
   ConvGeometry g{};
   g.n = x.size(0), g.c = logical_channels(x), g.h = x.size(2), g.w = x.size(3);
-  g.blocked = blocked;
+  g.x_blocked = blocked;
+  g.y_blocked = y_layout == Layout::NCHW16c;
   g.k = w.size(0), g.r = w.size(2), g.s = w.size(3);
   g.stride = stride, g.pad = padding;
   KILN_CHECK(g.r >= 1 && g.s >= 1 && g.k >= 1 && g.c >= 1, "conv2d: the weight ",
@@ -232,7 +257,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
 
   const Impl impl = impl_for(x);
-  Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, blocked), x.dtype(), x.device());
+  Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
+                           x.device());
   if (g.n > 0) forward(x, w, b, y, g, impl);
 
   const bool with_b = b.defined();
@@ -282,6 +308,10 @@ void Conv2d::set_bias(const Tensor& b) {
 }
 
 Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride_, padding_); }
+
+Tensor Conv2d::forward(const Tensor& x, Layout out_layout) {
+  return conv2d(x, weight, bias, stride_, padding_, out_layout);
+}
 
 std::string Conv2d::extra_repr() const {
   std::ostringstream os;

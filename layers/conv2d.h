@@ -16,16 +16,27 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/philox.h"
+#include "layers/layout.h"
 #include "layers/module.h"
 
 namespace kiln {
 
+// The vendor CPU kernels (oneDNN) compute 3x3 stride-1 convolutions directly by default, as
+// PyTorch does. With set_conv_winograd(true) (or env KILN_CONV_WINOGRAD=1) they may use
+// Winograd's F(4x4, 3x3) minimal filtering instead (Lavin & Gray, "Fast Algorithms for
+// Convolutional Neural Networks", 2016, https://arxiv.org/abs/1509.09308): fewer multiplies,
+// at the price of a larger rounding error (~1e-5 relative in f32 instead of ~1e-6).
+void set_conv_winograd(bool on);
+bool conv_winograd();
+
 // Throws kiln::Error naming both shapes when x, w, b do not fit together.
+// x may be NCHW or channel-blocked (layers/layout.h); y is in out_layout, by default x's.
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride = 1,
-              int64_t padding = 0);
+              int64_t padding = 0, std::optional<Layout> out_layout = std::nullopt);
 
 class Conv2d : public Module {
  public:
@@ -34,6 +45,7 @@ class Conv2d : public Module {
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1,
          int64_t padding = 0, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Layout out_layout);  // the output in out_layout
   std::string type_name() const override { return "Conv2d"; }
   // Gives a convolution built without bias one (out_channels), registered as "bias"; used
   // when a BatchNorm is folded into it (models/resnet.h).

@@ -30,6 +30,7 @@
 
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "layers/conv2d.h"
 #include "layers/conv2d_kernels.h"
 
 namespace kiln {
@@ -37,6 +38,14 @@ namespace {
 
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
+
+// Direct convolution, or for 3x3 stride-1 kernels under set_conv_winograd(true) oneDNN's
+// choice between direct and Winograd F(4x4, 3x3) (convolution_auto: Winograd where it has a
+// kernel for the shape).
+dnnl::algorithm conv_algorithm(const ConvGeometry& g) {
+  const bool winograd = conv_winograd() && g.r == 3 && g.s == 3 && g.stride == 1;
+  return winograd ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
+}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -108,30 +117,35 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights bwd_weights;
   Operand bx, bdw, bdy;
 
-  bool blocked = false;
+  bool x_blocked = false, y_blocked = false;
+  dnnl::algorithm algo = dnnl::algorithm::convolution_direct;
 
-  ConvPrimitives(const ConvGeometry& g, bool with_bias) : bias(with_bias), blocked(g.blocked) {
+  // How the primitives are told about an activation: a blocked one as it is (asking for `any`
+  // could pick yet another layout and bring the reorders back), a plain one as `any`.
+  static memory::desc any_layout(const memory::desc& md) {
+    return memory::desc(md.dims(), memory::data_type::f32, tag::any);
+  }
+  memory::desc x_arg() const { return x_blocked ? x_md : any_layout(x_md); }
+  memory::desc y_arg() const { return y_blocked ? y_md : any_layout(y_md); }
+
+  ConvPrimitives(const ConvGeometry& g, bool with_bias)
+      : bias(with_bias), x_blocked(g.x_blocked), y_blocked(g.y_blocked), algo(conv_algorithm(g)) {
     const auto f32 = memory::data_type::f32;
     // Activations: plain NCHW, or already in oneDNN's blocked layout (layers/layout.h), which
     // the blocked kernels then read and write in place.
-    const tag act = g.blocked ? tag::nChw16c : tag::nchw;
-    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, act);
+    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, g.x_blocked ? tag::nChw16c : tag::nchw);
     w_md = memory::desc({g.k, g.c, g.r, g.s}, f32, tag::oihw);
     b_md = memory::desc({g.k}, f32, tag::x);
-    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, act);
+    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, g.y_blocked ? tag::nChw16c : tag::nchw);
     strides = {g.stride, g.stride};
     pad = {g.pad, g.pad};
-    auto any = [&](const memory::desc& md) { return memory::desc(md.dims(), f32, tag::any); };
-    // A blocked activation is handed over as it is: asking for `any` could pick yet another
-    // layout and bring the reorders back.
-    auto act_md = [&](const memory::desc& md) { return g.blocked ? md : any(md); };
     auto d = with_bias
                  ? dnnl::convolution_forward::desc(
-                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                       act_md(x_md), any(w_md), b_md, act_md(y_md), strides, pad, pad)
+                       dnnl::prop_kind::forward_training, algo,
+                       x_arg(), any_layout(w_md), b_md, y_arg(), strides, pad, pad)
                  : dnnl::convolution_forward::desc(
-                       dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                       act_md(x_md), any(w_md), act_md(y_md), strides, pad, pad);
+                       dnnl::prop_kind::forward_training, algo,
+                       x_arg(), any_layout(w_md), y_arg(), strides, pad, pad);
     fwd_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
     fwd = dnnl::convolution_forward(fwd_pd);
     fx = Operand(x_md, fwd_pd.src_desc());
@@ -140,12 +154,8 @@ struct ConvPrimitives {
   }
 
   void make_bwd_data() {
-    auto any = [&](const memory::desc& md) {
-      return memory::desc(md.dims(), memory::data_type::f32, tag::any);
-    };
-    auto act_md = [&](const memory::desc& md) { return blocked ? md : any(md); };
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, act_md(x_md),
-                                            any(w_md), act_md(y_md), strides, pad, pad);
+    dnnl::convolution_backward_data::desc d(algo, x_arg(),
+                                            any_layout(w_md), y_arg(), strides, pad, pad);
     dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), fwd_pd);
     bwd_data = dnnl::convolution_backward_data(pd);
     dx_op = Operand(x_md, pd.diff_src_desc());
@@ -155,16 +165,12 @@ struct ConvPrimitives {
   }
 
   void make_bwd_weights() {
-    auto any = [&](const memory::desc& md) {
-      return memory::desc(md.dims(), memory::data_type::f32, tag::any);
-    };
-    auto act_md = [&](const memory::desc& md) { return blocked ? md : any(md); };
     auto d = bias ? dnnl::convolution_backward_weights::desc(
-                        dnnl::algorithm::convolution_direct, act_md(x_md), any(w_md), b_md,
-                        act_md(y_md), strides, pad, pad)
-                  : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct,
-                                                             act_md(x_md), any(w_md),
-                                                             act_md(y_md), strides, pad, pad);
+                        algo, x_arg(), any_layout(w_md), b_md,
+                        y_arg(), strides, pad, pad)
+                  : dnnl::convolution_backward_weights::desc(algo,
+                                                             x_arg(), any_layout(w_md),
+                                                             y_arg(), strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), fwd_pd);
     bwd_weights = dnnl::convolution_backward_weights(pd);
     bx = Operand(x_md, pd.src_desc());
@@ -175,12 +181,12 @@ struct ConvPrimitives {
 };
 
 // The cache: geometry, bias or not, and this thread's budget -> primitives.
-using Key = std::array<int64_t, 12>;
+using Key = std::array<int64_t, 13>;
 
 ConvPrimitives& primitives(const ConvGeometry& g, bool bias) {
   thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
   Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
-          g.blocked};
+          g.x_blocked * 2 + g.y_blocked, static_cast<int64_t>(conv_algorithm(g))};
   auto it = cache.find(key);
   if (it == cache.end()) {
     try {

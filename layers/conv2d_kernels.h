@@ -23,9 +23,10 @@ struct ConvGeometry {
   int64_t k, r, s;     // weights (K, C, R, S)
   int64_t stride, pad;
   int64_t p, q;        // output spatial size (P, Q)
-  // x, y (and dx, dy) in the channel-blocked layout of layers/layout.h, (N, C/16, H, W, 16)
-  // and (N, K/16, P, Q, 16): the oneDNN kernels only (conv2d.cpp converts for the others).
-  bool blocked = false;
+  // x (and dx) in the channel-blocked layout of layers/layout.h, (N, C/16, H, W, 16); y (and
+  // dy) blocked, (N, K/16, P, Q, 16). The oneDNN kernels only (conv2d.cpp converts for the
+  // others).
+  bool x_blocked = false, y_blocked = false;
 };
 
 // ---- hand kernels (conv2d_cpu.cpp) -------------------------------------------------------------

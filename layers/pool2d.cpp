@@ -9,6 +9,7 @@
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "layers/layout.h"
 #include "layers/pool2d_kernels.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/context.h"
@@ -45,19 +46,20 @@ Tensor like_input(const Tensor& y, const Tensor& x) {
   return x.dim() == 4 ? y : y.reshape({y.size(1), y.size(2), y.size(3)});
 }
 
-// The geometry of a windowed pool on x4 (N, C, H, W), with a check that the output exists.
-Pool2dGeometry window_geometry(const char* op, const Tensor& x4, int64_t kernel_size,
+// The geometry of a windowed pool on an input of logical shape (N, C, H, W), with a check that
+// the output exists.
+Pool2dGeometry window_geometry(const char* op, const Shape& x4, int64_t kernel_size,
                                int64_t stride, int64_t padding) {
   Pool2dGeometry g;
-  g.n = x4.size(0);
-  g.c = x4.size(1);
-  g.in_h = x4.size(2);
-  g.in_w = x4.size(3);
+  g.n = x4[0];
+  g.c = x4[1];
+  g.in_h = x4[2];
+  g.in_w = x4[3];
   g.kernel_h = g.kernel_w = kernel_size;
   g.stride_h = g.stride_w = stride;
   g.pad_h = g.pad_w = padding;
   KILN_CHECK(g.in_h + 2 * padding >= kernel_size && g.in_w + 2 * padding >= kernel_size, op,
-             ": input ", shape_str(x4.shape()), " is smaller than the window (kernel_size=",
+             ": input ", shape_str(x4), " is smaller than the window (kernel_size=",
              kernel_size, ", padding=", padding, "): use a smaller kernel or a larger input");
   g.out_h = pool2d_output_size(g.in_h, kernel_size, stride, padding);
   g.out_w = pool2d_output_size(g.in_w, kernel_size, stride, padding);
@@ -142,7 +144,7 @@ std::pair<Tensor, Tensor> max_pool2d_4d(const Tensor& x, int64_t kernel_size,
   const int64_t s = stride.value_or(kernel_size);
   check_pool_params(op, kernel_size, s, padding);
   Tensor x4 = as_4d(x);
-  Pool2dGeometry g = window_geometry(op, x4, kernel_size, s, padding);
+  Pool2dGeometry g = window_geometry(op, x4.shape(), kernel_size, s, padding);
   auto [y, idx] = max_pool2d_run(x4, g);
   if (any_requires_grad({&x4})) {
     auto node = std::make_shared<MaxPool2dBackward>();
@@ -240,8 +242,56 @@ int64_t pool2d_output_size(int64_t in, int64_t kernel_size, int64_t stride, int6
   return (in + 2 * padding - kernel_size) / stride + 1;
 }
 
+namespace {
+
+// Max pooling of a channel-blocked x (N, C/16, H, W, 16) on the CPU, blocked in and out.
+struct MaxPool2dBlockedBackward : Node {
+  Pool2dGeometry g;
+  const char* name() const override { return "MaxPool2dBlockedBackward"; }
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    const Tensor& idx = saved[0];
+    Tensor gx = Tensor::empty({g.n, g.c / kChannelBlock, g.in_h, g.in_w, kChannelBlock},
+                              grad_out.dtype(), grad_out.device());
+    dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::max_pool2d_backward_blocked_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(),
+                                              gx.data<T>(), g);
+    });
+    return {gx};
+  }
+};
+
+Tensor max_pool2d_blocked(const Tensor& x, int64_t kernel_size, int64_t stride,
+                          int64_t padding) {
+  const char* op = "max_pool2d";
+  KILN_CHECK(is_floating(x.dtype()), op, ": expected an f32 or f64 tensor, got ", x.str());
+  check_pool_params(op, kernel_size, stride, padding);
+  if (x.device().type != DeviceType::CPU)  // blocked kernels exist on the CPU only
+    return to_channel_blocks(max_pool2d(from_channel_blocks(x), kernel_size, stride, padding));
+  Pool2dGeometry g = window_geometry(op, {x.size(0), logical_channels(x), x.size(2), x.size(3)},
+                                     kernel_size, stride, padding);
+  const Shape out{g.n, g.c / kChannelBlock, g.out_h, g.out_w, kChannelBlock};
+  Tensor y = Tensor::empty(out, x.dtype(), x.device());
+  Tensor idx = Tensor::empty(out, DType::I32, x.device());
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::max_pool2d_forward_blocked_cpu<T>(x.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+  });
+  if (any_requires_grad({&x})) {
+    auto node = std::make_shared<MaxPool2dBlockedBackward>();
+    node->g = g;
+    node->saved = {idx};
+    set_history(y, node, {x});
+  }
+  return y;
+}
+
+}  // namespace
+
 Tensor max_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride,
                   int64_t padding) {
+  if (is_channel_blocked(x))
+    return max_pool2d_blocked(x, kernel_size, stride.value_or(kernel_size), padding);
   return like_input(max_pool2d_4d(x, kernel_size, stride, padding).first, x);
 }
 
@@ -259,7 +309,7 @@ Tensor avg_pool2d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
   const int64_t s = stride.value_or(kernel_size);
   check_pool_params(op, kernel_size, s, padding);
   Tensor x4 = as_4d(x);
-  Pool2dGeometry g = window_geometry(op, x4, kernel_size, s, padding);
+  Pool2dGeometry g = window_geometry(op, x4.shape(), kernel_size, s, padding);
   return avg_pool2d_record(AvgKind::Window, x, x4, g, divisor == AvgPoolDivisor::IncludePad);
 }
 

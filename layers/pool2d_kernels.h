@@ -40,6 +40,16 @@ template <typename T>
 void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
                              const Pool2dGeometry& g);
 
+// The same two kernels on the channel-blocked layout of layers/layout.h: x and grad_x are
+// (N, C/16, H, W, 16), y, grad_y and indices (N, C/16, OH, OW, 16); g.c is the number of
+// channels (a multiple of 16). Indices are plane offsets ih * W + iw, as above.
+// Definitions: layers/pool2d_blocked_cpu.cpp.
+template <typename T>
+void max_pool2d_forward_blocked_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
+template <typename T>
+void max_pool2d_backward_blocked_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
+                                     const Pool2dGeometry& g);
+
 // ---- Average pooling ----------------------------------------------------------------------
 // x is (N, C, H, W); y is (N, C, OH, OW). Each output is the sum of its window's valid
 // elements divided by the window area counting padding (count_include_pad, PyTorch's

@@ -38,11 +38,12 @@ class ResNetStem : public Module {
     register_module("bn1", c1_->bn);
     register_module("maxpool", pool_);
   }
-  // The stem runs in NCHW (its input has 3 channels); its output moves to the layout the
-  // blocks prefer on this device (layers/layout.h), once for the whole network.
+  // The image comes in NCHW (3 channels). conv1 writes its output in the layout the blocks
+  // prefer on this device (layers/layout.h): from there on, activations stay in it.
   Tensor forward(const Tensor& x) override {
-    Tensor y = pool_->forward(c1_->forward(x, BatchNormActivation::Relu));
-    return as_layout(y, preferred_layout(y, y.size(1)));
+    const Layout layout = preferred_layout(x, c1_->conv->weight.size(0));
+    return pool_->forward(c1_->forward(as_layout(x, Layout::NCHW), BatchNormActivation::Relu,
+                                       layout));
   }
   std::string type_name() const override { return "ResNetStem"; }
   void drop_bn() { remove_module("bn1"); }
@@ -95,8 +96,9 @@ ResNetConfig resnet_config(const std::string& name, int64_t num_classes) {
 
 // ---- ConvBn --------------------------------------------------------------------------------
 
-Tensor ConvBn::forward(const Tensor& x, BatchNormActivation activation) const {
-  Tensor y = conv->forward(x);
+Tensor ConvBn::forward(const Tensor& x, BatchNormActivation activation,
+                       std::optional<Layout> out_layout) const {
+  Tensor y = out_layout ? conv->forward(x, *out_layout) : conv->forward(x);
   if (bn) return bn->forward(y, activation);
   return activation == BatchNormActivation::Relu ? relu(y) : y;
 }

@@ -30,6 +30,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,9 @@ ResNetConfig resnet_config(const std::string& name, int64_t num_classes = 1000);
 struct ConvBn {
   std::shared_ptr<Conv2d> conv;
   std::shared_ptr<BatchNorm2d> bn;  // null once folded into conv (fold_batch_norms)
-  Tensor forward(const Tensor& x, BatchNormActivation activation) const;
+  // out_layout: the activation layout of the result (layers/layout.h), by default x's.
+  Tensor forward(const Tensor& x, BatchNormActivation activation,
+                 std::optional<Layout> out_layout = std::nullopt) const;
   void fold();  // conv' = conv * scale, bias' = shift (eval-mode BN as an affine map)
 };
 

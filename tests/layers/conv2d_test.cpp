@@ -8,13 +8,16 @@
 //  4. Shape errors throw kiln::Error that prints the shapes; the module's init and printing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "engine/autograd.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
 #include "layers/conv2d.h"
+#include "layers/layout.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -278,6 +281,41 @@ TEST(Conv2d, ModuleShapesInitAndPrinting) {
   Conv2d nobias(1, 2, 1, 1, 0, false);
   EXPECT_EQ(nobias.parameters().size(), 1u);
   EXPECT_NE(nobias.describe().find("bias=False"), std::string::npos) << nobias.describe();
+}
+
+// set_conv_winograd(true): oneDNN may compute 3x3 stride-1 convolutions with Winograd's
+// F(4x4, 3x3); forward and both gradients agree with the direct algorithm to the larger
+// rounding error that transform has (1e-4 relative allowed).
+TEST(Conv2d, WinogradAgreesWithDirect) {
+  set_kernel_impl(Impl::Vendor);
+  Tensor x = random_tensor({32, 64, 16, 16}, 70, -1, 1, DType::F32);
+  Tensor w = random_tensor({64, 64, 3, 3}, 71, -0.1, 0.1, DType::F32);
+  Tensor g = random_tensor({32, 64, 16, 16}, 72, -1, 1, DType::F32);
+  auto run = [&](bool winograd, Tensor& dx, Tensor& dw) {
+    set_conv_winograd(winograd);
+    Tensor xi = x.clone(), wi = w.clone();
+    xi.set_requires_grad(true);
+    wi.set_requires_grad(true);
+    // Channel-blocked activations (layers/layout.h), as ResNet runs them on the CPU.
+    Tensor y = from_channel_blocks(conv2d(to_channel_blocks(xi), wi, Tensor(), 1, 1));
+    backward(y, g);
+    dx = xi.grad();
+    dw = wi.grad();
+    return y;
+  };
+  auto rel = [](const Tensor& a, const Tensor& b) {
+    double scale = 0;
+    for (double v : b.to_vector<double>()) scale = std::max(scale, std::abs(v));
+    return max_abs_diff(a, b) / scale;
+  };
+  Tensor dx0, dw0, dx1, dw1;
+  Tensor y0 = run(false, dx0, dw0);
+  Tensor y1 = run(true, dx1, dw1);
+  set_conv_winograd(false);
+  reset_kernel_impl();
+  EXPECT_LT(rel(y1, y0), 1e-4);
+  EXPECT_LT(rel(dx1, dx0), 1e-4);
+  EXPECT_LT(rel(dw1, dw0), 1e-4);
 }
 
 }  // namespace

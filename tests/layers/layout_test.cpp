@@ -8,12 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
 #include "layers/batchnorm2d.h"
 #include "layers/conv2d.h"
+#include "layers/pool2d.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -128,6 +132,53 @@ TEST(Layout, BlockedConvRejectsChannelCountsThatDoNotBlock) {
   Tensor xb = to_channel_blocks(Tensor::zeros({1, 16, 4, 4}));
   EXPECT_THROW(conv2d(xb, Tensor::zeros({8, 16, 1, 1}), Tensor()), Error);   // K = 8
   EXPECT_THROW(conv2d(xb, Tensor::zeros({16, 32, 1, 1}), Tensor()), Error);  // C = 32
+}
+
+TEST(Layout, NchwInputBlockedOutputConv) {
+  // A ResNet stem: 3 input channels (cannot be blocked) and a blocked output.
+  for (Impl impl : {Impl::Vendor, Impl::Hand}) {
+    KernelImplGuard guard(impl);
+    Tensor x = random_tensor({2, 3, 11, 10}, 50, -1, 1, DType::F32);
+    Tensor w = with_grad(random_tensor({16, 3, 7, 7}, 51, -0.2, 0.2, DType::F32));
+    Tensor wr = with_grad(w.detach().clone());
+    Tensor yb = conv2d(x, w, Tensor(), 2, 3, Layout::NCHW16c);
+    Tensor yr = conv2d(x, wr, Tensor(), 2, 3);
+    ASSERT_TRUE(is_channel_blocked(yb));
+    EXPECT_LT(rel_diff(from_channel_blocks(yb), yr), 1e-5);
+    Tensor g = random_tensor(yr.shape(), 52, -1, 1, DType::F32);
+    backward(yb, to_channel_blocks(g));
+    backward(yr, g);
+    EXPECT_LT(rel_diff(w.grad(), wr.grad()), 1e-5);
+  }
+}
+
+// Max pooling on blocked activations: the same values, the same gradient routing (indices,
+// ties, NaN) as the NCHW kernels, which are checked against PyTorch elsewhere.
+TEST(Layout, BlockedMaxPoolMatchesNchw) {
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = random_tensor({2, 32, 9, 8}, 60, -1, 1, dt);
+    {
+      // Ties and a NaN in the first image's channel 17 (block 1, lane 1).
+      NoGradGuard no_grad;
+      std::vector<double> v = x.to_vector<double>();
+      const int64_t plane = 9 * 8, base = 17 * plane;
+      v[static_cast<size_t>(base + 0)] = v[static_cast<size_t>(base + 1)] = 5.0;
+      v[static_cast<size_t>(base + 3 * 8 + 4)] = NAN;
+      x = Tensor::from_vector(v, x.shape()).to(dt);
+    }
+    Tensor xr = with_grad(x.clone()), xb = with_grad(to_channel_blocks(x));
+    Tensor yr = max_pool2d(xr, 3, 2, 1);
+    Tensor yb = max_pool2d(xb, 3, 2, 1);
+    ASSERT_TRUE(is_channel_blocked(yb));
+    auto a = from_channel_blocks(yb).to_vector<double>(), e = yr.to_vector<double>();
+    ASSERT_EQ(a.size(), e.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_TRUE(a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i]))) << "element " << i;
+    Tensor g = random_tensor(yr.shape(), 61, -1, 1, dt);
+    backward(yr, g);
+    backward(yb, to_channel_blocks(g));
+    EXPECT_EQ(max_abs_diff(from_channel_blocks(xb.grad()), xr.grad()), 0.0);
+  }
 }
 
 // batch_norm2d on blocked activations against the NCHW kernels.
