@@ -35,18 +35,21 @@ void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
   check_same_device(t, x, kOp);
 }
 
-// Saves x, the per-channel mean and invstd actually used, the weight (or undefined) and, with
-// a fused ReLU, the output y (its mask; undefined otherwise).
+// Saves x, the per-channel mean and invstd actually used, the weight and bias (or undefined),
+// and with a fused ReLU on CUDA the output y (its mask; the CPU kernels recompute the mask
+// from x, the weight and the bias).
 struct BatchNorm2dBackward : Node {
   BatchNormMode mode = BatchNormMode::Train;
   bool blocked = false;  // x in the channel-blocked layout (CPU only)
+  bool relu = false;     // the forward had a fused ReLU
   const char* name() const override { return "BatchNorm2dBackward"; }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& x = saved[0];       // (N, C, H, W)
     const Tensor& mean = saved[1];    // (C)
     const Tensor& invstd = saved[2];  // (C)
     const Tensor& weight = saved[3];  // (C) or undefined
-    const Tensor& relu_y = saved[4];  // (N, C, H, W) or undefined
+    const Tensor& bias = saved[4];    // (C) or undefined
+    [[maybe_unused]] const Tensor& relu_y = saved[5];  // the output (fused ReLU, CUDA only)
     const int64_t n = x.size(0), c = logical_channels(x), hw = x.size(2) * x.size(3);
     // Only the gradients some input needs are computed (next[i] is null otherwise).
     Tensor gx, gw, gb;
@@ -61,7 +64,7 @@ struct BatchNorm2dBackward : Node {
           auto kernel = blocked ? cpu::batch_norm2d_backward_blocked_cpu<T>
                                 : cpu::batch_norm2d_backward_cpu<T>;
           kernel(mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                 ptr(weight), ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+                 ptr(weight), ptr(bias), relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
         });
         break;
       case DeviceType::CUDA:
@@ -182,8 +185,10 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     auto node = std::make_shared<BatchNorm2dBackward>();
     node->mode = batch_stats ? BatchNormMode::Train : BatchNormMode::Eval;
     node->blocked = blocked;
+    node->relu = relu;
+    const bool save_y = relu && x.device().type != DeviceType::CPU;
     node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor(),
-                   relu ? y.detach() : Tensor()};
+                   bias.defined() ? bias.detach() : Tensor(), save_y ? y.detach() : Tensor()};
     set_history(y, node, {x, weight, bias});
   }
   return y;

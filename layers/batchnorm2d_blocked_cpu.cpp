@@ -24,7 +24,7 @@ constexpr int64_t kParallelMinElements = 1 << 15;
 
 template <bool Relu, typename T>
 void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                      const T* invstd, const T* weight, const T* relu_y, T* grad_x,
+                      const T* invstd, const T* weight, const T* bias, T* grad_x,
                       T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
   const int64_t cblocks = c / L;
   const double m = static_cast<double>(n * hw);
@@ -35,7 +35,13 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t cb = 0; cb < cblocks; ++cb) {
     double sum_gy[L] = {}, sum_gy_xc[L] = {}, mu[L];
-    for (int64_t l = 0; l < L; ++l) mu[l] = static_cast<double>(mean[cb * L + l]);
+    T scale[L], shift[L];  // the forward's affine map: the fused ReLU's mask
+    for (int64_t l = 0; l < L; ++l) {
+      mu[l] = static_cast<double>(mean[cb * L + l]);
+      const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
+      scale[l] = affine.scale;
+      shift[l] = affine.shift;
+    }
     if (need_sums) {
       for (int64_t b = 0; b < n; ++b) {
         const int64_t base = (b * cblocks + cb) * hw * L;
@@ -43,7 +49,8 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
 #pragma omp simd
           for (int64_t l = 0; l < L; ++l) {
             const int64_t i = base + p * L + l;
-            const double gy = static_cast<double>(masked<Relu>(grad_y, relu_y, i));
+            const double gy =
+                static_cast<double>(relu_masked<Relu>(grad_y[i], x[i], scale[l], shift[l]));
             sum_gy[l] += gy;
             sum_gy_xc[l] += gy * (static_cast<double>(x[i]) - mu[l]);
           }
@@ -75,12 +82,19 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
       const T* ac = a_coef.data() + cb * L;
       const T* dc = d_coef.data() + cb * L;
       const T* mc = mean + cb * L;
+      T scale[L], shift[L];
+      for (int64_t l = 0; l < L; ++l) {
+        const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
+        scale[l] = affine.scale;
+        shift[l] = affine.shift;
+      }
       const int64_t base = (b * cblocks + cb) * hw * L;
       for (int64_t p = 0; p < hw; ++p) {
 #pragma omp simd
         for (int64_t l = 0; l < L; ++l) {
           const int64_t i = base + p * L + l;
-          grad_x[i] = kc[l] * masked<Relu>(grad_y, relu_y, i) - ac[l] * (x[i] - mc[l]) + dc[l];
+          grad_x[i] = kc[l] * relu_masked<Relu>(grad_y[i], x[i], scale[l], shift[l]) -
+                      ac[l] * (x[i] - mc[l]) + dc[l];
         }
       }
     }
@@ -135,9 +149,9 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
       // y = x * scale + shift, per channel, as the NCHW kernel computes them.
       T scale[L], shift[L];
       for (int64_t l = 0; l < L; ++l) {
-        const int64_t ch = cb * L + l;
-        scale[l] = invstd[ch] * (weight ? weight[ch] : T(1));
-        shift[l] = (bias ? bias[ch] : T(0)) - mean[ch] * scale[l];
+        const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
+        scale[l] = affine.scale;
+        shift[l] = affine.shift;
       }
       const int64_t base = (b * cblocks + cb) * hw * L;
       const T* xs = x + base;
@@ -161,13 +175,13 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
 template <typename T>
 void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
                                        const T* mean, const T* invstd, const T* weight,
-                                       const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
-                                       int64_t n, int64_t c, int64_t hw) {
-  if (relu_y)
-    backward_blocked<true>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                                       const T* bias, bool relu, T* grad_x, T* grad_weight,
+                                       T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+  if (relu)
+    backward_blocked<true>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                            grad_bias, n, c, hw);
   else
-    backward_blocked<false>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+    backward_blocked<false>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                             grad_bias, n, c, hw);
 }
 
@@ -179,7 +193,8 @@ void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, cons
                                                     bool);                                    \
   template void batch_norm2d_backward_blocked_cpu<T>(BatchNormMode, const T*, const T*,       \
                                                      const T*, const T*, const T*, const T*,  \
-                                                     T*, T*, T*, int64_t, int64_t, int64_t);
+                                                     bool, T*, T*, T*, int64_t, int64_t,      \
+                                                     int64_t);
 KILN_INSTANTIATE_BN_BLOCKED(float)
 KILN_INSTANTIATE_BN_BLOCKED(double)
 #undef KILN_INSTANTIATE_BN_BLOCKED

@@ -67,9 +67,7 @@ void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const 
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t ch = 0; ch < c; ++ch) {
-      const T w = weight ? weight[ch] : T(1);
-      const T scale = invstd[ch] * w;
-      const T shift = (bias ? bias[ch] : T(0)) - mean[ch] * scale;
+      const auto [scale, shift] = bn_affine(mean, invstd, weight, bias, ch);
       const T* xs = x + (b * c + ch) * hw;
       T* ys = y + (b * c + ch) * hw;
       if (relu) {
@@ -88,7 +86,7 @@ namespace {
 
 template <bool Relu, typename T>
 void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                   const T* invstd, const T* weight, const T* relu_y, T* grad_x, T* grad_weight,
+                   const T* invstd, const T* weight, const T* bias, T* grad_x, T* grad_weight,
                    T* grad_bias, int64_t n, int64_t c, int64_t hw) {
   const double m = static_cast<double>(n * hw);
   // The sums are needed for grad_weight / grad_bias, and in training also for grad_x.
@@ -98,6 +96,7 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
     const double mu = static_cast<double>(mean[ch]);
     const double is = static_cast<double>(invstd[ch]);
     const double w = weight ? static_cast<double>(weight[ch]) : 1.0;
+    const auto [scale, shift] = bn_affine(mean, invstd, weight, bias, ch);  // the ReLU's mask
     // Pass 1: sum(grad_y) and sum(grad_y * (x - mean)).
     double sum_gy = 0, sum_gy_xc = 0;
     if (need_sums) {
@@ -105,7 +104,7 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
         const int64_t base = (b * c + ch) * hw;
 #pragma omp simd reduction(+ : sum_gy, sum_gy_xc)
         for (int64_t i = base; i < base + hw; ++i) {
-          const double gy = static_cast<double>(masked<Relu>(grad_y, relu_y, i));
+          const double gy = static_cast<double>(relu_masked<Relu>(grad_y[i], x[i], scale, shift));
           sum_gy += gy;
           sum_gy_xc += gy * (static_cast<double>(x[i]) - mu);
         }
@@ -131,7 +130,7 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
       const int64_t base = (b * c + ch) * hw;
 #pragma omp simd
       for (int64_t i = base; i < base + hw; ++i)
-        grad_x[i] = kt * masked<Relu>(grad_y, relu_y, i) - at * (x[i] - mut) + dt;
+        grad_x[i] = kt * relu_masked<Relu>(grad_y[i], x[i], scale, shift) - at * (x[i] - mut) + dt;
     }
   }
 }
@@ -140,13 +139,14 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
 
 template <typename T>
 void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
-                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw) {
-  if (relu_y)
-    backward_nchw<true>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+                               const T* invstd, const T* weight, const T* bias, bool relu,
+                               T* grad_x, T* grad_weight, T* grad_bias, int64_t n, int64_t c,
+                               int64_t hw) {
+  if (relu)
+    backward_nchw<true>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                         grad_bias, n, c, hw);
   else
-    backward_nchw<false>(mode, grad_y, x, mean, invstd, weight, relu_y, grad_x, grad_weight,
+    backward_nchw<false>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                          grad_bias, n, c, hw);
 }
 
@@ -158,7 +158,7 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
   template void batch_norm2d_forward_cpu<T>(const T*, const T*, const T*, const T*, const T*, \
                                             T*, int64_t, int64_t, int64_t, bool);             \
   template void batch_norm2d_backward_cpu<T>(BatchNormMode, const T*, const T*, const T*,     \
-                                             const T*, const T*, const T*, T*, T*, T*,        \
+                                             const T*, const T*, const T*, bool, T*, T*, T*,  \
                                              int64_t, int64_t, int64_t);
 KILN_INSTANTIATE_BN(float)
 KILN_INSTANTIATE_BN(double)

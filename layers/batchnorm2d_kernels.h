@@ -16,8 +16,9 @@
 //               (mean and invstd depend on x: the full formula)
 //   eval:       grad_x = weight * invstd * grad_y     (running statistics are constants)
 // Fused ReLU (ResNet's BN -> ReLU pairs): the forward writes max(y, 0) instead of y, and the
-// backward, given that output as relu_y, reads grad_y as 0 wherever relu_y <= 0 (the ReLU's
-// gradient) before the formulas above. One pass over memory fewer each way, one tensor fewer.
+// backward reads grad_y as 0 wherever y <= 0 (the ReLU's gradient) before the formulas above.
+// The CPU backward recomputes y from x (see bn_affine); the CUDA one is given the output as
+// relu_y. One pass over memory fewer each way than BN then ReLU, one tensor fewer.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +27,29 @@ namespace kiln::cpu {
 
 enum class BatchNormMode { Train, Eval };
 
-// The gradient reaching the normalisation at element i: grad_y, or 0 where the fused ReLU's
-// output relu_y was not positive. Relu is a template argument so the loops that call it
-// vectorise (the NCHW and blocked CPU backward kernels).
+// The forward's per-channel affine map y = x * scale + shift, defined once. The CPU backward of
+// a fused ReLU recomputes its mask, y > 0, from x with it instead of reading the output back:
+// two passes over memory fewer. The CPU kernel files are compiled with -ffp-contract=off, so
+// the forward and the backward round x * scale + shift the same way (no FMA in one and not the
+// other) and the mask is bit for bit the forward's.
+template <typename T>
+struct BnAffine {
+  T scale, shift;
+};
+template <typename T>
+inline BnAffine<T> bn_affine(const T* mean, const T* invstd, const T* weight, const T* bias,
+                             int64_t ch) {
+  const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
+  return {scale, (bias ? bias[ch] : T(0)) - mean[ch] * scale};
+}
+
+// The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU cut it (its
+// input x * scale + shift was not positive). Relu is a template argument so the loops that
+// call it vectorise.
 template <bool Relu, typename T>
-inline T masked(const T* grad_y, const T* relu_y, int64_t i) {
-  if constexpr (Relu) return relu_y[i] > T(0) ? grad_y[i] : T(0);
-  return grad_y[i];
+inline T relu_masked(T grad_y, T x, T scale, T shift) {
+  if constexpr (Relu) return x * scale + shift > T(0) ? grad_y : T(0);
+  return grad_y;
 }
 
 // x is (N, C, HW); mean and var are (C), written: the batch mean and biased variance.
@@ -57,13 +74,14 @@ void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const 
 
 // grad_y, x are (N, C, HW); mean, invstd, weight are (C) (weight null: 1). Outputs may each
 // be null when that gradient is not needed: grad_x (N, C, HW), grad_weight (C), grad_bias (C).
-// relu_y: (N, C, HW), the output of a forward with relu, or null (no fused ReLU).
+// bias: (C) or null, as in the forward; relu: the forward had a fused ReLU.
 template <typename T>
 void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, const T* relu_y, T* grad_x,
-                               T* grad_weight, T* grad_bias, int64_t n, int64_t c, int64_t hw);
+                               const T* invstd, const T* weight, const T* bias, bool relu,
+                               T* grad_x, T* grad_weight, T* grad_bias, int64_t n, int64_t c,
+                               int64_t hw);
 
-// The same three kernels for x, y, grad_y, grad_x, relu_y in the channel-blocked layout of
+// The same three kernels for x, y, grad_y, grad_x in the channel-blocked layout of
 // layers/layout.h, (N, C/16, HW, 16); c is the number of channels (a multiple of 16).
 // Definitions: layers/batchnorm2d_blocked_cpu.cpp.
 template <typename T>
@@ -76,8 +94,8 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
 template <typename T>
 void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
                                        const T* mean, const T* invstd, const T* weight,
-                                       const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
-                                       int64_t n, int64_t c, int64_t hw);
+                                       const T* bias, bool relu, T* grad_x, T* grad_weight,
+                                       T* grad_bias, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cpu
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# tools/bench_resnet_vs_pytorch.sh: Kiln vs PyTorch (torchvision's models) on ResNet training
+# steps and inference, CPU, batch in memory, alternating the programs in one run so machine
+# drift hits all of them. Prints every run, then medians and each Kiln / PyTorch-best ratio.
+#
+#   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2]
+#
+# Workloads (the image size and batch of the model-parallel ResNet-50 tutorial's benchmark):
+#   resnet50 train 128x128 batch 32, resnet18 train 128x128 batch 32, resnet50 eval 128x128
+#   batch 32.
+# PyTorch runs in three setups, and Kiln is compared with the best of them per workload:
+#   default           torch threads = N, OpenBLAS threads = 1 (otherwise two pools fight);
+#   tuned             + glibc malloc told never to give memory back (MALLOC_MMAP_THRESHOLD_ and
+#                     MALLOC_TRIM_THRESHOLD_ at 16 GiB): no page faults on every step's buffers;
+#   tuned+nhwc        + torch.channels_last for model and input (oneDNN without reorders).
+# Kiln runs its defaults (channel-blocked activations, direct convolutions) and, for the 3x3
+# convolutions, oneDNN's Winograd (--winograd; eval also with BatchNorm folded, --fold-bn).
+# Needs a build (tools/build.sh) and Debian's python3-torch and python3-torchvision
+# (KILN_SETUP_EXTRAS=1 tools/setup.sh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
+rounds=${1:-3}
+threads=${2:-2}
+[[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
+/usr/bin/python3 -c "import torch, torchvision" 2>/dev/null || {
+  echo "PyTorch/torchvision not found for /usr/bin/python3: run KILN_SETUP_EXTRAS=1 tools/setup.sh" >&2
+  exit 2
+}
+tuned=(MALLOC_MMAP_THRESHOLD_=17179869184 MALLOC_TRIM_THRESHOLD_=17179869184)
+common=(--threads "$threads" --batch-size 32 --image-size 128 --steps 8 --warmup 3)
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+run() { "$@" | tee -a "$log"; }
+for r in $(seq "$rounds"); do
+  echo "== round $r of $rounds"
+  for w in "resnet50 train" "resnet18 train" "resnet50 eval"; do
+    set -- $w
+    model=$1 mode=$2
+    k=(env OMP_NUM_THREADS="$threads" "$bench" --model "$model" --mode "$mode" "${common[@]}")
+    p=(env OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS=1)
+    py=(/usr/bin/python3 "$root/tools/bench_pytorch_step.py" --model "$model" --mode "$mode" "${common[@]}")
+    run "${k[@]}"
+    run "${p[@]}" "${py[@]}" | sed 's/^pytorch /pytorch[default] /'
+    run "${k[@]}" --winograd
+    run "${p[@]}" "${tuned[@]}" "${py[@]}" | sed 's/^pytorch /pytorch[tuned] /'
+    [[ $mode == eval ]] && run "${k[@]}" --winograd --fold-bn
+    run "${p[@]}" "${tuned[@]}" "${py[@]}" --channels-last | sed 's/^pytorch /pytorch[tuned+nhwc] /'
+  done
+done
+echo
+/usr/bin/python3 - "$log" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(kiln|pytorch\[[\w+]+\]) model=(\w+) mode=(\w+)([\w+]*) .*images_per_sec=([\d.]+)", line)
+    if not m:
+        continue
+    who, model, mode, variant, ips = m.groups()
+    if who == "kiln":
+        who = "kiln" + (f"[{variant.lstrip('+')}]" if variant else "[default]")
+    runs.setdefault((model, mode), {}).setdefault(who, []).append(float(ips))
+for (model, mode), by in runs.items():
+    med = {who: statistics.median(v) for who, v in by.items()}
+    best_pt = max((v, w) for w, v in med.items() if w.startswith("pytorch"))
+    print(f"{model} {mode} (batch 32, 128x128, median img/s over {len(next(iter(by.values())))} runs):")
+    for who in sorted(med):
+        print(f"  {who:28s} {med[who]:7.1f}")
+    for who in sorted(w for w in med if w.startswith("kiln")):
+        print(f"  {who} / {best_pt[1]} = {med[who] / best_pt[0]:.2f}x")
+PY
