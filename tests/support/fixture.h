@@ -73,8 +73,9 @@ class Fixture {
     std::ifstream in(path_, std::ios::binary);
     KILN_CHECK_INPUT(in.good(), "fixture ", path_.string(),
                      " cannot be opened: generate the fixtures with "
-                     "`/usr/bin/python3 tests/reference/make_fixtures.py` (Debian's python3 with "
-                     "python3-torch), or set KILN_SOURCE_DIR to the source tree");
+                     "`/usr/bin/python3 tests/reference/make_fixtures.py` (resnet_*: "
+                     "make_resnet_fixtures.py; Debian's python3 with python3-torch and "
+                     "python3-torchvision), or set KILN_SOURCE_DIR to the source tree");
     bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     parse();
   }
