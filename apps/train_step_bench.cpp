@@ -6,6 +6,8 @@
 //   train_step_bench --model mnist_cnn --threads 2 --batch-size 128 --steps 30
 //   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode train
 //   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode eval --fold-bn
+//   train_step_bench --model resnet50 --device cuda:0 [--tf32]   (a GPU; the step is timed to
+//                                                                 the device's completion)
 // Prints one line: "kiln model=resnet50 mode=train threads=2 kernels=vendor batch=32
 // image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup).
 #include <CLI/CLI.hpp>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/cuda/context.h"
+#include "engine/device.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
@@ -25,15 +29,24 @@
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
 #include "layers/conv2d.h"
+#if KILN_WITH_CUDA && !KILN_CUDA_SIM
+#include "engine/cuda/blas.h"
+#endif
 #include "models/resnet.h"
 
 using namespace kiln;
 
+#if KILN_CUDA_SIM
+constexpr bool kSimulated = true;  // CUDA runs on the simulator: its figures are no GPU's
+#else
+constexpr bool kSimulated = false;
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
-  std::string kernels = "vendor", model = "mnist_cnn", mode = "train";
-  bool fold_bn = false, winograd = false;
+  std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
+  bool fold_bn = false, winograd = false, tf32 = false;
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(CLI::IsMember({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
                              "resnet152"}));
@@ -48,12 +61,26 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--kernels", kernels, "hand or vendor")->check(CLI::IsMember({"hand", "vendor"}));
   app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
+  app.add_option("--device", device_spec, "cpu or cuda[:N]");
+  app.add_flag("--tf32", tf32, "CUDA: TF32 tensor-core math in cuBLAS/cuDNN (default: off)");
   app.add_flag("--winograd", winograd,
                "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
   CLI11_PARSE(app, argc, argv);
   try {
     KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
                      "--fold-bn needs --mode eval and a ResNet model");
+    const Device device = parse_device(device_spec);
+    const bool on_cuda = device.type == DeviceType::CUDA;
+    if (on_cuda) {
+      KILN_CHECK_INPUT(cuda::is_available(), cuda::unavailable_reason());
+#if KILN_WITH_CUDA
+      cuda::check_device(device.index);
+#endif
+#if KILN_WITH_CUDA && !KILN_CUDA_SIM
+      cuda::set_allow_tf32(tf32);
+#endif
+    }
+    KILN_CHECK_INPUT(!tf32 || on_cuda, "--tf32 needs --device cuda");
     set_num_threads(threads);
     set_kernel_impl(parse_impl(kernels.c_str()));
     if (winograd) set_conv_winograd(true);
@@ -74,12 +101,20 @@ int main(int argc, char** argv) {
     }
     const bool train = mode == "train";
     net->train(train);
+    net->to(device);
     SGD opt(net->parameters(), 0.01, 0.9);
     Tensor x = Tensor::empty({batch, is_resnet ? 3 : 1, image, image});
     uniform_(x, -1, 1);
+    x = x.to(device);
     std::vector<int64_t> labels(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % classes;
-    Tensor y = Tensor::from_vector(labels, {batch});
+    Tensor y = Tensor::from_vector(labels, {batch}).to(device);
+    // GPU work is asynchronous: a step ends when the device has finished it.
+    auto wait_for_device = [&] {
+#if KILN_WITH_CUDA
+      if (on_cuda) cuda::synchronize();
+#endif
+    };
 
     std::vector<double> ms;
     for (int s = 0; s < warmup + steps; ++s) {
@@ -93,16 +128,18 @@ int main(int argc, char** argv) {
         NoGradGuard no_grad;
         Tensor logits = net->forward(x);
       }
+      wait_for_device();
       auto t1 = std::chrono::steady_clock::now();
       if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s%s threads=%d kernels=%s batch=%d image=%d "
-                "images_per_sec=%.1f ms_per_step=%.2f\n",
-                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "",
-                winograd ? "+winograd" : "", threads, kernels.c_str(),
-                batch, image, batch * 1000.0 / median, median);
+    std::printf("kiln model=%s mode=%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
+                "image=%d images_per_sec=%.1f ms_per_step=%.2f%s\n",
+                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
+                tf32 ? "+tf32" : "", device.str().c_str(), threads, kernels.c_str(),
+                batch, image, batch * 1000.0 / median, median,
+                on_cuda && kSimulated ? " SIMULATED" : "");
   } catch (const Error& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return e.exit_code();

@@ -35,6 +35,9 @@ def main():
     ap.add_argument("--image-size", type=int, default=128)
     ap.add_argument("--channels-last", action="store_true",
                     help="NHWC memory format (torch.channels_last) for model and input")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    ap.add_argument("--tf32", action="store_true",
+                    help="CUDA: TF32 tensor-core math in cuBLAS and cuDNN (default: off)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)
@@ -50,12 +53,19 @@ def main():
         classes, shape = 1000, (a.batch_size, 3, a.image_size, a.image_size)
     train = a.mode == "train"
     net.train(train)
-    x = torch.rand(*shape) * 2 - 1
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cudnn.benchmark = True
+    net = net.to(dev)
+    x = (torch.rand(*shape) * 2 - 1).to(dev)
     if a.channels_last:
         net = net.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    y = torch.arange(a.batch_size) % classes
+    y = (torch.arange(a.batch_size) % classes).to(dev)
     ms = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
@@ -66,12 +76,15 @@ def main():
         else:
             with torch.no_grad():
                 net(x)
+        if cuda:
+            torch.cuda.synchronize(dev)  # a step ends when the GPU has finished it
         if s >= a.warmup:
             ms.append((time.perf_counter() - t0) * 1000)
     ms.sort()
     med = ms[len(ms) // 2]
-    fmt = "+nhwc" if a.channels_last else ""
-    print(f"pytorch model={a.model} mode={a.mode}{fmt} threads={a.threads} torch={torch.__version__} "
+    fmt = ("+nhwc" if a.channels_last else "") + ("+tf32" if a.tf32 else "")
+    print(f"pytorch model={a.model} mode={a.mode}{fmt} device={a.device} threads={a.threads} "
+          f"torch={torch.__version__} "
           f"batch={a.batch_size} image={shape[-1]} "
           f"images_per_sec={a.batch_size * 1000 / med:.1f} ms_per_step={med:.2f}")
 

@@ -3,7 +3,12 @@
 # steps and inference, CPU, batch in memory, alternating the programs in one run so machine
 # drift hits all of them. Prints every run, then medians and each Kiln / PyTorch-best ratio.
 #
-#   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2]
+#   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2] [device=cpu]
+#
+# With device cuda[:N] (a GPU machine, e.g. from tools/gpu_check.sh): ResNet-50 training at
+# 128x128, batch 32, on the GPU, FP32 with TF32 off and on, Kiln against PyTorch in the same
+# mode (cudnn.benchmark on for PyTorch, as its users run it). PYTHON overrides the command that
+# runs PyTorch (default /usr/bin/python3; words are split, so `env VAR=... python3` works).
 #
 # Workloads (the image size and batch of the model-parallel ResNet-50 tutorial's benchmark):
 #   resnet50 train 128x128 batch 32, resnet18 train 128x128 batch 32, resnet50 eval 128x128
@@ -22,9 +27,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
 rounds=${1:-3}
 threads=${2:-2}
+device=${3:-cpu}
+read -r -a python <<<"${PYTHON:-/usr/bin/python3}"
 [[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
-/usr/bin/python3 -c "import torch, torchvision" 2>/dev/null || {
-  echo "PyTorch/torchvision not found for /usr/bin/python3: run KILN_SETUP_EXTRAS=1 tools/setup.sh" >&2
+"${python[@]}" -c "import torch, torchvision" 2>/dev/null || {
+  echo "PyTorch/torchvision not found for ${python[*]}: run KILN_SETUP_EXTRAS=1 tools/setup.sh" >&2
   exit 2
 }
 tuned=(MALLOC_MMAP_THRESHOLD_=17179869184 MALLOC_TRIM_THRESHOLD_=17179869184)
@@ -32,7 +39,37 @@ common=(--threads "$threads" --batch-size 32 --image-size 128 --steps 8 --warmup
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-run() { "$@" | tee -a "$log"; }
+# run LABEL COMMAND...: runs it, names its line LABEL (e.g. "pytorch[tuned]"), logs and prints it.
+run() {
+  local label=$1
+  shift
+  "$@" | sed "s/^\(kiln\|pytorch\) /$label /" | tee -a "$log"
+}
+if [[ "$device" == cuda* ]]; then
+  gcommon=(--model resnet50 --mode train --device "$device" --batch-size 32 --image-size 128 --steps 20 --warmup 5)
+  for r in $(seq "$rounds"); do
+    echo "== round $r of $rounds ($device)"
+    for tf in "" --tf32; do
+      run kiln "$bench" "${gcommon[@]}" $tf
+      run "pytorch[cudnn.benchmark]" "${python[@]}" "$root/tools/bench_pytorch_step.py" "${gcommon[@]}" $tf
+    done
+  done
+  "${python[@]}" - "$log" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(kiln|pytorch)\S* model=\w+ mode=\w+(\+tf32)? .*images_per_sec=([\d.]+)", line)
+    if m:
+        runs.setdefault((m[1], "tf32" if m[2] else "fp32"), []).append(float(m[3]))
+print("resnet50 train on the GPU (batch 32, 128x128, median img/s):")
+for math in ("fp32", "tf32"):
+    k, p = runs.get(("kiln", math)), runs.get(("pytorch", math))
+    if k and p:
+        k, p = statistics.median(k), statistics.median(p)
+        print(f"  {math}: kiln {k:.1f}, pytorch {p:.1f}, kiln/pytorch = {k / p:.2f}x")
+PY
+  exit 0
+fi
 for r in $(seq "$rounds"); do
   echo "== round $r of $rounds"
   for w in "resnet50 train" "resnet18 train" "resnet50 eval"; do
@@ -40,17 +77,17 @@ for r in $(seq "$rounds"); do
     model=$1 mode=$2
     k=(env OMP_NUM_THREADS="$threads" "$bench" --model "$model" --mode "$mode" "${common[@]}")
     p=(env OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS=1)
-    py=(/usr/bin/python3 "$root/tools/bench_pytorch_step.py" --model "$model" --mode "$mode" "${common[@]}")
-    run "${k[@]}"
-    run "${p[@]}" "${py[@]}" | sed 's/^pytorch /pytorch[default] /'
-    run "${k[@]}" --winograd
-    run "${p[@]}" "${tuned[@]}" "${py[@]}" | sed 's/^pytorch /pytorch[tuned] /'
-    [[ $mode == eval ]] && run "${k[@]}" --winograd --fold-bn
-    run "${p[@]}" "${tuned[@]}" "${py[@]}" --channels-last | sed 's/^pytorch /pytorch[tuned+nhwc] /'
+    py=("${python[@]}" "$root/tools/bench_pytorch_step.py" --model "$model" --mode "$mode" "${common[@]}")
+    run kiln "${k[@]}"
+    run "pytorch[default]" "${p[@]}" "${py[@]}"
+    run kiln "${k[@]}" --winograd
+    run "pytorch[tuned]" "${p[@]}" "${tuned[@]}" "${py[@]}"
+    [[ $mode == eval ]] && run kiln "${k[@]}" --winograd --fold-bn
+    run "pytorch[tuned+nhwc]" "${p[@]}" "${tuned[@]}" "${py[@]}" --channels-last
   done
 done
 echo
-/usr/bin/python3 - "$log" <<'PY'
+"${python[@]}" - "$log" <<'PY'
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):

@@ -6,6 +6,7 @@
 #
 #   tools/bench_vs_pytorch.sh [rounds=3] [kernels=vendor]
 # Needs a build (tools/build.sh) and Debian's python3-torch (KILN_SETUP_EXTRAS=1 tools/setup.sh).
+# ResNets: tools/bench_resnet_vs_pytorch.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
@@ -27,7 +28,7 @@ echo
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(\w+) threads=(\d+).*images_per_sec=([\d.]+)", line)
+    m = re.match(r"(kiln|pytorch) .*threads=(\d+).*images_per_sec=([\d.]+)", line)
     if m:
         runs.setdefault((m[1], int(m[2])), []).append(float(m[3]))
 for t in (1, 2):

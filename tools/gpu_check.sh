@@ -8,7 +8,8 @@
 #   3. test:  ctest -L gpu (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
 #   4. bench: gemm_bench (hand vs cuBLAS), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
-#             training in PyTorch (tools/pytorch_mnist.py) for the ratio
+#             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
+#             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)
 #   5. report: REPORT_DIR/report.md and report.json (+ logs/, the runs' JSON, steps.tsv)
 #
 # Options:
@@ -16,7 +17,7 @@
 #                   first (incremental); the report merges every step recorded in REPORT_DIR, so
 #                   a check split over two calls into one REPORT_DIR ends with one full report.
 #                   Single steps too: ctest_gpu, ctest_cpu, gemm_bench, conv_bench, mnist_vendor,
-#                   pytorch, mnist_hand (e.g. --only pytorch,mnist_hand after a run out of time).
+#                   pytorch, mnist_hand, resnet_gpu (e.g. --only pytorch,mnist_hand after a run out of time).
 #                   --only report rewrites report.md/json from what REPORT_DIR holds, nothing else.
 #   --cpu-tests     also run the CPU suite (ctest -LE 'gpu|sim'; minutes)
 #   --epochs N      mnist_train / PyTorch epochs (default 3)
@@ -52,8 +53,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$report" ]] || die_usage "REPORT_DIR is missing"
 for s in ${only//,/ }; do
-  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_cpu|gemm_bench|conv_bench|mnist_vendor|pytorch|mnist_hand)$ ]] ||
-    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_cpu, gemm_bench, conv_bench, mnist_vendor, pytorch, mnist_hand)"
+  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_cpu|gemm_bench|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
+    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_cpu, gemm_bench, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
 done
 has_stage() { [[ ",$only," == *",$1,"* ]]; }
 want() { has_stage "$1" || has_stage "$2"; }  # want STEP STAGE: the step is selected
@@ -136,7 +137,7 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
 order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_cpu", "gemm_bench", "conv_bench",
-         "mnist_vendor", "pytorch", "mnist_hand"]
+         "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu"]
 steps = dict(sorted(steps.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 def load(name):
@@ -211,7 +212,7 @@ report = {
     "cudnn": info.get("cudnn"), "cublas": info.get("cublas"), "stages": info.get("stages"),
     "epochs": epochs, "steps": steps, "mnist": runs, "ratio_kiln_vendor_over_pytorch": ratio,
     "tests": {"gpu": ctest_summary("ctest_gpu"), "cpu": ctest_summary("ctest_cpu")},
-    "gemm": bench("gemm_bench"), "conv": bench("conv_bench"),
+    "gemm": bench("gemm_bench"), "conv": bench("conv_bench"), "resnet": bench("resnet_gpu"),
 }
 report["ok"] = bool(steps) and all(s["status"] in ("ok", "missing") for s in steps.values())
 with open(os.path.join(rdir, "report.json"), "w") as f:
@@ -268,10 +269,11 @@ for key, title in (("gpu", "ctest -L gpu"), ("cpu", "CPU suite: ctest -LE 'gpu|s
     md += [f"    {l}" for l in t["summary"]] or ["    (no summary line: see the log)"]
     if t["failed_tests"]:
         md += ["", "Failed:", ""] + [f"    {l}" for l in t["failed_tests"][:40]]
-for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"), ("conv", "Convolution: hand vs cuDNN (conv_bench)")):
+for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"), ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
+                   ("resnet", "ResNet-50 training, Kiln vs PyTorch, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)")):
     b = report[key]
     md += ["", f"## {title}", ""]
-    step = steps.get(key + "_bench")
+    step = steps.get(key + "_bench") or steps.get(key + "_gpu")
     if b is None or (step and step["status"] == "missing"):
         md.append(f"Not run: {step['note'] if step else 'no result in this report directory'}.")
         continue
@@ -507,7 +509,7 @@ run_mnist() {  # run_mnist hand|vendor
     --json "$report/mnist_$1.json"
 }
 
-bench_steps=(gemm_bench conv_bench mnist_vendor pytorch mnist_hand)
+bench_steps=(gemm_bench conv_bench mnist_vendor pytorch mnist_hand resnet_gpu)
 for step in "${bench_steps[@]}"; do
   want "$step" bench || continue
   if ((!build_ok)); then
@@ -522,6 +524,11 @@ for step in "${bench_steps[@]}"; do
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;
+    resnet_gpu)
+      # Kiln with the bundle's libraries, PyTorch in the machine's own environment (as above).
+      if [[ -n "$orig_ld_library_path" ]]; then pt_env="env LD_LIBRARY_PATH=$orig_ld_library_path"; else pt_env="env -u LD_LIBRARY_PATH"; fi
+      run_step resnet_gpu 240 env KILN_BUILD_DIR="$build_dir" PYTHON="$pt_env $PYTHON" PYTHONUNBUFFERED=1 \
+        "$root/tools/bench_resnet_vs_pytorch.sh" 2 1 cuda:0 ;;
     pytorch)
       # PyTorch runs in the machine's own library environment, without the bundle's.
       rm -f "$report/pytorch.json"

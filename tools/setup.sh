@@ -16,7 +16,7 @@ packages=(
 )
 # Optional extras for tools/bench_vs_pytorch.sh and the reference fixtures (not needed to test):
 if [[ "${KILN_SETUP_EXTRAS:-0}" == 1 ]]; then
-  packages+=(python3-torch python3-numpy python3-matplotlib)
+  packages+=(python3-torch python3-torchvision python3-numpy python3-matplotlib)
 fi
 
 missing=()
