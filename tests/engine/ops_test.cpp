@@ -9,9 +9,11 @@
 
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "cuda/engine_parity.h"
 #include "support/gradcheck.h"
 
 using namespace kiln;
+using kiln::testing::bit_identical;
 using kiln::testing::gradcheck;
 using kiln::testing::random_tensor;
 
@@ -57,16 +59,12 @@ TEST(Ops, AddReluIsReluOfAddBitForBit) {
     Tensor a2 = param(a0.clone()), b2 = param(b0.clone());
     const Tensor unfused = relu(add(a1, b1));
     const Tensor fused = add_relu(a2, b2);
-    const auto bytes = [](const Tensor& t) {
-      return std::string(static_cast<const char*>(t.raw_data()),
-                         static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
-    };
-    EXPECT_EQ(bytes(fused), bytes(unfused)) << "forward";
+    EXPECT_TRUE(bit_identical("forward", fused, unfused));
     const Tensor g = random_tensor(shape, 99, -1.0, 1.0, dt);
     unfused.backward(g);
     fused.backward(g);
-    EXPECT_EQ(bytes(a2.grad()), bytes(a1.grad())) << "grad a";
-    EXPECT_EQ(bytes(b2.grad()), bytes(b1.grad())) << "grad b";
+    EXPECT_TRUE(bit_identical("grad a", a2.grad(), a1.grad()));
+    EXPECT_TRUE(bit_identical("grad b", b2.grad(), b1.grad()));
     // The mask is y > 0: only the elements with a positive output pass the gradient.
     const std::vector<double> ga = a2.grad().to_vector<double>(), gv = g.to_vector<double>();
     for (size_t i = 0; i < want.size(); ++i)
