@@ -3,7 +3,8 @@
 // eval mode on the running statistics, gradient checks in double in both modes (with and
 // without affine parameters, through the module's own parameters), and the shape errors.
 // The fused ReLU (BatchNormActivation::Relu): gradient checks in both modes with every output
-// kept off the kink, and bit-identity with relu(batch_norm2d(...)) forward and backward.
+// kept off the kink, and bit-identity with relu(batch_norm2d(...)) forward and backward, in
+// the NCHW layout and the channel-blocked one (layers/layout.h), which has its own kernels.
 #include "layers/batchnorm2d.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "layers/layout.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -359,14 +361,17 @@ TEST(BatchNorm2d, ModuleGradcheckFusedReluThroughItsParameters) {
 
 // batch_norm2d(..., Relu) against relu(batch_norm2d(...)) with the same inputs: the output,
 // the running statistics and every gradient are the same bits. One channel has weight 0 and
-// bias 0, so its outputs are exactly 0 (the ReLU's tie, masked in both).
+// bias 0, so its outputs are exactly 0 (the ReLU's tie, masked in both). blocked: x, and so y
+// and the gradients, in the channel-blocked layout (C a multiple of 16).
 void check_fused_relu_bits(const Shape& s, DType dt, bool training, bool affine, bool running,
-                           bool grad_x, bool grad_params, uint32_t seed) {
+                           bool grad_x, bool grad_params, uint32_t seed, bool blocked = false) {
   SCOPED_TRACE(shape_str(s) + " " + dtype_name(dt) + (training ? " train" : " eval") +
                (affine ? " affine" : "") + (running ? " running-stats" : "") +
-               (grad_x ? " grad-x" : "") + (grad_params ? " grad-params" : ""));
+               (grad_x ? " grad-x" : "") + (grad_params ? " grad-params" : "") +
+               (blocked ? " blocked" : ""));
   const int64_t c = s[1];
-  const Tensor x = random_tensor(s, seed, -2.0, 3.0, dt);
+  auto layout = [&](const Tensor& t) { return blocked ? to_channel_blocks(t).clone() : t; };
+  const Tensor x = layout(random_tensor(s, seed, -2.0, 3.0, dt));
   std::vector<double> wv = random_tensor({c}, seed + 1, -1.5, 1.5).to_vector<double>();
   std::vector<double> bv = random_tensor({c}, seed + 2, -0.5, 0.5).to_vector<double>();
   wv[0] = 0;
@@ -374,7 +379,7 @@ void check_fused_relu_bits(const Shape& s, DType dt, bool training, bool affine,
   const Tensor w = Tensor::from_vector(wv, {c}).to(dt), b = Tensor::from_vector(bv, {c}).to(dt);
   const Tensor rm = random_tensor({c}, seed + 3, -0.2, 0.2, dt);
   const Tensor rv = random_tensor({c}, seed + 4, 0.5, 2.0, dt);
-  const Tensor gy = random_tensor(s, seed + 5, -1.0, 1.0, dt);
+  const Tensor gy = layout(random_tensor(s, seed + 5, -1.0, 1.0, dt));
   struct Run {
     Tensor x, w, b, rm, rv, y;
   };
@@ -396,6 +401,7 @@ void check_fused_relu_bits(const Shape& s, DType dt, bool training, bool affine,
     return r;
   };
   const Run plain = run(false), fused = run(true);
+  ASSERT_EQ(is_channel_blocked(fused.y), blocked);
   // With affine parameters channel 0 is all zeros; the others must be cut by the ReLU in
   // places, not everywhere.
   const double zeros = zero_fraction(plain.y);
@@ -429,6 +435,40 @@ TEST(BatchNorm2d, FusedReluIsReluOfBatchNormBitForBit) {
         check_fused_relu_bits(s, dt, training, true, true, true, false, seed += 10);
         check_fused_relu_bits(s, dt, training, true, true, false, true, seed += 10);
       }
+  // The channel-blocked kernels: 32 channels (two blocks), and 2 x 64 x 16 x 16 = 32,768
+  // elements for their multi-threaded branch.
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& s : {Shape{3, 32, 5, 4}, Shape{2, 64, 16, 16}})
+      for (bool training : {true, false}) {
+        check_fused_relu_bits(s, dt, training, true, true, true, true, seed += 10, true);
+        check_fused_relu_bits(s, dt, training, false, true, true, false, seed += 10, true);
+        check_fused_relu_bits(s, dt, training, true, true, false, true, seed += 10, true);
+      }
+}
+
+// The fused ReLU through the blocked kernels, finite differences in double. The bias is moved
+// off the kink on the NCHW twin of x (the same function).
+TEST(BatchNorm2d, GradcheckFusedReluBlocked) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    const Tensor x_nchw = random_tensor({2, 16, 3, 2}, 170, -1, 2);
+    Tensor x = with_grad(to_channel_blocks(x_nchw).clone());
+    Tensor w = with_grad(random_tensor({16}, 171, 0.5, 1.5));
+    Tensor rm = random_tensor({16}, 172, -0.3, 0.3), rv = random_tensor({16}, 173, 0.5, 2.0);
+    Tensor b = with_grad(bias_off_kink(x_nchw, w, random_tensor({16}, 174, -0.5, 0.5), rm, rv,
+                                       training));
+    auto f = [&](const std::vector<Tensor>& in) {
+      Tensor m = rm.clone(), v = rv.clone();  // training updates them: keep every call equal
+      return batch_norm2d(in[0], in[1], in[2], m, v, training, 0.1, 1e-5,
+                          BatchNormActivation::Relu);
+    };
+    const Tensor y = f({x, w, b});
+    ASSERT_TRUE(is_channel_blocked(y));
+    const double zeros = zero_fraction(y);
+    EXPECT_GT(zeros, 0.0);
+    EXPECT_LT(zeros, 1.0);
+    EXPECT_TRUE(gradcheck(f, {x, w, b}));
+  }
 }
 
 // The module: forward(x, Relu) against relu(forward(x)) on a twin, over training steps
@@ -445,12 +485,14 @@ TEST(BatchNorm2d, ModuleFusedReluIsReluOfForwardBitForBit) {
       for (uint32_t step = 0; step < 3; ++step) {
         const Tensor x = random_tensor({2, 4, 3, 5}, 310 + step, -1.0 - step, 2.0 + step, dt);
         const Tensor gy = random_tensor({2, 4, 3, 5}, 320 + step, -1.0, 1.0, dt);
-        const Tensor y_plain = relu(plain(x)), y_fused = fused.forward(x, BatchNormActivation::Relu);
+        const Tensor y_plain = relu(plain(x));
+        const Tensor y_fused = fused.forward(x, BatchNormActivation::Relu);
         y_plain.backward(gy);
         y_fused.backward(gy);
         const std::string at = " step " + std::to_string(step);
         EXPECT_TRUE(bit_identical("train y" + at, y_fused, y_plain));
-        EXPECT_TRUE(bit_identical("grad weight" + at, fused.weight().grad(), plain.weight().grad()));
+        EXPECT_TRUE(
+            bit_identical("grad weight" + at, fused.weight().grad(), plain.weight().grad()));
         EXPECT_TRUE(bit_identical("grad bias" + at, fused.bias().grad(), plain.bias().grad()));
       }
       EXPECT_TRUE(bit_identical("running_mean", fused.running_mean(), plain.running_mean()));
@@ -459,7 +501,8 @@ TEST(BatchNorm2d, ModuleFusedReluIsReluOfForwardBitForBit) {
       plain.eval();
       fused.eval();
       const Tensor x = random_tensor({2, 4, 3, 3}, 330, -1.0, 1.0, dt);
-      EXPECT_TRUE(bit_identical("eval y", fused.forward(x, BatchNormActivation::Relu), relu(plain(x))));
+      EXPECT_TRUE(
+          bit_identical("eval y", fused.forward(x, BatchNormActivation::Relu), relu(plain(x))));
     }
 }
 
