@@ -5,7 +5,11 @@
 //     downsample with the block's stride), bit for bit in f32 and f64: the fused kernels
 //     (BN + ReLU, add_relu) change no bits;
 //   - finite-difference gradient checks in double w.r.t. the input and several parameters
-//     (convolution weights, BN weights and biases, the downsample's).
+//     (convolution weights, BN weights and biases, the downsample's);
+//   - in float with channel counts that are multiples of 16, where the CPU runs a block in the
+//     channel-blocked layout (layers/layout.h: oneDNN's blocked convolutions, the blocked
+//     BN + ReLU kernels), the output and every gradient against the same NCHW composition,
+//     within float rounding (the two layouts sum in different orders).
 // The blocks are built in f32 and converted in place to f64 (parameters and buffers). Sizes
 // are small (4 to 12 channels, 5x5 and 6x7 images, batch 1 and 2) so each check evaluates the
 // block a few thousand times in well under a second.
@@ -22,6 +26,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/philox.h"
+#include "layers/layout.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
@@ -29,6 +34,7 @@ namespace {
 
 using testing::bit_identical;
 using testing::gradcheck;
+using testing::near;
 using testing::random_tensor;
 
 // Converts every parameter and floating buffer of m to `dtype` in place: the handles (the
@@ -182,6 +188,56 @@ TEST(ResNetBlocks, GradcheckDouble) {
       EXPECT_GT(zeros, 0.0);
       EXPECT_LT(zeros, 1.0);
       EXPECT_TRUE(gradcheck(f, inputs, 1e-6, 1e-6, 1e-5));
+    }
+}
+
+// Blocks whose convolutions all have multiples of 16 channels: on the CPU in f32 with the
+// vendor kernels (the default) they run channel-blocked and return a blocked output. Compared
+// with the NCHW composition above (plain kernels), forward and backward, in both modes.
+// Tolerance (near: relative to each tensor's largest value). Measured: the same bits (oneDNN
+// runs its blocked kernels behind an NCHW convolution too, and both BatchNorm kernels sum in
+// double), which nothing promises: the blocked BN kernels sum in another order, and a
+// double sum rounded to float can land on the next float. 1e-5 allows a few such roundings
+// through a block and is far below a wrong channel order or ReLU mask.
+TEST(ResNetBlocks, BlockedLayoutMatchesTheNchwComposition) {
+  const std::vector<BlockSpec> blocks = {
+      {false, 16, 16, 1, false, 64, {2, 16, 6, 7}, {}},
+      {false, 16, 32, 2, true, 64, {2, 16, 6, 7}, {}},
+      {true, 64, 16, 1, false, 64, {2, 64, 5, 5}, {}},  // width 16, 64 out
+      {true, 32, 16, 2, true, 64, {2, 32, 6, 7}, {}},
+  };
+  uint64_t seed = 300;
+  for (const BlockSpec& s : blocks)
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(describe(s) + (training ? " train" : " eval"));
+      auto block = make_block(s, DType::F32, ++seed);
+      block->train(training);
+      const Tensor x = random_tensor(s.input, static_cast<uint32_t>(seed), -1.0, 2.0, DType::F32);
+      const bool blocked = preferred_layout(x, kChannelBlock) == Layout::NCHW16c;
+
+      Tensor x_block = x.clone();
+      x_block.set_requires_grad(true);
+      const Tensor y_block = block->forward(x_block);
+      ASSERT_EQ(is_channel_blocked(y_block), blocked);
+      const Tensor y = blocked ? from_channel_blocks(y_block) : y_block;
+      const Tensor g = random_tensor(y.shape(), static_cast<uint32_t>(seed) + 1, -1.0, 1.0,
+                                     DType::F32);
+      backward(y, g);
+      NamedTensors grads;
+      for (const auto& [name, p] : block->named_parameters()) grads.emplace_back(name, p.grad());
+      block->zero_grad();
+
+      Tensor x_ref = x.clone();
+      x_ref.set_requires_grad(true);
+      const Tensor y_ref = reference_forward(*block, s, x_ref, training);
+      backward(y_ref, g);
+      EXPECT_TRUE(near("output", y, y_ref, 1e-5));
+      EXPECT_TRUE(near("grad x", x_block.grad(), x_ref.grad(), 1e-5));
+      const NamedTensors params = block->named_parameters();
+      ASSERT_EQ(params.size(), grads.size());
+      for (size_t i = 0; i < params.size(); ++i)
+        EXPECT_TRUE(
+            near("grad " + params[i].first, grads[i].second, params[i].second.grad(), 1e-5));
     }
 }
 
