@@ -234,7 +234,8 @@ TEST(BatchNorm2dCuda, FusedReluTrainingMatchesCpu) {
   uint32_t seed = 6000;
   for (DType dtype : {DType::F32, DType::F64})
     for (const Shape4& s : kShapes) {
-      check_parity(s, dtype, {true, true, true, true, true}, seed += 10, BatchNormActivation::Relu);
+      check_parity(s, dtype, {true, true, true, true, true}, seed += 10,
+                   BatchNormActivation::Relu);
       check_parity(s, dtype, {false, true, true, true, false}, seed += 10,
                    BatchNormActivation::Relu);
     }
@@ -245,7 +246,8 @@ TEST(BatchNorm2dCuda, FusedReluEvalMatchesCpu) {
   uint32_t seed = 7000;
   for (DType dtype : {DType::F32, DType::F64}) {
     for (const Shape4& s : kShapes) {
-      check_parity(s, dtype, {true, true, false, true, true}, seed += 10, BatchNormActivation::Relu);
+      check_parity(s, dtype, {true, true, false, true, true}, seed += 10,
+                   BatchNormActivation::Relu);
       check_parity(s, dtype, {false, true, false, true, false}, seed += 10,
                    BatchNormActivation::Relu);
     }

@@ -4,9 +4,9 @@
 // against relu(add) on the device, and on the special values (signed zeros, infinities, NaN).
 //
 // Tolerances. Bit-identical where both devices do the same single IEEE operation per element:
-// + - * / (also broadcast), neg, square, relu, add_relu, the scalar ops, transpose (a copy), argmax, and
-// the expand of the sum's backward. exp and log come from different math libraries (within
-// 2 ulp). Sums, softmax and matmul add in a different order on the GPU (a tree instead of a
+// + - * / (also broadcast), neg, square, relu, add_relu, the scalar ops, transpose (a copy),
+// argmax, and the expand of the sum's backward. exp and log come from different math
+// libraries (within 2 ulp). Sums, softmax and matmul add in a different order on the GPU (a tree instead of a
 // left-to-right loop): compared relative to the tensor's scale (engine_parity.h: near),
 // 2e-5 in float and 1e-12 in double.
 #include <gtest/gtest.h>

@@ -41,8 +41,10 @@ TEST(Ops, ElementwiseValuesAndBroadcast) {
 TEST(Ops, AddReluIsReluOfAddBitForBit) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::vector<double> av = {1.5, -2.0, 0.25, -0.0, 0.0, -0.0, inf, inf, -inf, nan, 3.0, 1e-300};
-  const std::vector<double> bv = {-0.5, 1.0, -0.25, -0.0, -0.0, 0.0, -inf, 1.0, 5.0, 1.0, nan, -1e-300};
+  const std::vector<double> av = {1.5,  -2.0, 0.25,  -0.0, 0.0, -0.0,
+                                  inf,  inf,  -inf,  nan,  3.0, 1e-300};
+  const std::vector<double> bv = {-0.5, 1.0,  -0.25, -0.0, -0.0, 0.0,
+                                  -inf, 1.0,  5.0,   1.0,  nan, -1e-300};
   for (DType dt : {DType::F32, DType::F64}) {
     SCOPED_TRACE(dtype_name(dt));
     const Shape shape{3, 4};
@@ -184,8 +186,8 @@ TEST(OpsGradcheck, AddRelu) {
   // Downstream of other ops: add_relu(a * b, a), a reached along two paths (a * b + a is off
   // the kink too: checked, not assumed).
   for (int64_t i = 0; i < a.numel(); ++i) ASSERT_GT(std::abs(av[i] * bv[i] + av[i]), 1e-3) << i;
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& v) { return add_relu(mul(v[0], v[1]), v[0]); },
-                        {a, b}));
+  EXPECT_TRUE(gradcheck(
+      [](const std::vector<Tensor>& v) { return add_relu(mul(v[0], v[1]), v[0]); }, {a, b}));
 }
 
 TEST(OpsGradcheck, Reductions) {
