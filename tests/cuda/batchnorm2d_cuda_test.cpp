@@ -10,21 +10,30 @@
 // (M > 256, so threads stride); and one tensor large enough that the element-wise kernels'
 // grid-stride loop wraps (> 4096 blocks x 256 threads).
 //
+// The fused ReLU (BatchNormActivation::Relu) runs through the same cases: its forward, running
+// statistics and gradients against the CPU's fused op, and against relu(batch_norm2d(...)) on
+// cuda:0 bit for bit (the fused kernels change no bits on either device).
+//
 // Tolerances. Both devices accumulate in double, so in double the results agree to rounding
 // (1e-12 relative to the tensor's scale). In float the statistics are rounded from double to
 // float on both sides and agree but for the last bit when the two summation orders straddle a
-// rounding boundary; a few float operations follow: 2e-5 covers it.
+// rounding boundary; a few float operations follow: 2e-5 covers it. With the fused ReLU the
+// same bounds hold: the mask is each device's own output > 0, and no output of these inputs
+// lies within a rounding error of 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/ops.h"
 #include "layers/batchnorm2d.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
+#include "engine_parity.h"
 
 namespace kiln {
 namespace {
@@ -98,9 +107,12 @@ std::string describe(const Config& k) {
 }
 
 // Runs batch_norm2d with the same inputs on the CPU and on cuda:0, forward and backward, and
-// compares the output, the running statistics after the call and every gradient.
-void check_parity(const Shape4& s, DType dtype, const Config& k, uint32_t seed) {
-  SCOPED_TRACE(describe(s, dtype) + " " + describe(k));
+// compares the output, the running statistics after the call and every gradient. With a fused
+// ReLU, also runs relu(batch_norm2d(...)) on cuda:0 and requires the same bits as the fused op.
+void check_parity(const Shape4& s, DType dtype, const Config& k, uint32_t seed,
+                  BatchNormActivation activation = BatchNormActivation::None) {
+  const bool fused_relu = activation == BatchNormActivation::Relu;
+  SCOPED_TRACE(describe(s, dtype) + " " + describe(k) + (fused_relu ? " fused-relu" : ""));
   const double tol = tolerance(dtype);
   const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, seed, -2.0, 3.0, dtype);
   const Tensor w = random_tensor({s.c}, seed + 1, 0.5, 1.5, dtype);
@@ -112,7 +124,7 @@ void check_parity(const Shape4& s, DType dtype, const Config& k, uint32_t seed) 
   struct Run {
     Tensor x, w, b, rm, rv, y;
   };
-  auto run = [&](Device device) {
+  auto run = [&](Device device, bool unfused = false) {
     Run r;
     r.x = leaf(x, device, k.grad_x);
     if (k.affine) {
@@ -123,7 +135,8 @@ void check_parity(const Shape4& s, DType dtype, const Config& k, uint32_t seed) 
       r.rm = rm.clone().to(device);
       r.rv = rv.clone().to(device);
     }
-    r.y = batch_norm2d(r.x, r.w, r.b, r.rm, r.rv, k.training, 0.1, 1e-5);
+    r.y = unfused ? relu(batch_norm2d(r.x, r.w, r.b, r.rm, r.rv, k.training, 0.1, 1e-5))
+                  : batch_norm2d(r.x, r.w, r.b, r.rm, r.rv, k.training, 0.1, 1e-5, activation);
     if (k.grad_x || (k.affine && k.grad_params)) backward(r.y, gy.to(device));
     return r;
   };
@@ -131,6 +144,29 @@ void check_parity(const Shape4& s, DType dtype, const Config& k, uint32_t seed) 
   const Run gpu = run(kCuda);
   ASSERT_TRUE(gpu.y.device() == kCuda);
   EXPECT_TRUE(close("y", gpu.y, cpu.y, tol));
+  if (fused_relu) {
+    // The ReLU cut some outputs, not all (checked where there are enough of them: the two
+    // values of shape (1, 1, 1, 2) may well be both cut).
+    const std::vector<double> yv = cpu.y.to_vector<double>();
+    const auto zeros = std::count(yv.begin(), yv.end(), 0.0);
+    if (yv.size() >= 8) {
+      EXPECT_GT(zeros, 0);
+      EXPECT_LT(zeros, static_cast<int64_t>(yv.size()));
+    }
+    const Run plain = run(kCuda, /*unfused=*/true);
+    EXPECT_TRUE(testing::bit_identical("fused y vs relu(y)", gpu.y, plain.y));
+    if (k.running) {
+      EXPECT_TRUE(testing::bit_identical("fused running_mean", gpu.rm, plain.rm));
+      EXPECT_TRUE(testing::bit_identical("fused running_var", gpu.rv, plain.rv));
+    }
+    if (k.grad_x) {
+      EXPECT_TRUE(testing::bit_identical("fused grad x", gpu.x.grad(), plain.x.grad()));
+    }
+    if (k.affine && k.grad_params) {
+      EXPECT_TRUE(testing::bit_identical("fused grad weight", gpu.w.grad(), plain.w.grad()));
+      EXPECT_TRUE(testing::bit_identical("fused grad bias", gpu.b.grad(), plain.b.grad()));
+    }
+  }
   if (k.running) {
     EXPECT_TRUE(close("running_mean", gpu.rm, cpu.rm, tol));
     EXPECT_TRUE(close("running_var", gpu.rv, cpu.rv, tol));
@@ -189,6 +225,123 @@ TEST(BatchNorm2dCuda, EachGradientAlone) {
 TEST(BatchNorm2dCuda, LargeTensorGridStride) {
   KILN_SKIP_WITHOUT_CUDA();
   check_parity({2, 3, 420, 420}, DType::F32, {true, true, true, true, true}, 5000);
+}
+
+// ---- Fused ReLU -----------------------------------------------------------------------------
+
+TEST(BatchNorm2dCuda, FusedReluTrainingMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 6000;
+  for (DType dtype : {DType::F32, DType::F64})
+    for (const Shape4& s : kShapes) {
+      check_parity(s, dtype, {true, true, true, true, true}, seed += 10,
+                   BatchNormActivation::Relu);
+      check_parity(s, dtype, {false, true, true, true, false}, seed += 10,
+                   BatchNormActivation::Relu);
+    }
+}
+
+TEST(BatchNorm2dCuda, FusedReluEvalMatchesCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 7000;
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (const Shape4& s : kShapes) {
+      check_parity(s, dtype, {true, true, false, true, true}, seed += 10,
+                   BatchNormActivation::Relu);
+      check_parity(s, dtype, {false, true, false, true, false}, seed += 10,
+                   BatchNormActivation::Relu);
+    }
+    // No running statistics: batch statistics in eval mode too.
+    check_parity({3, 3, 5, 7}, dtype, {true, false, false, true, true}, seed += 10,
+                 BatchNormActivation::Relu);
+  }
+  // Batch 1 of 1x1 images: one value per channel, fine in eval mode.
+  check_parity({1, 3, 1, 1}, DType::F32, {true, true, false, true, true}, 17,
+               BatchNormActivation::Relu);
+}
+
+// The masked gradient through each branch of the backward launcher: grad_x alone, the
+// parameter gradients alone.
+TEST(BatchNorm2dCuda, FusedReluEachGradientAlone) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::F32, DType::F64})
+    for (bool training : {true, false}) {
+      check_parity({2, 3, 4, 5}, dtype, {true, true, training, true, false}, 8000,
+                   BatchNormActivation::Relu);
+      check_parity({2, 3, 4, 5}, dtype, {true, true, training, false, true}, 8100,
+                   BatchNormActivation::Relu);
+    }
+}
+
+// > 4096 blocks x 256 threads: the fused forward and the masked backward take a second lap of
+// their grid-stride loops.
+TEST(BatchNorm2dCuda, FusedReluLargeTensorGridStride) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_parity({2, 3, 420, 420}, DType::F32, {true, true, true, true, true}, 8200,
+               BatchNormActivation::Relu);
+}
+
+// The module's forward(x, Relu) on cuda:0 and on the CPU over training steps, then eval.
+TEST(BatchNorm2dCuda, ModuleFusedReluOverTrainingStepsThenEval) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::F32, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double tol = tolerance(dtype);
+    BatchNorm2d cpu(5, 1e-5, 0.1, true, dtype);
+    BatchNorm2d gpu(5, 1e-5, 0.1, true, dtype);
+    gpu.to(kCuda);
+    for (uint32_t step = 0; step < 3; ++step) {
+      const std::string at = ", step " + std::to_string(step);
+      const Tensor x = random_tensor({3, 5, 4, 3}, 90 + step, -1.0 - step, 2.0 + step, dtype);
+      const Tensor gy = random_tensor({3, 5, 4, 3}, 95 + step, -1.0, 1.0, dtype);
+      const Tensor y_cpu = cpu.forward(x, BatchNormActivation::Relu);
+      const Tensor y_gpu = gpu.forward(x.to(kCuda), BatchNormActivation::Relu);
+      EXPECT_TRUE(close("train y" + at, y_gpu, y_cpu, tol));
+      backward(y_cpu, gy);
+      backward(y_gpu, gy.to(kCuda));
+      EXPECT_TRUE(close("grad weight" + at, gpu.weight().grad(), cpu.weight().grad(), tol));
+      EXPECT_TRUE(close("grad bias" + at, gpu.bias().grad(), cpu.bias().grad(), tol));
+    }
+    EXPECT_TRUE(close("running_mean", gpu.running_mean(), cpu.running_mean(), tol));
+    EXPECT_TRUE(close("running_var", gpu.running_var(), cpu.running_var(), tol));
+    cpu.eval();
+    gpu.eval();
+    const Tensor x = random_tensor({2, 5, 3, 3}, 99, -1.0, 1.0, dtype);
+    EXPECT_TRUE(close("eval y", gpu.forward(x.to(kCuda), BatchNormActivation::Relu),
+                      cpu.forward(x, BatchNormActivation::Relu), tol));
+  }
+}
+
+// Finite differences through the fused CUDA kernels, in both modes. The inputs are checked to
+// keep every output at least 1e-3 from the ReLU's kink (central differences step 1e-6).
+TEST(BatchNorm2dCuda, FusedReluGradcheckDouble) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    const Tensor rm = random_tensor({3}, 71, -0.2, 0.2).to(kCuda);
+    const Tensor rv = random_tensor({3}, 72, 0.5, 2.0).to(kCuda);
+    auto f = [&](const std::vector<Tensor>& in, BatchNormActivation act) {
+      Tensor m = rm.to(kCpu).to(kCuda), v = rv.to(kCpu).to(kCuda);
+      return batch_norm2d(in[0].to(kCuda), in[1].to(kCuda), in[2].to(kCuda), m, v, training,
+                          0.1, 1e-5, act)
+          .to(kCpu);
+    };
+    Tensor x = random_tensor({2, 3, 2, 3}, 73, -1.0, 1.0);
+    Tensor w = random_tensor({3}, 74, 0.5, 1.5);
+    Tensor b = random_tensor({3}, 75, -0.5, 0.5);
+    const std::vector<double> pre = f({x, w, b}, BatchNormActivation::None).to_vector<double>();
+    int positive = 0;
+    for (double v : pre) {
+      ASSERT_GT(std::fabs(v), 1e-3) << "an output at the kink: pick other inputs";
+      positive += v > 0;
+    }
+    EXPECT_GT(positive, 0);
+    EXPECT_LT(positive, static_cast<int>(pre.size()));
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    EXPECT_TRUE(testing::gradcheck(
+        [&](const std::vector<Tensor>& in) { return f(in, BatchNormActivation::Relu); },
+        {x, w, b}));
+  }
 }
 
 // The module on cuda:0 and on the CPU through several training steps (new batches each time),

@@ -1,11 +1,12 @@
 // ops_cuda_test.cpp: every core op of engine/ops.h on cuda:0 against the CPU, forward and
 // backward (through autograd), in float and double, on odd shapes (1, 7, 33, 130, 257: not
-// multiples of a warp or a tile), plus gradient checks of CUDA ops in double.
+// multiples of a warp or a tile), plus gradient checks of CUDA ops in double. add_relu also
+// against relu(add) on the device, and on the special values (signed zeros, infinities, NaN).
 //
 // Tolerances. Bit-identical where both devices do the same single IEEE operation per element:
-// + - * / (also broadcast), neg, square, relu, the scalar ops, transpose (a copy), argmax, and
-// the expand of the sum's backward. exp and log come from different math libraries (within
-// 2 ulp). Sums, softmax and matmul add in a different order on the GPU (a tree instead of a
+// + - * / (also broadcast), neg, square, relu, add_relu, the scalar ops, transpose (a copy),
+// argmax, and the expand of the sum's backward. exp and log come from different math
+// libraries (within 2 ulp). Sums, softmax and matmul add in a different order on the GPU (a tree instead of a
 // left-to-right loop): compared relative to the tensor's scale (engine_parity.h: near),
 // 2e-5 in float and 1e-12 in double.
 #include <gtest/gtest.h>
@@ -141,6 +142,68 @@ TEST(OpsCuda, ReluKeepsZerosAndSignsExactly) {
   const Tensor x = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
   check_op("relu specials", [](const std::vector<Tensor>& in) { return relu(in[0]); }, {x},
            Match::Exact, Match::Exact);
+}
+
+// ---- add_relu -------------------------------------------------------------------------------
+
+// a and b in [-2, 2) with b = -a at every 7th element (the sum is exactly 0: the ReLU's tie).
+std::vector<Tensor> add_relu_operands(const Shape& s, uint32_t seed, DType dt) {
+  const Tensor a = random_tensor(s, seed, -2.0, 2.0);
+  std::vector<double> bv = random_tensor(s, seed + 1, -2.0, 2.0).to_vector<double>();
+  const std::vector<double> av = a.to_vector<double>();
+  for (size_t i = 0; i < bv.size(); i += 7) bv[i] = -av[i];
+  return {a.to(dt), Tensor::from_vector(bv, s).to(dt)};
+}
+
+// relu(a + b) in one kernel: one + and one compare per element, so bit-identical to the CPU
+// forward and backward (the mask y > 0 and, for add_relu(x, x), the sum of the two edges).
+// Sizes just above a warp (33), a block (257), several blocks (65,537 = 256 * 256 + 1), and
+// once, in float, 2,097,153 = 8192 blocks x 256 threads + 1: the grid is capped there, so one
+// thread takes a second element (the grid-stride loop; ~1 s in the simulator).
+TEST(OpsCuda, AddReluForwardBackward) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Shape shapes[] = {{1}, {33}, {257}, {2, 3, 257}, {65537}};
+  const Shape grid_stride{2097153};
+  check_op(tag("add_relu " + shape_str(grid_stride), DType::F32),
+           [](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); },
+           add_relu_operands(grid_stride, 90, DType::F32), Match::Exact, Match::Exact);
+  for (DType dt : kFloatTypes)
+    for (const Shape& s : shapes) {
+      const std::vector<Tensor> ab = add_relu_operands(s, 91, dt);
+      check_op(tag("add_relu " + shape_str(s), dt),
+               [](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); }, ab,
+               Match::Exact, Match::Exact);
+      check_op(tag("add_relu(x, x) " + shape_str(s), dt),
+               [](const std::vector<Tensor>& in) { return add_relu(in[0], in[0]); }, {ab[0]},
+               Match::Exact, Match::Exact);
+      // The fused op is the composition on the device too.
+      const Tensor a = ab[0].to(kCuda), b = ab[1].to(kCuda);
+      EXPECT_TRUE(bit_identical(tag("add_relu vs relu(add) " + shape_str(s), dt), add_relu(a, b),
+                                relu(add(a, b))));
+    }
+}
+
+TEST(OpsCuda, AddReluSpecialValuesExactly) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // -0 + -0 = -0 (relu gives +0), inf + -inf = NaN (relu gives 0), NaN operands, tiny sums.
+  const std::vector<double> av = {-0.0, 0.0, -0.0, inf, inf, -inf, nan, 1.0, 1e-30, -1e-30, 3.5};
+  const std::vector<double> bv = {-0.0, -0.0, 0.0, -inf, 2.0, 1.0, 1.0, nan, 1e-30, 1e-31, -3.5};
+  const Shape s{static_cast<int64_t>(av.size())};
+  for (DType dt : kFloatTypes)
+    check_op(tag("add_relu specials", dt),
+             [](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); },
+             {Tensor::from_vector(av, s).to(dt), Tensor::from_vector(bv, s).to(dt)},
+             Match::Exact, Match::Exact);
+}
+
+TEST(OpsCuda, AddReluErrors) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Tensor g = Tensor::ones({2, 3}, DType::F32, kCuda);
+  EXPECT_THROW(add_relu(g, Tensor::ones({2, 3})), Error);                    // devices
+  EXPECT_THROW(add_relu(g, Tensor::ones({3}, DType::F32, kCuda)), Error);    // no broadcast
+  EXPECT_THROW(add_relu(g, Tensor::ones({2, 3}, DType::F64, kCuda)), Error); // dtypes
 }
 
 // ---- Reductions -----------------------------------------------------------------------------
@@ -326,6 +389,20 @@ TEST(OpsCuda, GradcheckThroughCuda) {
   EXPECT_TRUE(gradcheck(
       [&](const std::vector<Tensor>& in) { return mean(square(on_cuda(in[0])), {0}).to(kCpu); },
       {a}));
+  // add_relu off its kink: b moved 0.2 away wherever |a + b| < 0.1.
+  Tensor c = random_tensor({3, 5}, 75);
+  {
+    double* cv = c.data<double>();
+    const std::vector<double> av = a.to_vector<double>();
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      const double s = av[static_cast<size_t>(i)] + cv[i];
+      if (std::fabs(s) < 0.1) cv[i] += s >= 0 ? 0.2 : -0.2;
+    }
+  }
+  c.set_requires_grad(true);
+  EXPECT_TRUE(gradcheck(
+      [&](const std::vector<Tensor>& in) { return add_relu(on_cuda(in[0]), on_cuda(in[1])).to(kCpu); },
+      {a, c}));
 }
 
 // ---- A second device -------------------------------------------------------------------------

@@ -2,19 +2,29 @@
 // running-statistics update of a training step (and the cumulative average of momentum=None),
 // eval mode on the running statistics, gradient checks in double in both modes (with and
 // without affine parameters, through the module's own parameters), and the shape errors.
+// The fused ReLU (BatchNormActivation::Relu): gradient checks in both modes with every output
+// kept off the kink, and bit-identity with relu(batch_norm2d(...)) forward and backward, in
+// the NCHW layout and the channel-blocked one (layers/layout.h), which has its own kernels.
 #include "layers/batchnorm2d.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
+#include "cuda/engine_parity.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/ops.h"
+#include "layers/layout.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
 namespace {
 
+using testing::bit_identical;
 using testing::gradcheck;
 using testing::max_abs_diff;
 using testing::random_tensor;
@@ -239,6 +249,261 @@ TEST(BatchNorm2d, ModuleGradcheckThroughItsParameters) {
     EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) { return bn(in[0]); },
                           {x, bn.weight(), bn.bias()}));
   }
+}
+
+// ---- Fused ReLU ---------------------------------------------------------------------------
+
+// A bias that keeps every output of batch_norm2d(x, w, bias, ...) at least `margin` away from
+// 0, the ReLU's kink: each channel's bias is shifted (which moves the channel's outputs and
+// nothing else) by the smallest of 0, +-0.02, +-0.04, ... that clears it. Running stats are
+// copied, so the caller's are not updated.
+Tensor bias_off_kink(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm,
+                     const Tensor& rv, bool training, double margin = 0.01) {
+  NoGradGuard no_grad;
+  const Tensor y = batch_norm2d(x, w, b, rm.defined() ? rm.clone() : Tensor(),
+                                rv.defined() ? rv.clone() : Tensor(), training, 0.1, 1e-5);
+  const std::vector<double> yv = y.to_vector<double>();
+  std::vector<double> bv = b.to_vector<double>();
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    auto clears = [&](double delta) {
+      for (int64_t bi = 0; bi < n; ++bi)
+        for (int64_t i = 0; i < hw; ++i)
+          if (std::abs(yv[static_cast<size_t>((bi * c + ch) * hw + i)] + delta) < margin)
+            return false;
+      return true;
+    };
+    double delta = 0;
+    for (int k = 1; !clears(delta); ++k) delta = (k % 2 ? 1 : -1) * 0.02 * ((k + 1) / 2);
+    bv[static_cast<size_t>(ch)] += delta;
+  }
+  return Tensor::from_vector(bv, b.shape()).to(b.dtype());
+}
+
+// Overwrites the values of a module's parameter or buffer (its accessors return const handles).
+void assign(const Tensor& t, const Tensor& values) {
+  Tensor handle = t;
+  handle.copy_(values);
+}
+
+// The fraction of outputs the ReLU zeroed: tests want both sides of the kink populated.
+double zero_fraction(const Tensor& y) {
+  const std::vector<double> v = y.to_vector<double>();
+  return static_cast<double>(std::count(v.begin(), v.end(), 0.0)) / static_cast<double>(v.size());
+}
+
+TEST(BatchNorm2d, GradcheckFusedReluTrain) {
+  // Odd shapes as for the plain op: batch 1, 1x1 planes, a single channel, M = 2.
+  for (Shape s : {Shape{3, 2, 3, 5}, Shape{1, 3, 2, 3}, Shape{4, 1, 1, 1}, Shape{2, 3, 1, 2},
+                  Shape{2, 2, 1, 1}}) {
+    SCOPED_TRACE(shape_str(s));
+    const int64_t c = s[1];
+    Tensor x = with_grad(random_tensor(s, 140, -1, 2));
+    Tensor w = with_grad(random_tensor({c}, 141, 0.5, 1.5));
+    Tensor rm = Tensor::zeros({c}, DType::F64), rv = Tensor::ones({c}, DType::F64);
+    Tensor b = with_grad(bias_off_kink(x, w, random_tensor({c}, 142, -0.5, 0.5), rm, rv, true));
+    auto f = [&](const std::vector<Tensor>& in) {
+      return batch_norm2d(in[0], in[1], in[2], rm, rv, /*training=*/true, 0.1, 1e-5,
+                          BatchNormActivation::Relu);
+    };
+    const double zeros = zero_fraction(f({x, w, b}));
+    EXPECT_GT(zeros, 0.0);
+    EXPECT_LT(zeros, 1.0);
+    EXPECT_TRUE(gradcheck(f, {x, w, b}, 1e-6, 1e-6, 1e-5));
+  }
+}
+
+TEST(BatchNorm2d, GradcheckFusedReluEval) {
+  Tensor x = with_grad(random_tensor({2, 3, 3, 2}, 150));
+  Tensor w = with_grad(random_tensor({3}, 151, -1.5, 1.5));  // negative scales too
+  Tensor rm = random_tensor({3}, 153), rv = random_tensor({3}, 154, 0.5, 2);
+  Tensor b = with_grad(bias_off_kink(x, w, random_tensor({3}, 152), rm, rv, false));
+  auto f = [&](const std::vector<Tensor>& in) {
+    return batch_norm2d(in[0], in[1], in[2], rm, rv, /*training=*/false, 0.1, 1e-5,
+                        BatchNormActivation::Relu);
+  };
+  const double zeros = zero_fraction(f({x, w, b}));
+  EXPECT_GT(zeros, 0.0);
+  EXPECT_LT(zeros, 1.0);
+  EXPECT_TRUE(gradcheck(f, {x, w, b}));
+  // Without affine parameters (the kink is then at the channel's mean; x is moved off it).
+  Tensor x2 = random_tensor({2, 2, 3, 3}, 155);
+  Tensor rm2 = Tensor::zeros({2}, DType::F64), rv2 = Tensor::ones({2}, DType::F64);
+  double* xv = x2.data<double>();
+  for (int64_t i = 0; i < x2.numel(); ++i) xv[i] += xv[i] >= 0 ? 0.05 : -0.05;
+  x2.set_requires_grad(true);
+  EXPECT_TRUE(gradcheck([&](const std::vector<Tensor>& in) {
+    return batch_norm2d(in[0], Tensor(), Tensor(), rm2, rv2, false, 0.1, 1e-5,
+                        BatchNormActivation::Relu);
+  }, {x2}));
+}
+
+TEST(BatchNorm2d, ModuleGradcheckFusedReluThroughItsParameters) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    BatchNorm2d bn(3, 1e-5, 0.1, true, DType::F64);
+    assign(bn.running_mean(), random_tensor({3}, 160, -0.5, 0.5));
+    assign(bn.running_var(), random_tensor({3}, 161, 0.5, 2.0));
+    assign(bn.weight(), random_tensor({3}, 162, 0.5, 1.5));
+    bn.train(training);
+    Tensor x = with_grad(random_tensor({2, 3, 2, 3}, 163, -1, 3));
+    assign(bn.bias(), bias_off_kink(x, bn.weight(), bn.bias(), bn.running_mean(),
+                                    bn.running_var(), training));
+    auto f = [&](const std::vector<Tensor>& in) {
+      return bn.forward(in[0], BatchNormActivation::Relu);
+    };
+    const double zeros = zero_fraction(f({x}));
+    EXPECT_GT(zeros, 0.0);
+    EXPECT_LT(zeros, 1.0);
+    EXPECT_TRUE(gradcheck(f, {x, bn.weight(), bn.bias()}));
+  }
+}
+
+// batch_norm2d(..., Relu) against relu(batch_norm2d(...)) with the same inputs: the output,
+// the running statistics and every gradient are the same bits. One channel has weight 0 and
+// bias 0, so its outputs are exactly 0 (the ReLU's tie, masked in both). blocked: x, and so y
+// and the gradients, in the channel-blocked layout (C a multiple of 16).
+void check_fused_relu_bits(const Shape& s, DType dt, bool training, bool affine, bool running,
+                           bool grad_x, bool grad_params, uint32_t seed, bool blocked = false) {
+  SCOPED_TRACE(shape_str(s) + " " + dtype_name(dt) + (training ? " train" : " eval") +
+               (affine ? " affine" : "") + (running ? " running-stats" : "") +
+               (grad_x ? " grad-x" : "") + (grad_params ? " grad-params" : "") +
+               (blocked ? " blocked" : ""));
+  const int64_t c = s[1];
+  auto layout = [&](const Tensor& t) { return blocked ? to_channel_blocks(t).clone() : t; };
+  const Tensor x = layout(random_tensor(s, seed, -2.0, 3.0, dt));
+  std::vector<double> wv = random_tensor({c}, seed + 1, -1.5, 1.5).to_vector<double>();
+  std::vector<double> bv = random_tensor({c}, seed + 2, -0.5, 0.5).to_vector<double>();
+  wv[0] = 0;
+  bv[0] = 0;
+  const Tensor w = Tensor::from_vector(wv, {c}).to(dt), b = Tensor::from_vector(bv, {c}).to(dt);
+  const Tensor rm = random_tensor({c}, seed + 3, -0.2, 0.2, dt);
+  const Tensor rv = random_tensor({c}, seed + 4, 0.5, 2.0, dt);
+  const Tensor gy = layout(random_tensor(s, seed + 5, -1.0, 1.0, dt));
+  struct Run {
+    Tensor x, w, b, rm, rv, y;
+  };
+  auto run = [&](bool fused) {
+    Run r;
+    r.x = x.clone().set_requires_grad(grad_x);
+    if (affine) {
+      r.w = w.clone().set_requires_grad(grad_params);
+      r.b = b.clone().set_requires_grad(grad_params);
+    }
+    if (running) {
+      r.rm = rm.clone();
+      r.rv = rv.clone();
+    }
+    r.y = fused ? batch_norm2d(r.x, r.w, r.b, r.rm, r.rv, training, 0.1, 1e-5,
+                               BatchNormActivation::Relu)
+                : relu(batch_norm2d(r.x, r.w, r.b, r.rm, r.rv, training, 0.1, 1e-5));
+    if (grad_x || (affine && grad_params)) r.y.backward(gy);
+    return r;
+  };
+  const Run plain = run(false), fused = run(true);
+  ASSERT_EQ(is_channel_blocked(fused.y), blocked);
+  // With affine parameters channel 0 is all zeros; the others must be cut by the ReLU in
+  // places, not everywhere.
+  const double zeros = zero_fraction(plain.y);
+  EXPECT_GT(zeros, affine ? 1.0 / static_cast<double>(c) : 0.0);
+  EXPECT_LT(zeros, 1.0);
+  EXPECT_TRUE(bit_identical("y", fused.y, plain.y));
+  if (running) {
+    EXPECT_TRUE(bit_identical("running_mean", fused.rm, plain.rm));
+    EXPECT_TRUE(bit_identical("running_var", fused.rv, plain.rv));
+  }
+  if (grad_x) {
+    EXPECT_TRUE(bit_identical("grad x", fused.x.grad(), plain.x.grad()));
+  }
+  if (affine && grad_params) {
+    EXPECT_TRUE(bit_identical("grad weight", fused.w.grad(), plain.w.grad()));
+    EXPECT_TRUE(bit_identical("grad bias", fused.b.grad(), plain.b.grad()));
+  }
+}
+
+TEST(BatchNorm2d, FusedReluIsReluOfBatchNormBitForBit) {
+  // Small shapes, and one of 8 x 16 x 16 x 17 = 34,816 >= 2^15 elements: the kernels'
+  // multi-threaded branch.
+  const Shape shapes[] = {{3, 2, 3, 5}, {1, 3, 2, 3}, {2, 5, 1, 1}, {8, 16, 16, 17}};
+  uint32_t seed = 200;
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& s : shapes)
+      for (bool training : {true, false}) {
+        check_fused_relu_bits(s, dt, training, true, true, true, true, seed += 10);
+        check_fused_relu_bits(s, dt, training, false, true, true, false, seed += 10);
+        check_fused_relu_bits(s, dt, training, true, false, true, true, seed += 10);
+        check_fused_relu_bits(s, dt, training, true, true, true, false, seed += 10);
+        check_fused_relu_bits(s, dt, training, true, true, false, true, seed += 10);
+      }
+  // The channel-blocked kernels: 32 channels (two blocks), and 2 x 64 x 16 x 16 = 32,768
+  // elements for their multi-threaded branch.
+  for (DType dt : {DType::F32, DType::F64})
+    for (const Shape& s : {Shape{3, 32, 5, 4}, Shape{2, 64, 16, 16}})
+      for (bool training : {true, false}) {
+        check_fused_relu_bits(s, dt, training, true, true, true, true, seed += 10, true);
+        check_fused_relu_bits(s, dt, training, false, true, true, false, seed += 10, true);
+        check_fused_relu_bits(s, dt, training, true, true, false, true, seed += 10, true);
+      }
+}
+
+// The fused ReLU through the blocked kernels, finite differences in double. The bias is moved
+// off the kink on the NCHW twin of x (the same function).
+TEST(BatchNorm2d, GradcheckFusedReluBlocked) {
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "train" : "eval");
+    const Tensor x_nchw = random_tensor({2, 16, 3, 2}, 170, -1, 2);
+    Tensor x = with_grad(to_channel_blocks(x_nchw).clone());
+    Tensor w = with_grad(random_tensor({16}, 171, 0.5, 1.5));
+    Tensor rm = random_tensor({16}, 172, -0.3, 0.3), rv = random_tensor({16}, 173, 0.5, 2.0);
+    Tensor b = with_grad(bias_off_kink(x_nchw, w, random_tensor({16}, 174, -0.5, 0.5), rm, rv,
+                                       training));
+    auto f = [&](const std::vector<Tensor>& in) {
+      Tensor m = rm.clone(), v = rv.clone();  // training updates them: keep every call equal
+      return batch_norm2d(in[0], in[1], in[2], m, v, training, 0.1, 1e-5,
+                          BatchNormActivation::Relu);
+    };
+    const Tensor y = f({x, w, b});
+    ASSERT_TRUE(is_channel_blocked(y));
+    const double zeros = zero_fraction(y);
+    EXPECT_GT(zeros, 0.0);
+    EXPECT_LT(zeros, 1.0);
+    EXPECT_TRUE(gradcheck(f, {x, w, b}));
+  }
+}
+
+// The module: forward(x, Relu) against relu(forward(x)) on a twin, over training steps
+// (momentum 0.1 and None) then in eval mode.
+TEST(BatchNorm2d, ModuleFusedReluIsReluOfForwardBitForBit) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (std::optional<double> momentum : {std::optional<double>(0.1), std::optional<double>()}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (momentum ? " momentum 0.1" : " momentum None"));
+      BatchNorm2d plain(4, 1e-5, momentum, true, dt), fused(4, 1e-5, momentum, true, dt);
+      for (BatchNorm2d* bn : {&plain, &fused}) {
+        assign(bn->weight(), random_tensor({4}, 300, -1.5, 1.5));
+        assign(bn->bias(), random_tensor({4}, 301, -0.5, 0.5));
+      }
+      for (uint32_t step = 0; step < 3; ++step) {
+        const Tensor x = random_tensor({2, 4, 3, 5}, 310 + step, -1.0 - step, 2.0 + step, dt);
+        const Tensor gy = random_tensor({2, 4, 3, 5}, 320 + step, -1.0, 1.0, dt);
+        const Tensor y_plain = relu(plain(x));
+        const Tensor y_fused = fused.forward(x, BatchNormActivation::Relu);
+        y_plain.backward(gy);
+        y_fused.backward(gy);
+        const std::string at = " step " + std::to_string(step);
+        EXPECT_TRUE(bit_identical("train y" + at, y_fused, y_plain));
+        EXPECT_TRUE(
+            bit_identical("grad weight" + at, fused.weight().grad(), plain.weight().grad()));
+        EXPECT_TRUE(bit_identical("grad bias" + at, fused.bias().grad(), plain.bias().grad()));
+      }
+      EXPECT_TRUE(bit_identical("running_mean", fused.running_mean(), plain.running_mean()));
+      EXPECT_TRUE(bit_identical("running_var", fused.running_var(), plain.running_var()));
+      EXPECT_EQ(fused.num_batches_tracked().item(), 3);
+      plain.eval();
+      fused.eval();
+      const Tensor x = random_tensor({2, 4, 3, 3}, 330, -1.0, 1.0, dt);
+      EXPECT_TRUE(
+          bit_identical("eval y", fused.forward(x, BatchNormActivation::Relu), relu(plain(x))));
+    }
 }
 
 TEST(BatchNorm2d, ModuleState) {
