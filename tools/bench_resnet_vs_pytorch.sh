@@ -4,6 +4,8 @@
 # drift hits all of them. Prints every run, then medians and each Kiln / PyTorch-best ratio.
 #
 #   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2] [device=cpu]
+#   KILN_BENCH_CSV=out/resnet.csv tools/bench_resnet_vs_pytorch.sh   (also writes the medians;
+#   /usr/bin/python3 tools/plot.py --csv out/resnet.csv --out resnet.png draws them)
 #
 # With device cuda[:N] (a GPU machine, e.g. from tools/gpu_check.sh): ResNet-50 training at
 # 128x128, batch 32, on the GPU, FP32 with TF32 off and on, Kiln against PyTorch in the same
@@ -98,12 +100,23 @@ for line in open(sys.argv[1]):
     if who == "kiln":
         who = "kiln" + (f"[{variant.lstrip('+')}]" if variant else "[default]")
     runs.setdefault((model, mode), {}).setdefault(who, []).append(float(ips))
+import csv, os
+out = os.environ.get("KILN_BENCH_CSV")
+rows = []
 for (model, mode), by in runs.items():
     med = {who: statistics.median(v) for who, v in by.items()}
+    rows += [{"workload": f"{model} {mode}", "runner": who, "images_per_sec": f"{v:.1f}"}
+             for who, v in sorted(med.items(), key=lambda kv: (kv[0].startswith("pytorch"), kv[0]))]
     best_pt = max((v, w) for w, v in med.items() if w.startswith("pytorch"))
     print(f"{model} {mode} (batch 32, 128x128, median img/s over {len(next(iter(by.values())))} runs):")
     for who in sorted(med):
         print(f"  {who:28s} {med[who]:7.1f}")
     for who in sorted(w for w in med if w.startswith("kiln")):
         print(f"  {who} / {best_pt[1]} = {med[who] / best_pt[0]:.2f}x")
+if out:
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["workload", "runner", "images_per_sec"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out}")
 PY

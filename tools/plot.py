@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""tools/plot.py: charts of apps/loader_bench and apps/comm_bench CSV files (PNG, matplotlib).
+"""tools/plot.py: charts of apps/loader_bench, apps/comm_bench and the ResNet benchmark's CSV
+files (PNG, matplotlib).
 
     tools/plot.py --csv out/loader/throughput.csv --out out/loader/throughput.png
     tools/plot.py --csv out/loader/train.csv --out out/loader/train.png
@@ -18,6 +19,9 @@ and comm_bench two:
   ps scaling  (server_bytes_received): two panels vs workers W: time per allreduce of the ring
               and of the parameter server with one dedicated server, and the bytes a ring rank
               sends, a PS worker sends and the PS server receives per allreduce.
+and tools/bench_resnet_vs_pytorch.sh one:
+  runners     (runner, workload, images_per_sec): grouped bars, images/s of each runner
+              (Kiln's and PyTorch's setups) per workload.
 Rows measured on the CUDA simulator (column simulated = 1) are labelled SIMULATED.
 
 Runs with the system Python (/usr/bin/python3 and Debian's python3-matplotlib, which
@@ -231,6 +235,28 @@ def plot_ps_scaling(rows, title):
     return fig
 
 
+def plot_runners(rows, title):
+    workloads = list(OrderedDict.fromkeys(r["workload"] for r in rows))
+    runners = list(OrderedDict.fromkeys(r["runner"] for r in rows))
+    value = {(r["workload"], r["runner"]): float(r["images_per_sec"]) for r in rows}
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 4.2))
+    axes = axes if len(workloads) > 1 else [axes]
+    colors = {rn: ("tab:orange" if rn.startswith("pytorch") else "tab:blue") for rn in runners}
+    for ax, w in zip(axes, workloads):
+        names = [rn for rn in runners if (w, rn) in value]
+        ys = [value[(w, rn)] for rn in names]
+        bars = ax.bar(range(len(names)), ys, color=[colors[rn] for rn in names])
+        for b, y in zip(bars, ys):
+            ax.text(b.get_x() + b.get_width() / 2, y, "%.0f" % y, ha="center", va="bottom",
+                    fontsize=8)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+        ax.set_title(w, fontsize=10)
+        ax.set_ylabel("images/s (median)")
+    fig.suptitle(title or "Kiln (blue) vs PyTorch (orange)")
+    return fig
+
+
 def main():
     p = argparse.ArgumentParser(description="Charts of apps/loader_bench and apps/comm_bench "
                                 "CSV files")
@@ -248,6 +274,8 @@ def main():
         fig = plot_ps_scaling(rows, a.title)
     elif "loader_wait_fraction" in columns:
         fig = plot_train(rows, a.title)
+    elif "runner" in columns:
+        fig = plot_runners(rows, a.title)
     elif "pinned_gb_per_s" in columns:
         fig = plot_h2d(rows, a.title)
     elif "images_per_sec" in columns:
