@@ -170,12 +170,13 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
         if (relu) {
 #pragma omp simd
           for (int64_t l = 0; l < L; ++l) {
-            const T v = xs[p * L + l] * scale[l] + shift[l];
+            const T v = bn_apply(xs[p * L + l], scale[l], shift[l]);
             ys[p * L + l] = v > T(0) ? v : T(0);
           }
         } else {
 #pragma omp simd
-          for (int64_t l = 0; l < L; ++l) ys[p * L + l] = xs[p * L + l] * scale[l] + shift[l];
+          for (int64_t l = 0; l < L; ++l)
+            ys[p * L + l] = bn_apply(xs[p * L + l], scale[l], shift[l]);
         }
       }
     }

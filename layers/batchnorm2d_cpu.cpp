@@ -72,11 +72,11 @@ void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const 
       T* ys = y + (b * c + ch) * hw;
       if (relu) {
         for (int64_t i = 0; i < hw; ++i) {
-          const T v = xs[i] * scale + shift;
+          const T v = bn_apply(xs[i], scale, shift);
           ys[i] = v > T(0) ? v : T(0);  // NaN -> 0, as relu()
         }
       } else {
-        for (int64_t i = 0; i < hw; ++i) ys[i] = xs[i] * scale + shift;
+        for (int64_t i = 0; i < hw; ++i) ys[i] = bn_apply(xs[i], scale, shift);
       }
     }
   }

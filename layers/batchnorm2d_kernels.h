@@ -21,6 +21,7 @@
 // relu_y. One pass over memory fewer each way than BN then ReLU, one tensor fewer.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace kiln::cpu {
@@ -29,9 +30,9 @@ enum class BatchNormMode { Train, Eval };
 
 // The forward's per-channel affine map y = x * scale + shift, defined once. The CPU backward of
 // a fused ReLU recomputes its mask, y > 0, from x with it instead of reading the output back:
-// two passes over memory fewer. The CPU kernel files are compiled with -ffp-contract=off, so
-// the forward and the backward round x * scale + shift the same way (no FMA in one and not the
-// other) and the mask is bit for bit the forward's.
+// two passes over memory fewer. bn_apply() makes the rounding explicit (one fused multiply-add
+// where the CPU has FMA, which the compiler may not contract differently in two places), so
+// the mask is bit for bit the forward's.
 template <typename T>
 struct BnAffine {
   T scale, shift;
@@ -42,13 +43,21 @@ inline BnAffine<T> bn_affine(const T* mean, const T* invstd, const T* weight, co
   const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
   return {scale, (bias ? bias[ch] : T(0)) - mean[ch] * scale};
 }
+template <typename T>
+inline T bn_apply(T x, T scale, T shift) {
+#if defined(__FMA__)
+  return std::fma(x, scale, shift);
+#else
+  return x * scale + shift;  // no FMA unit: nothing to contract, one rounding order
+#endif
+}
 
 // The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU cut it (its
 // input x * scale + shift was not positive). Relu is a template argument so the loops that
 // call it vectorise.
 template <bool Relu, typename T>
 inline T relu_masked(T grad_y, T x, T scale, T shift) {
-  if constexpr (Relu) return x * scale + shift > T(0) ? grad_y : T(0);
+  if constexpr (Relu) return bn_apply(x, scale, shift) > T(0) ? grad_y : T(0);
   return grad_y;
 }
 
