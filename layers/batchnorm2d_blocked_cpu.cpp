@@ -23,6 +23,17 @@ namespace {
 constexpr int64_t L = kChannelBlock;
 constexpr int64_t kParallelMinElements = 1 << 15;
 
+// The forward's scale and shift (bn_affine) of the 16 channels of block cb.
+template <typename T>
+void block_affine(const T* mean, const T* invstd, const T* weight, const T* bias, int64_t cb,
+                  T* scale, T* shift) {
+  for (int64_t l = 0; l < L; ++l) {
+    const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
+    scale[l] = affine.scale;
+    shift[l] = affine.shift;
+  }
+}
+
 template <bool Relu, typename T>
 void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
                       const T* invstd, const T* weight, const T* bias, T* grad_x,
@@ -36,12 +47,8 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t cb = 0; cb < cblocks; ++cb) {
     double sum_gy[L] = {}, sum_gy_xc[L] = {};
-    T scale[L], shift[L];  // the forward's affine map: the fused ReLU's mask
-    for (int64_t l = 0; l < L; ++l) {
-      const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
-      scale[l] = affine.scale;
-      shift[l] = affine.shift;
-    }
+    T scale[L], shift[L];  // the forward's affine map, per lane
+    block_affine(mean, invstd, weight, bias, cb, scale, shift);
     if (need_sums) {
       const T* mt = mean + cb * L;
       for (int64_t b = 0; b < n; ++b) {
@@ -89,12 +96,8 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
       const T* ac = a_coef.data() + cb * L;
       const T* dc = d_coef.data() + cb * L;
       const T* mc = mean + cb * L;
-      T scale[L], shift[L];
-      for (int64_t l = 0; l < L; ++l) {
-        const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
-        scale[l] = affine.scale;
-        shift[l] = affine.shift;
-      }
+      T scale[L], shift[L];  // the forward's affine map, per lane
+      block_affine(mean, invstd, weight, bias, cb, scale, shift);
       const int64_t base = (b * cblocks + cb) * hw * L;
       for (int64_t p = 0; p < hw; ++p) {
 #pragma omp simd
@@ -157,12 +160,8 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t cb = 0; cb < cblocks; ++cb) {
       // y = x * scale + shift, per channel, as the NCHW kernel computes them.
-      T scale[L], shift[L];
-      for (int64_t l = 0; l < L; ++l) {
-        const auto affine = bn_affine(mean, invstd, weight, bias, cb * L + l);
-        scale[l] = affine.scale;
-        shift[l] = affine.shift;
-      }
+      T scale[L], shift[L];  // the forward's affine map, per lane
+      block_affine(mean, invstd, weight, bias, cb, scale, shift);
       const int64_t base = (b * cblocks + cb) * hw * L;
       const T* xs = x + base;
       T* ys = y + base;

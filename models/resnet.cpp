@@ -132,91 +132,56 @@ void ConvBn::fold() {
 
 // ---- Blocks --------------------------------------------------------------------------------
 
-BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, bool downsample)
-    : c1_(make_conv_bn(inplanes, planes, 3, stride, 1)), c2_(make_conv_bn(planes, planes, 3, 1, 1)) {
-  register_module("conv1", c1_.conv);
-  register_module("bn1", c1_.bn);
-  register_module("conv2", c2_.conv);
-  register_module("bn2", c2_.bn);
-  if (downsample) {
-    down_ = make_conv_bn(inplanes, planes * kExpansion, 1, stride, 0);
-    register_module("downsample", std::make_shared<Sequential>(
-                                      std::vector<std::shared_ptr<Module>>{down_.conv, down_.bn}));
-  }
+void ResidualBlock::add_conv_bn(int64_t in, int64_t out, int64_t k, int64_t stride) {
+  main_.push_back(make_conv_bn(in, out, k, stride, k / 2));
+  const std::string n = std::to_string(main_.size());
+  register_module("conv" + n, main_.back().conv);
+  register_module("bn" + n, main_.back().bn);
+  blockable_ = blockable_ && in % kChannelBlock == 0 && out % kChannelBlock == 0;
 }
 
-// A block runs in the channel-blocked layout where that is fast for its input and every one of
-// its convolutions has a multiple of 16 channels; in NCHW otherwise.
-bool blockable(std::initializer_list<const ConvBn*> convs) {
-  for (const ConvBn* cb : convs) {
-    if (!cb->conv) continue;
-    if (cb->conv->weight.size(0) % kChannelBlock != 0 ||
-        cb->conv->weight.size(1) % kChannelBlock != 0)
-      return false;
-  }
-  return true;
+void ResidualBlock::add_downsample(int64_t in, int64_t out, int64_t stride) {
+  down_ = make_conv_bn(in, out, 1, stride, 0);
+  register_module("downsample", std::make_shared<Sequential>(
+                                    std::vector<std::shared_ptr<Module>>{down_.conv, down_.bn}));
 }
 
-Tensor block_input(const Tensor& x, bool blockable) {
-  return as_layout(x, blockable ? preferred_layout(x, kChannelBlock) : Layout::NCHW);
-}
-
-Tensor BasicBlock::forward(const Tensor& input) {
-  const Tensor x = block_input(input, blockable({&c1_, &c2_, &down_}));
-  Tensor out = c1_.forward(x, BatchNormActivation::Relu);
-  out = c2_.forward(out, BatchNormActivation::None);
+Tensor ResidualBlock::forward(const Tensor& input) {
+  // The channel-blocked layout where that is fast for this input and every channel count of the
+  // block is a multiple of 16 (layers/layout.h); NCHW otherwise.
+  const Tensor x =
+      as_layout(input, blockable_ ? preferred_layout(input, kChannelBlock) : Layout::NCHW);
+  Tensor out = x;
+  for (size_t i = 0; i < main_.size(); ++i)
+    out = main_[i].forward(out, i + 1 < main_.size() ? BatchNormActivation::Relu
+                                                     : BatchNormActivation::None);
   return add_relu(out, down_.conv ? down_.forward(x, BatchNormActivation::None) : x);
 }
 
-void BasicBlock::fold_batch_norms() {
-  c1_.fold();
-  c2_.fold();
-  remove_module("bn1");
-  remove_module("bn2");
+void ResidualBlock::fold_batch_norms() {
+  for (size_t i = 0; i < main_.size(); ++i) {
+    main_[i].fold();
+    remove_module("bn" + std::to_string(i + 1));
+  }
   if (down_.conv) {
     down_.fold();
     child("downsample")->remove_module("1");
   }
+}
+
+BasicBlock::BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, bool downsample) {
+  add_conv_bn(inplanes, planes, 3, stride);
+  add_conv_bn(planes, planes, 3, 1);
+  if (downsample) add_downsample(inplanes, planes * kExpansion, stride);
 }
 
 Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, bool downsample,
                        int64_t width_per_group) {
   const int64_t width = planes * width_per_group / 64;
-  c1_ = make_conv_bn(inplanes, width, 1, 1, 0);
-  c2_ = make_conv_bn(width, width, 3, stride, 1);  // v1.5: the stride is here
-  c3_ = make_conv_bn(width, planes * kExpansion, 1, 1, 0);
-  register_module("conv1", c1_.conv);
-  register_module("bn1", c1_.bn);
-  register_module("conv2", c2_.conv);
-  register_module("bn2", c2_.bn);
-  register_module("conv3", c3_.conv);
-  register_module("bn3", c3_.bn);
-  if (downsample) {
-    down_ = make_conv_bn(inplanes, planes * kExpansion, 1, stride, 0);
-    register_module("downsample", std::make_shared<Sequential>(
-                                      std::vector<std::shared_ptr<Module>>{down_.conv, down_.bn}));
-  }
-}
-
-Tensor Bottleneck::forward(const Tensor& input) {
-  const Tensor x = block_input(input, blockable({&c1_, &c2_, &c3_, &down_}));
-  Tensor out = c1_.forward(x, BatchNormActivation::Relu);
-  out = c2_.forward(out, BatchNormActivation::Relu);
-  out = c3_.forward(out, BatchNormActivation::None);
-  return add_relu(out, down_.conv ? down_.forward(x, BatchNormActivation::None) : x);
-}
-
-void Bottleneck::fold_batch_norms() {
-  c1_.fold();
-  c2_.fold();
-  c3_.fold();
-  remove_module("bn1");
-  remove_module("bn2");
-  remove_module("bn3");
-  if (down_.conv) {
-    down_.fold();
-    child("downsample")->remove_module("1");
-  }
+  add_conv_bn(inplanes, width, 1, 1);
+  add_conv_bn(width, width, 3, stride);  // v1.5: the stride is on the 3x3
+  add_conv_bn(width, planes * kExpansion, 1, 1);
+  if (downsample) add_downsample(inplanes, planes * kExpansion, stride);
 }
 
 // ---- ResNet --------------------------------------------------------------------------------
@@ -283,10 +248,8 @@ void ResNet::fold_batch_norms() {
   stem_.fold();
   remove_module("bn1");
   std::static_pointer_cast<ResNetStem>(pieces_.front().module)->drop_bn();
-  for (const ResNetPiece& piece : pieces_) {
-    if (auto* basic = dynamic_cast<BasicBlock*>(piece.module.get())) basic->fold_batch_norms();
-    if (auto* neck = dynamic_cast<Bottleneck*>(piece.module.get())) neck->fold_batch_norms();
-  }
+  for (const ResNetPiece& piece : pieces_)
+    if (auto* block = dynamic_cast<ResidualBlock*>(piece.module.get())) block->fold_batch_norms();
   folded_ = true;
 }
 

@@ -72,31 +72,38 @@ struct ConvBn {
   void fold();  // conv' = conv * scale, bias' = shift (eval-mode BN as an affine map)
 };
 
-class BasicBlock : public Module {
+// What both blocks share: a main path of conv -> BN pieces, a ReLU after each BN but the last,
+// the identity (x, or downsample(x) = BN(conv 1x1/s(x))), and relu(main + identity) at the end.
+// Registered as conv1, bn1, conv2, bn2, ..., downsample.0, downsample.1 (torchvision's names).
+class ResidualBlock : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  void fold_batch_norms();  // each BN into its convolution (eval mode; see ResNet)
+
+ protected:
+  // Adds conv{n} / bn{n} to the main path: k x k, stride, padding k / 2.
+  void add_conv_bn(int64_t in, int64_t out, int64_t k, int64_t stride);
+  void add_downsample(int64_t in, int64_t out, int64_t stride);
+
+ private:
+  std::vector<ConvBn> main_;
+  ConvBn down_;  // conv null: the identity is x itself
+  bool blockable_ = true;  // every channel count a multiple of 16 (layers/layout.h)
+};
+
+class BasicBlock : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 1;
   BasicBlock(int64_t inplanes, int64_t planes, int64_t stride, bool downsample);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BasicBlock"; }
-  void fold_batch_norms();
-
- private:
-  ConvBn c1_, c2_;
-  ConvBn down_;  // conv null: identity
 };
 
-class Bottleneck : public Module {
+class Bottleneck : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 4;
   Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, bool downsample,
              int64_t width_per_group = 64);
-  Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Bottleneck"; }
-  void fold_batch_norms();
-
- private:
-  ConvBn c1_, c2_, c3_;
-  ConvBn down_;
 };
 
 // A named piece of the model in execution order: the unit that pipeline stages are cut from.
