@@ -21,7 +21,9 @@
 // Kernels and fusion: every conv has no bias (a BN follows); each BN -> ReLU pair runs as one
 // kernel (BatchNorm2d::forward(x, Relu)), and the residual join as add_relu(), so no
 // activation is written twice. fold_batch_norms() turns an eval-mode model into convolutions
-// with bias (BN folded into the weights) for inference.
+// with bias (BN folded into the weights) for inference. On the CPU in f32 with the oneDNN
+// kernels, activations stay channel-blocked (layers/layout.h) from the stem's convolution to
+// the head: no reorders around each convolution. docs/resnet.md explains both, with figures.
 //
 // Names follow torchvision: conv1.weight, bn1.running_mean, layer2.0.downsample.0.weight,
 // layer4.1.bn2.num_batches_tracked, fc.bias ... (num_batches_tracked is [1] here, a 0-d tensor
@@ -122,7 +124,8 @@ class ResNet : public Module {
   // The model as an ordered sequence: stem, every residual block, head. Running the pieces
   // one after another is forward(). Their modules share the model's parameters, and each
   // piece's named_parameters() are the model's with the piece's prefix dropped ("stem": conv1.*,
-  // bn1.*; "head": fc.*).
+  // bn1.*; "head": fc.*). Between pieces the activations are in the layout the device prefers
+  // (channel-blocked on the CPU, layers/layout.h); every piece accepts either layout.
   std::vector<ResNetPiece> pieces() const { return pieces_; }
 
   // For inference: folds every BatchNorm into the convolution before it, using the running
