@@ -17,16 +17,19 @@
 // Where d is near sqrt(eps) ~ 3e-3 that amplifies an error in d ~300 times, and the input
 // gradient, (g1 - g2)/2 * eps / (d^2 + eps) * invstd, is a small difference of large terms.
 // Rounding differences between two summation orders therefore grow far beyond a dtype's
-// epsilon here. Measured (simulator vs CPU, relative to each tensor's largest value):
-//   double, ResNet-18: logits 8e-13, loss 4e-14, running stats 5e-13, gradients 4e-11;
-//   double, narrow 50/101/152: logits and loss <= 9e-12, running stats <= 4e-11, gradients
-//     <= 2.3e-9, parameters after the step <= 1.9e-9, eval logits <= 2.6e-10;
-//   float, ResNet-18: logits 2.2e-3, loss 3e-4, running stats 5e-4, gradients 3.2e-2 (the
+// epsilon here. Measured (simulator vs CPU, relative to each tensor's largest value; the worst
+// over the CPU's kernel choices, oneDNN with the channel-blocked layout or KILN_KERNELS=hand,
+// and over CPU BatchNorm kernels that do and do not fuse their multiply-adds):
+//   double, ResNet-18: logits 2.2e-12, loss 2.8e-13, running stats 5.5e-13, gradients 4e-11;
+//   double, narrow 50/101/152: logits and loss <= 9e-12, running stats <= 7e-11, gradients
+//     <= 4.6e-9, parameters after the step <= 3.1e-9, eval logits <= 2.6e-10;
+//   float, ResNet-18: logits 3.9e-3, loss 5e-4, running stats 1e-3, gradients 6.6e-2. The
 //     CPU's own float gradients differ from its double ones by up to 1.2e-2: float carries
-//     only about two digits of these gradients).
+//     only one or two digits of these gradients.
 // The bounds (engine_parity.h's near: |error| <= rtol * (|want| + max|want|)) leave a margin of
-// 3x to 50x over those for a GPU's different summation orders (cuDNN picks its own), and stay
-// far below what a wrong kernel gives (an error of the size of the values, rtol ~ 1).
+// 3x to 50x over those for a GPU's different summation orders (cuDNN picks its own). The double
+// run is the sharp check; the float one checks the float kernels end to end, where a wrong
+// kernel (a lost mask, a wrong channel or stride) gives errors of the size of the values.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -177,7 +180,7 @@ void check_train_step_then_eval(const std::string& name, DType dtype, const Tole
 
 // Tolerances: see the header comment (the float step and eval fields are unused).
 constexpr Tolerances kDouble{1e-9, 1e-7, 1e-7, 1e-8};
-constexpr Tolerances kFloat{1e-2, 1e-1, 1e-1, 1e-2};
+constexpr Tolerances kFloat{2e-2, 2e-1, 2e-1, 2e-2};
 
 TEST(ResNetCuda, ResNet18ForwardBackwardMatchesCpuDouble) {
   KILN_SKIP_WITHOUT_CUDA();

@@ -4,7 +4,9 @@
 // without affine parameters, through the module's own parameters), and the shape errors.
 // The fused ReLU (BatchNormActivation::Relu): gradient checks in both modes with every output
 // kept off the kink, and bit-identity with relu(batch_norm2d(...)) forward and backward, in
-// the NCHW layout and the channel-blocked one (layers/layout.h), which has its own kernels.
+// the NCHW layout and the channel-blocked one (layers/layout.h), which has its own kernels,
+// including inputs whose normalised value is exactly 0 (the backward's mask must cut exactly
+// where the forward wrote 0).
 #include "layers/batchnorm2d.h"
 
 #include <gtest/gtest.h>
@@ -444,6 +446,78 @@ TEST(BatchNorm2d, FusedReluIsReluOfBatchNormBitForBit) {
         check_fused_relu_bits(s, dt, training, false, true, true, false, seed += 10, true);
         check_fused_relu_bits(s, dt, training, true, true, false, true, seed += 10, true);
       }
+}
+
+// x * scale + shift computed with two roundings, as the kernels must (volatile: no FMA).
+template <typename T>
+T affine_two_roundings(T x, T scale, T shift) {
+  volatile T product = x * scale;
+  return product + shift;
+}
+
+// The fused ReLU's mask where the sign of x * scale + shift depends on its rounding: 0 when
+// the product is rounded before the addition, the product's rounding error (of either sign)
+// when both are one fused multiply-add. Eval mode with running mean 0, running var 0.25 and
+// eps 0 makes scale = 2 * weight and shift = bias exactly; each channel's bias is
+// -(x0 * scale) rounded, for its own x0, and the channel holds x0 and its neighbouring floats.
+// Whichever rounding the kernels use, and however the backward finds the mask (reading the
+// output, or recomputing the affine map), it must cut exactly where the forward wrote 0: the
+// fused op is relu(batch_norm2d(...)) to the bit, in NCHW and in blocks.
+TEST(BatchNorm2d, FusedReluMaskAtExactZerosOfTheAffineMap) {
+  for (DType dt : {DType::F32, DType::F64})
+    for (bool blocked : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (blocked ? " blocked" : " NCHW"));
+      const int64_t c = 16, hw = 6;
+      std::vector<double> xv(static_cast<size_t>(2 * c * hw)), bv(static_cast<size_t>(c));
+      const std::vector<double> wv =
+          random_tensor({c}, 180, 0.3, 1.7).to(dt).to_vector<double>();
+      const std::vector<double> x0 =
+          random_tensor({c}, 181, -2.0, 2.0).to(dt).to_vector<double>();
+      int zeros = 0, fma_differs = 0;
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const auto cs = static_cast<size_t>(ch);
+        auto fill = [&](auto tag) {
+          using T = decltype(tag);
+          const T scale = static_cast<T>(2 * wv[cs]), x = static_cast<T>(x0[cs]);
+          const T shift = -(x * scale);  // exact negation of the rounded product
+          bv[cs] = static_cast<double>(shift);
+          const T up = std::nextafter(x, T(10)), down = std::nextafter(x, T(-10));
+          const T values[] = {x, up, down, x, std::nextafter(up, T(10)),
+                              std::nextafter(down, T(-10))};
+          for (int64_t b = 0; b < 2; ++b)
+            for (int64_t i = 0; i < hw; ++i) {
+              const T v = values[i];
+              xv[static_cast<size_t>((b * c + ch) * hw + i)] = static_cast<double>(v);
+              const T y = affine_two_roundings(v, scale, shift);
+              zeros += y == T(0);
+              fma_differs += (y > T(0)) != (std::fma(v, scale, shift) > T(0));
+            }
+        };
+        if (dt == DType::F32) fill(float()); else fill(double());
+      }
+      // The data exercises the tie: exact zeros with two roundings, and elements where one
+      // rounding fewer flips the sign.
+      ASSERT_GT(zeros, 0);
+      ASSERT_GT(fma_differs, 0);
+      const Tensor x_nchw = Tensor::from_vector(xv, {2, c, 1, hw}).to(dt);
+      const Tensor gy_nchw = random_tensor({2, c, 1, hw}, 182, -1.0, 1.0, dt);
+      auto layout = [&](const Tensor& t) { return blocked ? to_channel_blocks(t).clone() : t; };
+      const Tensor rm = Tensor::zeros({c}, dt), rv = Tensor::full({c}, 0.25, dt);
+      auto run = [&](bool fused) {
+        Tensor x = layout(x_nchw).clone().set_requires_grad(true);
+        Tensor w = Tensor::from_vector(wv, {c}).to(dt).set_requires_grad(true);
+        Tensor b = Tensor::from_vector(bv, {c}).to(dt).set_requires_grad(true);
+        Tensor y = fused ? batch_norm2d(x, w, b, rm, rv, false, 0.1, 0.0,
+                                        BatchNormActivation::Relu)
+                         : relu(batch_norm2d(x, w, b, rm, rv, false, 0.1, 0.0));
+        y.backward(layout(gy_nchw));
+        return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+      };
+      const std::vector<Tensor> plain = run(false), fused = run(true);
+      const char* what[] = {"y", "grad x", "grad weight", "grad bias"};
+      for (size_t i = 0; i < plain.size(); ++i)
+        EXPECT_TRUE(bit_identical(what[i], fused[i], plain[i]));
+    }
 }
 
 // The fused ReLU through the blocked kernels, finite differences in double. The bias is moved
