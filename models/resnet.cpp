@@ -192,6 +192,10 @@ ResNet::ResNet(const ResNetConfig& config) : config_(config) {
                    "ResNet: num_classes, base_planes and width_per_group must be >= 1");
   for (int64_t n : c.layers)
     KILN_CHECK_INPUT(n >= 1, "ResNet: every stage needs at least one block");
+  KILN_CHECK_INPUT(c.block != ResNetBlock::Bottleneck || c.base_planes * c.width_per_group >= 64,
+                   "ResNet: a Bottleneck's 3x3 convolutions have base_planes * width_per_group "
+                   "/ 64 channels in layer1, which is 0 for base_planes=", c.base_planes,
+                   " and width_per_group=", c.width_per_group, ": raise one of them");
   const bool bottleneck = c.block == ResNetBlock::Bottleneck;
   const int64_t expansion = bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
 
