@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # tools/test.sh: one command from a fresh machine to the full test suite: installs
-# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests three trees:
+# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests four trees:
 #
 #   build/       the default build (Release). Where nvcc is installed it includes the real CUDA
 #                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
 #   build-sim/   the CUDA sources compiled as C++ against the CUDA simulator: ctest -L sim.
-#   build-asan/  the same under AddressSanitizer: ctest -L sim.
+#   build-asan/  the same under AddressSanitizer, in the simulator's shuffle mode (warps and
+#                lanes in a pseudo-random order between barriers, KILN_SIM_SHUFFLE=1): a missing
+#                barrier or a write past a buffer's end fails here: ctest -L sim.
 #   build-tsan/  the threaded parts under ThreadSanitizer: the data loader and comm/ (local
 #                transport, communicator worker thread, parameter server, DataParallel):
 #                ctest -L 'loader|comm'.
@@ -39,7 +41,7 @@ has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all -DCMAKE_
 has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim \
   -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_SIM=ON
 # ASan at -O1 with frame pointers: fast enough to run every simulated kernel test.
-has asan && run_tree "simulator + AddressSanitizer" "$root/build-asan" sim kiln_tests_sim \
+has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled" "$root/build-asan" sim kiln_tests_sim \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
 # TSan: the loader's workers, queue and shutdown paths, and comm/'s threads (no CUDA: the

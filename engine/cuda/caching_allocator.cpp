@@ -2,6 +2,7 @@
 #include "engine/cuda/caching_allocator.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -12,8 +13,31 @@
 #include "engine/cuda/context.h"
 #include "engine/error.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define KILN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define KILN_POISON(p, n) ((void)(p), (void)(n))
+#define KILN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace kiln::cuda_allocator {
 namespace {
+
+#if KILN_CUDA_SIM
+// The simulator makes device memory hostile, as a GPU's is (its memory is the host's, so the
+// allocator can do it directly): every block handed out, fresh or reused, holds NaN (all bytes
+// 0xFF: a NaN in f32 and f64, -1 in integers) rather than zeros or a previous tensor's values
+// that would let a kernel that forgets part of its output pass; and under AddressSanitizer the
+// slack between the requested size and the rounded block is poisoned, so a kernel writing one
+// element past the end fails at once instead of landing in memory nothing checks.
+void hand_out_hostile(void* ptr, size_t bytes, size_t size) {
+  KILN_UNPOISON(ptr, size);
+  std::memset(ptr, 0xFF, size);
+  KILN_POISON(static_cast<char*>(ptr) + bytes, size - bytes);
+}
+#endif
 
 constexpr size_t kSmallGranule = 512;       // requests up to kLargeThreshold
 constexpr size_t kLargeThreshold = 1 << 20;  // 1 MiB
@@ -203,6 +227,9 @@ void* allocate(size_t bytes, int device, cudaStream_t stream) {
     b.stream = stream;
   }
   s.blocks.at(ptr).in_use = true;
+#if KILN_CUDA_SIM
+  hand_out_hostile(ptr, bytes, size);
+#endif
   pool.stats.current_bytes += static_cast<int64_t>(size);
   if (pool.stats.current_bytes > pool.stats.peak_bytes) pool.stats.peak_bytes = pool.stats.current_bytes;
   return ptr;
@@ -218,6 +245,7 @@ void deallocate(void* ptr) {
   Block& b = it->second;
   DevicePool& pool = s.pool(b.device);
   b.in_use = false;
+  KILN_UNPOISON(ptr, b.size);  // the whole block is the allocator's again
   pool.stats.current_bytes -= static_cast<int64_t>(b.size);
   if (b.other_streams.empty()) {
     pool.free_lists[b.stream].emplace(b.size, ptr);

@@ -5,9 +5,12 @@
 // Covered: size rounding; a freed block is reused for the next request of its rounded size with
 // no new cudaMalloc; free lists are per stream (another stream or host thread never gets the
 // block); record_stream delays reuse until the other stream's work is done; current / peak /
-// reserved / cudaMalloc count; release_cached; per-device statistics; bad frees; many threads.
+// reserved / cudaMalloc count; release_cached; per-device statistics; bad frees; many threads;
+// under the simulator, blocks handed out full of NaN and (with AddressSanitizer) their slack
+// poisoned.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <thread>
 #include <vector>
@@ -215,6 +218,43 @@ TEST(CachingAllocator, ManyThreadsAllocateAndFree) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(cuda_allocator::stats(0).current_bytes, base);
 }
+
+#if KILN_CUDA_SIM
+// Under the simulator every block handed out holds NaN, fresh or reused: a kernel that leaves
+// part of its output unwritten produces NaN there, which every parity test notices, instead of
+// a stale value that may happen to be right.
+TEST(CachingAllocatorSim, BlocksAreHandedOutFullOfNaN) {
+  const Device dev(DeviceType::CUDA, 0);
+  auto all_nan = [](const Tensor& t) {
+    for (double v : t.to(Device()).to_vector<double>())
+      if (!std::isnan(v)) return false;
+    return true;
+  };
+  Tensor a = Tensor::empty({1001}, DType::F32, dev);  // a fresh block
+  EXPECT_TRUE(all_nan(a));
+  a.zero_();
+  void* first = a.raw_data();
+  a = Tensor();                                       // back to the free list, holding zeros
+  Tensor b = Tensor::empty({1001}, DType::F32, dev);  // the same block again
+  EXPECT_EQ(b.raw_data(), first);
+  EXPECT_TRUE(all_nan(b));
+  EXPECT_TRUE(all_nan(Tensor::empty({77}, DType::F64, dev)));
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+// ...and the slack between the requested size and the rounded block is poisoned for
+// AddressSanitizer: a write one element past the end is an error at once, although the block
+// has room for it.
+TEST(CachingAllocatorSimDeathTest, WritingPastTheEndIsCaught) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  const size_t bytes = 100 * sizeof(float);  // rounded to 512
+  float* p = static_cast<float*>(cuda_allocator::allocate(bytes, 0));
+  p[99] = 1.0f;  // the last element: fine
+  EXPECT_DEATH({ p[100] = 1.0f; }, "AddressSanitizer");
+  cuda_allocator::deallocate(p);
+}
+#endif  // __SANITIZE_ADDRESS__
+#endif  // KILN_CUDA_SIM
 
 }  // namespace
 }  // namespace kiln
