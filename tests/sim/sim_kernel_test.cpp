@@ -213,6 +213,17 @@ TEST_F(SimKernel, DynamicSharedMemoryAndItsLimits) {
   (void)cudaGetLastError();
 }
 
+// Dynamic shared memory holds NaN when every block starts, as a GPU's holds garbage: a kernel
+// that reads shared memory before writing it cannot pass on zeros or on the previous block's
+// values (here, block 0 writes 1.0 everywhere after reading; block 1 still reads NaN).
+TEST_F(SimKernel, DynamicSharedMemoryStartsEveryBlockAsNaN) {
+  const int threads = 64, blocks = 3;
+  DeviceBuffer<float> out(threads * blocks);
+  launch(read_fresh_shared_kernel, LaunchConfig{blocks, threads, threads * sizeof(float), nullptr},
+         out.get());
+  for (float v : out.to_host()) EXPECT_TRUE(std::isnan(v)) << v;
+}
+
 TEST_F(SimKernel, LaunchConfigurationErrors) {
   DeviceBuffer<float> out(2048);
   auto try_launch = [&](dim3 grid, dim3 block) {
@@ -325,6 +336,20 @@ TEST_F(SimKernel, AddressSanitizerCatchesAnOutOfBoundsKernel) {
         launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 1);  // writes out[31]
       },
       "heap-buffer-overflow");
+}
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+// Dynamic shared memory sits between guard zones: reading past its end is caught too.
+TEST_F(SimKernel, AddressSanitizerCatchesSharedMemoryPastTheEnd) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> out(1);
+        launch(shared_past_end_kernel, LaunchConfig{1, 32, 16 * sizeof(float), nullptr},
+               out.get(), 16);
+      },
+      "use-after-poison");
 }
 #endif
 

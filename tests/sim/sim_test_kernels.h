@@ -179,6 +179,22 @@ __global__ void dynamic_shared_kernel(float* out) {
   if (blockIdx.x == 0) out[t] = buf[n - 1 - t] + buf[n + n - 1 - t];
 }
 
+// Copies what dynamic shared memory holds before anyone writes it (one float per thread), then
+// writes it: the next block must not see these values.
+__global__ void read_fresh_shared_kernel(float* out) {
+  KILN_DYNAMIC_SHARED(float, buf);
+  const unsigned t = threadIdx.x;
+  out[blockIdx.x * blockDim.x + t] = buf[t];
+  __syncthreads();
+  buf[t] = 1.0f;
+}
+
+// Thread 0 reads one float past the end of `n` floats of dynamic shared memory.
+__global__ void shared_past_end_kernel(float* out, int n) {
+  KILN_DYNAMIC_SHARED(float, buf);
+  if (threadIdx.x == 0) out[0] = buf[n];
+}
+
 __global__ void fill_kernel(float* out, int value) {
   const unsigned threads = blockDim.x * blockDim.y * blockDim.z;
   const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

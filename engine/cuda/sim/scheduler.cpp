@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -26,6 +27,15 @@
 
 #include "engine/cuda/sim/fiber.h"
 #include "engine/error.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define KILN_SIM_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define KILN_SIM_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define KILN_SIM_POISON(p, n) ((void)(p), (void)(n))
+#define KILN_SIM_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 namespace kiln::sim {
 
@@ -76,7 +86,7 @@ class BlockRunner {
   BlockRunner() = default;
   BlockRunner(const BlockRunner&) = delete;
   BlockRunner& operator=(const BlockRunner&) = delete;
-  ~BlockRunner() { std::free(dynamic_shared_); }
+  ~BlockRunner() { free_dynamic_shared(); }
 
   void run(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed);
 
@@ -107,8 +117,20 @@ class BlockRunner {
   bool shuffle_ = false;
   Rng rng_{0};
   std::vector<unsigned> order_;  // scratch for shuffled orders
-  void* dynamic_shared_ = nullptr;
+  // Dynamic shared memory: an arena of exactly the launch's bytes between two guard zones that
+  // AddressSanitizer reports on (an index past the end of extern __shared__ is caught), filled
+  // with NaN bytes (0xFF) at the start of every block, as a GPU's shared memory holds whatever
+  // the last block left: a kernel that reads before it writes sees garbage, not zeros.
+  static constexpr size_t kSharedGuard = 64;
+  void* dynamic_shared_ = nullptr;  // the arena itself (after the front guard)
   size_t dynamic_shared_bytes_ = 0;
+  void free_dynamic_shared() {
+    if (dynamic_shared_ == nullptr) return;
+    char* base = static_cast<char*>(dynamic_shared_) - kSharedGuard;
+    KILN_SIM_UNPOISON(base, dynamic_shared_bytes_ + 2 * kSharedGuard);
+    std::free(base);
+    dynamic_shared_ = nullptr;
+  }
 };
 
 // The runner of this OS thread while it runs a block (fibers reach it through this).
@@ -141,15 +163,22 @@ void BlockRunner::fiber_main(void* arg) {
 void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
   launch_ = &l;
   n_ = l.block.x * l.block.y * l.block.z;
-  // The dynamic shared memory: exactly shared_bytes (kept while launches ask the same size).
+  // The dynamic shared memory: exactly shared_bytes between guards (kept while launches ask
+  // the same size), NaN-filled for every block.
   if (dynamic_shared_bytes_ != l.shared_bytes || (dynamic_shared_ == nullptr && l.shared_bytes)) {
-    std::free(dynamic_shared_);
-    dynamic_shared_ = nullptr;
+    free_dynamic_shared();
     dynamic_shared_bytes_ = l.shared_bytes;
-    if (l.shared_bytes > 0 && posix_memalign(&dynamic_shared_, 64, l.shared_bytes) != 0)
-      throw Error("CUDA simulator: cannot allocate " + std::to_string(l.shared_bytes) +
-                  " bytes of dynamic shared memory");
+    void* base = nullptr;
+    if (l.shared_bytes > 0) {
+      if (posix_memalign(&base, 64, l.shared_bytes + 2 * kSharedGuard) != 0)
+        throw Error("CUDA simulator: cannot allocate " + std::to_string(l.shared_bytes) +
+                    " bytes of dynamic shared memory");
+      dynamic_shared_ = static_cast<char*>(base) + kSharedGuard;
+      KILN_SIM_POISON(base, kSharedGuard);
+      KILN_SIM_POISON(static_cast<char*>(dynamic_shared_) + l.shared_bytes, kSharedGuard);
+    }
   }
+  if (dynamic_shared_ != nullptr) std::memset(dynamic_shared_, 0xFF, l.shared_bytes);
   detail::t_block = BlockState{dynamic_shared_, l.shared_bytes};
   ::blockIdx = block_idx;
   ::blockDim = l.block;
