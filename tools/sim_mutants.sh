@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tools/sim_mutants.sh: plants one-line GPU bugs, one at a time, and runs the simulator's tests
+# for each: the proof that the simulator catches what a GPU would. Prints a table: mutant,
+# caught or missed, the first failing tests.
+#
+#   tools/sim_mutants.sh [MUTANT_ID ...]        (default: every mutant; ids from --list)
+#   tools/sim_mutants.sh --list
+#
+# Each mutant is an exact replacement in one source file (the file is restored afterwards,
+# also on Ctrl-C). The tests run in build-asan/ (the CUDA sources under the simulator, with
+# AddressSanitizer, warps shuffled between barriers: tools/test.sh's strictest tree), built
+# incrementally: one mutant costs a rebuild of what includes the file, then `ctest -L sim`.
+# KILN_MUTANT_BUILD_DIR picks another simulator build tree. The source tree must have no
+# uncommitted change to the mutated files.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KILN_MUTANT_BUILD_DIR:-$root/build-asan}
+
+/usr/bin/env python3 - "$root" "$build" "$@" <<'PY'
+import os, re, subprocess, sys
+
+root, build, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+# id, file, the exact text, which occurrence (1-based), its replacement, what it plants.
+MUTANTS = [
+    ("gemm-tile-barrier", "engine/cuda/kernels/gemm.cu",
+     "__syncthreads();  // the tiles are complete", 1, "",
+     "tiled GEMM: the barrier after loading a tile removed"),
+    ("gemm-reuse-barrier", "engine/cuda/kernels/gemm.cu",
+     "__syncthreads();  // everyone is done with the tiles before they are overwritten", 1, "",
+     "tiled GEMM: the barrier before overwriting the tiles removed"),
+    ("transpose-barrier", "engine/cuda/kernels/transpose.cu", "__syncthreads();", 1, "",
+     "transpose: the barrier between writing and reading the shared tile removed"),
+    ("reduce-barrier", "engine/cuda/kernels/reduce.cu", "__syncthreads();", 1, "",
+     "sum_dim: the barrier before combining the partial sums removed"),
+    ("block-sum-barrier", "engine/cuda/kernels/common.h",
+     "  if (lane == 0) scratch[warp] = v;\n  __syncthreads();", 1,
+     "  if (lane == 0) scratch[warp] = v;",
+     "block_sum: the barrier between writing and reading the warp partials removed"),
+    ("conv-barrier", "layers/conv2d_implicit_gemm.cuh", "__syncthreads();", 2, "",
+     "implicit-GEMM convolution: the barrier of the main loop removed"),
+    ("elementwise-past-end", "engine/cuda/kernels/elementwise.cu",
+     "threadIdx.x; i < n; i += stride) {\n    const T bv", 1,
+     "threadIdx.x; i <= n; i += stride) {\n    const T bv",
+     "binary kernel: writes one element past the end (i <= n)"),
+    ("elementwise-unwritten", "engine/cuda/kernels/elementwise.cu",
+     "threadIdx.x; i < n; i += stride) {\n    const T bv", 1,
+     "threadIdx.x; i + 1 < n; i += stride) {\n    const T bv",
+     "binary kernel: leaves the last output element unwritten"),
+    ("event-wait", "engine/cuda/context.cpp",
+     "if (event_) KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));", 1, "",
+     "Event::wait does nothing: no cross-stream wait anywhere (loader copy stream, copies)"),
+    ("loader-record-stream", "data/loader.cpp",
+     "cuda_allocator::record_stream(x.impl()->storage->data, compute);", 1, "",
+     "loader: the batch is not recorded on the compute stream before its block is reused"),
+]
+
+if args[:1] == ["--list"]:
+    for m in MUTANTS:
+        print(f"{m[0]:24s} {m[1]}: {m[5]}")
+    sys.exit(0)
+chosen = [m for m in MUTANTS if not args or m[0] in args]
+unknown = set(args) - {m[0] for m in MUTANTS}
+if unknown:
+    sys.exit(f"sim_mutants.sh: unknown mutant(s) {', '.join(sorted(unknown))}: see --list")
+if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+    sys.exit(f"sim_mutants.sh: {build} is not a build tree: configure it as tools/test.sh's "
+             "asan tree does (-DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address)")
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=kw.pop("cwd", root), text=True, capture_output=True, **kw)
+
+rows = []
+env = dict(os.environ, KILN_SIM_SHUFFLE="1")
+for mid, path, old, nth, new, what in chosen:
+    full = os.path.join(root, path)
+    src = open(full).read()
+    at = -1
+    for _ in range(nth):
+        at = src.find(old, at + 1)
+        if at < 0:
+            sys.exit(f"sim_mutants.sh: {mid}: occurrence {nth} of its text is not in {path} "
+                     "any more: update the mutant")
+    try:
+        open(full, "w").write(src[:at] + new + src[at + len(old):])
+        b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target",
+                 "kiln_tests_sim"])
+        if b.returncode != 0:
+            rows.append((mid, "build failed", what, ""))
+            continue
+        t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300"],
+                cwd=build, env=env)
+        failed = re.findall(r"\d+ - (\S+) \((?:Failed|SEGFAULT|Subprocess aborted|Timeout|"
+                            r"Exception|Child aborted)\)", t.stdout)
+        rows.append((mid, "caught" if t.returncode != 0 else "MISSED", what,
+                     ", ".join(failed[:3]) + (" ..." if len(failed) > 3 else "")))
+    finally:
+        open(full, "w").write(src)
+    print(f"sim_mutants.sh: {mid}: {rows[-1][1]}", file=sys.stderr, flush=True)
+# The tree is rebuilt from the restored sources, so it is left as it was found.
+run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "kiln_tests_sim"])
+
+print("| mutant | planted bug | result | first failing tests |")
+print("| --- | --- | --- | --- |")
+for mid, result, what, tests in rows:
+    print(f"| {mid} | {what} | {result} | {tests} |")
+caught = sum(r[1] == "caught" for r in rows)
+print(f"\n{caught} of {len(rows)} mutants caught")
+PY
