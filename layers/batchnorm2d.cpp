@@ -48,7 +48,7 @@ struct BatchNorm2dBackward : Node {
     const Tensor& mean = saved[1];    // (C)
     const Tensor& invstd = saved[2];  // (C)
     const Tensor& weight = saved[3];  // (C) or undefined
-    const Tensor& bias = saved[4];    // (C) or undefined
+    const Tensor& bias = saved[4];    // (C) with a fused ReLU and a bias; else undefined
     [[maybe_unused]] const Tensor& relu_y = saved[5];  // the output (fused ReLU, CUDA only)
     const int64_t n = x.size(0), c = logical_channels(x), hw = x.size(2) * x.size(3);
     // Only the gradients some input needs are computed (next[i] is null otherwise).
@@ -188,7 +188,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
     node->relu = relu;
     const bool save_y = relu && x.device().type != DeviceType::CPU;
     node->saved = {x.detach(), mean, invstd, weight.defined() ? weight.detach() : Tensor(),
-                   bias.defined() ? bias.detach() : Tensor(), save_y ? y.detach() : Tensor()};
+                   relu && bias.defined() ? bias.detach() : Tensor(),  // the CPU mask's shift
+                   save_y ? y.detach() : Tensor()};
     set_history(y, node, {x, weight, bias});
   }
   return y;

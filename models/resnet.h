@@ -117,6 +117,9 @@ struct ResNetPiece {
 class ResNet : public Module {
  public:
   explicit ResNet(const ResNetConfig& config);
+  // Not copyable: the stem piece points at this model's conv1/bn1.
+  ResNet(const ResNet&) = delete;
+  ResNet& operator=(const ResNet&) = delete;
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ResNet"; }
   const ResNetConfig& config() const { return config_; }

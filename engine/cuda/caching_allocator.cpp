@@ -13,14 +13,7 @@
 #include "engine/cuda/context.h"
 #include "engine/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define KILN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define KILN_POISON(p, n) ((void)(p), (void)(n))
-#define KILN_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+#include "engine/sanitizer.h"
 
 namespace kiln::cuda_allocator {
 namespace {
@@ -33,9 +26,9 @@ namespace {
 // slack between the requested size and the rounded block is poisoned, so a kernel writing one
 // element past the end fails at once instead of landing in memory nothing checks.
 void hand_out_hostile(void* ptr, size_t bytes, size_t size) {
-  KILN_UNPOISON(ptr, size);
+  KILN_ASAN_UNPOISON(ptr, size);
   std::memset(ptr, 0xFF, size);
-  KILN_POISON(static_cast<char*>(ptr) + bytes, size - bytes);
+  KILN_ASAN_POISON(static_cast<char*>(ptr) + bytes, size - bytes);
 }
 #endif
 
@@ -245,7 +238,7 @@ void deallocate(void* ptr) {
   Block& b = it->second;
   DevicePool& pool = s.pool(b.device);
   b.in_use = false;
-  KILN_UNPOISON(ptr, b.size);  // the whole block is the allocator's again
+  KILN_ASAN_UNPOISON(ptr, b.size);  // the whole block is the allocator's again
   pool.stats.current_bytes -= static_cast<int64_t>(b.size);
   if (b.other_streams.empty()) {
     pool.free_lists[b.stream].emplace(b.size, ptr);

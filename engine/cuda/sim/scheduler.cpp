@@ -28,14 +28,7 @@
 #include "engine/cuda/sim/fiber.h"
 #include "engine/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define KILN_SIM_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define KILN_SIM_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define KILN_SIM_POISON(p, n) ((void)(p), (void)(n))
-#define KILN_SIM_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+#include "engine/sanitizer.h"
 
 namespace kiln::sim {
 
@@ -127,7 +120,7 @@ class BlockRunner {
   void free_dynamic_shared() {
     if (dynamic_shared_ == nullptr) return;
     char* base = static_cast<char*>(dynamic_shared_) - kSharedGuard;
-    KILN_SIM_UNPOISON(base, dynamic_shared_bytes_ + 2 * kSharedGuard);
+    KILN_ASAN_UNPOISON(base, dynamic_shared_bytes_ + 2 * kSharedGuard);
     std::free(base);
     dynamic_shared_ = nullptr;
   }
@@ -174,8 +167,8 @@ void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
         throw Error("CUDA simulator: cannot allocate " + std::to_string(l.shared_bytes) +
                     " bytes of dynamic shared memory");
       dynamic_shared_ = static_cast<char*>(base) + kSharedGuard;
-      KILN_SIM_POISON(base, kSharedGuard);
-      KILN_SIM_POISON(static_cast<char*>(dynamic_shared_) + l.shared_bytes, kSharedGuard);
+      KILN_ASAN_POISON(base, kSharedGuard);
+      KILN_ASAN_POISON(static_cast<char*>(dynamic_shared_) + l.shared_bytes, kSharedGuard);
     }
   }
   if (dynamic_shared_ != nullptr) std::memset(dynamic_shared_, 0xFF, l.shared_bytes);
