@@ -79,6 +79,16 @@ bool stream_device(cudaStream_t stream, int* device) {
   return true;
 }
 
+// Synchronous for now: the work runs on the calling thread before enqueue returns.
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
+  (void)what;
+  int device = 0;
+  if (!stream_device(stream, &device) || device != t_device)
+    return fail(cudaErrorInvalidResourceHandle);
+  work();
+  return cudaSuccess;
+}
+
 }  // namespace kiln::sim
 
 using kiln::sim::fail;

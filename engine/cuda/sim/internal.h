@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "engine/cuda/sim/runtime.h"
 
@@ -22,6 +23,18 @@ bool valid_device(int device);          // 0 <= device < count
 // The device a stream belongs to (nullptr: the current device's legacy stream). False for a
 // handle that was never created or was destroyed.
 bool stream_device(cudaStream_t stream, int* device);
+
+// ---- Stream work (device.cpp) --------------------------------------------------------------
+// Queues `work` on `stream` (nullptr: the current device's legacy default stream), as the
+// GPU queues a kernel or a copy: it runs after everything submitted to that stream before it
+// (and what the legacy stream's rules order before it), on the stream's own worker thread with
+// the stream's device current, asynchronously to the calling host thread. An exception thrown
+// by `work` is a device fault: it becomes the device's sticky error, returned (with its
+// message in `fault_message()`) by the next synchronising call. `what` names the work in that
+// message ("kernel gemm_kernel", "cublasSgemm", "ncclAllReduce", ...). The caller validates
+// its arguments first and returns their errors synchronously, as the real APIs do.
+// Returns cudaErrorInvalidResourceHandle for a destroyed stream or one of another device.
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
 
 // ---- Memory (memory.cpp) ------------------------------------------------------------------
 enum class MemoryKind { None, Device, PinnedHost };
