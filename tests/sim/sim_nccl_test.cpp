@@ -68,6 +68,9 @@ void on_ranks(int n, const std::function<void(Rank&)>& fn) {
         EXPECT_EQ(ncclCommDestroy(k.comm), ncclSuccess);
       }
       EXPECT_EQ(cudaStreamDestroy(k.stream), cudaSuccess);
+      // A test whose NCCL work failed left a sticky fault on the device: clear it for the next
+      // test of this process.
+      EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
     });
   }
   for (std::thread& t : threads) t.join();

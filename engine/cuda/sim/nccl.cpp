@@ -4,16 +4,15 @@
 //
 // A call (or a whole group, at its outermost ncclGroupEnd) is issued in two steps on the
 // calling thread: Clique::issue stamps its ops with their match numbers, then enqueue()
-// queues Clique::run on the stream, with the ops and the clique captured by value. Under
-// synchronous streams the work runs inside enqueue(), so a failure there (a mismatch, an
-// abort) surfaces as an exception from it: the call then returns the rank's async error.
+// queues Clique::run on the stream, with the ops and the clique captured by value. A failure
+// on the stream (a mismatch, an abort) is the stream's fault and the rank's async error; with
+// KILN_SIM_SYNC=1 the call waits for its work and returns that error itself.
 #include "engine/cuda/sim/nccl.h"
 
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +81,27 @@ class DeviceScope {
   int previous_ = 0;
 };
 
+// Held by the queued work: if the stream drops it without running it (the device has a sticky
+// fault, or enqueue refused it), its destruction tells the clique the run will never come.
+class RunToken {
+ public:
+  RunToken(std::shared_ptr<Clique> clique, int rank) : clique_(std::move(clique)), rank_(rank) {}
+  ~RunToken() {
+    if (!ran_) clique_->cancel(rank_);
+  }
+  RunToken(const RunToken&) = delete;
+  RunToken& operator=(const RunToken&) = delete;
+  void run(const std::vector<Op>& ops, double timeout_s) {
+    ran_ = true;
+    clique_->run(rank_, ops, timeout_s);
+  }
+
+ private:
+  std::shared_ptr<Clique> clique_;
+  int rank_;
+  bool ran_ = false;
+};
+
 // ---- Groups -----------------------------------------------------------------------------------
 struct Pending {
   ncclComm comm;
@@ -108,7 +128,6 @@ ncclResult_t issue(const std::vector<Pending>& calls) {
     for (cudaStream_t s : streams) seen = seen || s == p.stream;
     if (!seen) streams.push_back(p.stream);
   }
-  ncclResult_t result = ncclSuccess;
   for (cudaStream_t stream : streams) {
     std::vector<Op> ops;
     for (const Pending& p : calls) {
@@ -118,28 +137,22 @@ ncclResult_t issue(const std::vector<Pending>& calls) {
     if (const ncclResult_t rc = comm.clique->issue(comm.rank, ops, &why); rc != ncclSuccess) {
       return fail(rc, why);
     }
-    std::shared_ptr<Clique> clique = comm.clique;
-    const int rank = comm.rank;
+    auto token = std::make_shared<RunToken>(comm.clique, comm.rank);
     const double timeout = timeout_seconds();
     DeviceScope scope(comm.device);
-    try {
-      const cudaError_t rc =
-          enqueue(stream, op_name(ops.front().kind),
-                  [clique, rank, ops, timeout] { clique->run(rank, ops, timeout); });
-      if (rc != cudaSuccess) {
-        clique->cancel(rank);
-        return fail(ncclUnhandledCudaError, std::string("the stream rejected the work: ") +
-                    cudaGetErrorString(rc));
-      }
-    } catch (const std::exception& e) {
-      // Synchronous streams: the work ran in enqueue() and failed.
+    const cudaError_t rc = enqueue(stream, op_name(ops.front().kind),
+                                   [token, ops, timeout] { token->run(ops, timeout); });
+    token.reset();  // the queue holds the work (and the token) now, or has dropped it
+    if (rc != cudaSuccess) {
+      // KILN_SIM_SYNC=1: the work ran and failed; else the device had failed before.
       std::string async_why;
-      result = clique->async_error(rank, &async_why);
-      if (result == ncclSuccess) result = ncclInternalError;
-      fail(result, e.what());
+      const ncclResult_t async = comm.clique->async_error(comm.rank, &async_why);
+      if (async != ncclSuccess) return fail(async, async_why);
+      return fail(ncclUnhandledCudaError, std::string(op_name(ops.front().kind)) + ": the "
+                  "stream failed (" + cudaGetErrorString(rc) + "): " + fault_message());
     }
   }
-  return result;
+  return ncclSuccess;
 }
 
 // ---- Argument checks ----------------------------------------------------------------------

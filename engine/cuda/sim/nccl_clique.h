@@ -60,7 +60,7 @@ class Clique {
   ncclResult_t issue(int rank, std::vector<Op>& ops, std::string* why);
   // The work on the stream: posts `ops` for `rank`, waits for the matches, moves the bytes.
   void run(int rank, const std::vector<Op>& ops, double timeout_s);
-  // A queued run() that will never run (enqueue failed): uncounts it.
+  // A queued run() that will never run (the stream dropped it): uncounts it.
   void cancel(int rank);
 
   // ncclCommAbort by `rank`: every waiting op fails, the other ranks' async error becomes
