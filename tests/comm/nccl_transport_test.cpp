@@ -252,8 +252,9 @@ TEST(NcclTransport, FewerGpusThanRanksIsAUsageError) {
 
 #if !KILN_NCCL_TEST_MPI
 // A rank that fails while the others wait for it inside NCCL: run_nccl_local aborts the NCCL
-// communicator, the waiting ranks' requests fail instead of waiting for the timeout, and the
-// failing rank's own error is the one reported.
+// communicator, the waiting ranks' requests fail, and the failing rank's own error is the one
+// reported. The simulator's NCCL releases them at once; a real NCCL may only notice at the
+// transport's timeout (60 s here). Last in this file: it leaves a fault on the devices.
 TEST(NcclTransport, AFailingRankReleasesTheRanksWaitingForIt) {
   SKIP_WITHOUT_A_GPU_PER_RANK();
   const auto start = std::chrono::steady_clock::now();
@@ -269,7 +270,12 @@ TEST(NcclTransport, AFailingRankReleasesTheRanksWaitingForIt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 gives up"), std::string::npos) << e.what();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-            30.0);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+#if KILN_CUDA_SIM
+  EXPECT_LT(waited, 30.0);
+#else
+  EXPECT_LT(waited, 120.0);
+#endif
 }
 #endif
