@@ -15,3 +15,11 @@ set_tests_properties(sim_kernel_test_ucontext_shuffle PROPERTIES LABELS sim
 add_test(NAME sim_runtime_test_no_device
          COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*)
 set_tests_properties(sim_runtime_test_no_device PROPERTIES LABELS sim ENVIRONMENT "KILN_SIM_DEVICES=0")
+
+# The simulator's NCCL (engine/cuda/sim/nccl.h), ranks as threads; the three-rank cases need a
+# third device, so they run once more with four.
+kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim LIBS kiln_engine)
+add_test(NAME sim_nccl_test_4_devices
+         COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup)
+set_tests_properties(sim_nccl_test_4_devices PROPERTIES LABELS sim
+  ENVIRONMENT "KILN_SIM_DEVICES=4")
