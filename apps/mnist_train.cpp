@@ -373,10 +373,6 @@ int run(Options o, const CLI::App& app) {
   check_output_path(o.checkpoint, "--checkpoint");
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
-  if (kSimulated && device.is_cuda() && impl_for(device) == Impl::Vendor) {
-    throw Error("--kernels vendor: cuBLAS/cuDNN are not available in the CUDA simulator; use "
-                "--kernels hand (the simulator's default)", ErrorKind::Usage);
-  }
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
 
   const apps::TrainCheckpoint resumed = read_resumed_checkpoint(o, app);

@@ -14,3 +14,7 @@ set_tests_properties(sim_kernel_test_ucontext_shuffle PROPERTIES LABELS sim
 add_test(NAME sim_runtime_test_no_device
          COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*)
 set_tests_properties(sim_runtime_test_no_device PROPERTIES LABELS sim ENVIRONMENT "KILN_SIM_DEVICES=0")
+
+# The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
+kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
