@@ -10,8 +10,8 @@
 // worst error relative to max|C| is printed; a wrong result exits 1.
 // FLOPs: 2 N^3 per product. Time: wall clock of `iters` back-to-back products on the stream,
 // after `warmup` untimed ones, divided by iters.
-// Under the CUDA simulator the kernels run on the CPU: every line says SIMULATED, the default
-// sizes are small, and vendor is skipped (there is no cuBLAS).
+// Under the CUDA simulator the kernels run on the CPU and cuBLAS is the simulator's host-computed
+// stand-in: every line says SIMULATED and the default sizes are small.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
