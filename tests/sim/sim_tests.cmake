@@ -1,6 +1,7 @@
 # Tests of the CUDA simulator (engine/cuda/sim), label `sim`: the runtime API and kernels.
 kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_engine)
 
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for

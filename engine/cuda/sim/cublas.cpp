@@ -136,11 +136,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t t
       !kiln::sim::device_range_ok("B", b, b_bytes, h.device, &why) ||
       !kiln::sim::device_range_ok("C", c, c_bytes, h.device, &why))
     return invalid(why);
-  if (kiln::sim::current_device() != h.device)
-    return library_fail(CUBLAS_STATUS_EXECUTION_FAILED,
-                        name + ": the current device is " +
-                            std::to_string(kiln::sim::current_device()) +
-                            ", the handle belongs to device " + std::to_string(h.device));
+  if (const std::string problem = kiln::sim::stream_problem(h.stream, h.device); !problem.empty())
+    return library_fail(CUBLAS_STATUS_EXECUTION_FAILED, name + ": " + problem);
   const int base_mode = h.mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
   const bool tf32 = std::is_same_v<T, float> && base_mode == CUBLAS_TF32_TENSOR_OP_MATH;
   const int device = h.device;
@@ -152,8 +149,8 @@ cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t t
   });
   if (queued != cudaSuccess)
     return library_fail(CUBLAS_STATUS_EXECUTION_FAILED,
-                        name + ": could not queue on the handle's stream (" +
-                            cudaGetErrorName(queued) + ": destroyed, or of another device)");
+                        name + ": could not queue on the handle's stream: " +
+                            cudaGetErrorName(queued));
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -229,16 +229,13 @@ cudnnStatus_t check_ranges(const std::string& call, int device, std::initializer
 
 // Queues `work` on the handle's stream, from the handle's device.
 cudnnStatus_t queue(const char* call, const cudnnContext& h, std::function<void()> work) {
-  if (kiln::sim::current_device() != h.device)
-    return library_fail(CUDNN_STATUS_EXECUTION_FAILED,
-                        std::string(call) + ": the current device is " +
-                            std::to_string(kiln::sim::current_device()) +
-                            ", the handle belongs to device " + std::to_string(h.device));
+  if (const std::string problem = kiln::sim::stream_problem(h.stream, h.device); !problem.empty())
+    return library_fail(CUDNN_STATUS_EXECUTION_FAILED, std::string(call) + ": " + problem);
   const cudaError_t e = kiln::sim::enqueue(h.stream, call, std::move(work));
   if (e != cudaSuccess)
     return library_fail(CUDNN_STATUS_EXECUTION_FAILED,
-                        std::string(call) + ": could not queue on the handle's stream (" +
-                            cudaGetErrorName(e) + ": destroyed, or of another device)");
+                        std::string(call) + ": could not queue on the handle's stream: " +
+                            cudaGetErrorName(e));
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -53,6 +53,18 @@ void require_device_range(const char* call, const char* what, const void* p, siz
     throw Error(std::string(call) + " when it ran on its stream: " + why);
 }
 
+std::string stream_problem(cudaStream_t stream, int device) {
+  if (current_device() != device)
+    return "the current device is " + std::to_string(current_device()) +
+           ", the handle belongs to device " + std::to_string(device);
+  int stream_dev = 0;
+  if (!stream_device(stream, &stream_dev)) return "the handle's stream was destroyed";
+  if (stream_dev != device)
+    return "the handle's stream belongs to device " + std::to_string(stream_dev) +
+           ", the handle to device " + std::to_string(device);
+  return "";
+}
+
 float round_tf32(float x) {
   if (!std::isfinite(x)) return x;
   uint32_t bits;

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "engine/cuda/sim/api.h"
+
 namespace kiln::sim {
 
 // Records why this thread's current library call fails (read by last_library_error(),
@@ -35,6 +37,10 @@ void require_device_range(const char* call, const char* what, const void* p, siz
 inline int64_t matrix_span(int64_t rows, int64_t cols, int64_t ld) {
   return rows > 0 && cols > 0 ? (cols - 1) * ld + rows : 0;
 }
+
+// Why `stream` cannot take a library call of a handle of `device` (empty when it can): it was
+// destroyed, or belongs to another device, or the current device is not the handle's.
+std::string stream_problem(cudaStream_t stream, int device);
 
 // FP32 -> TF32 as tensor cores read it: 10 explicit mantissa bits, rounded to nearest with ties
 // away from zero (PTX cvt.rna.tf32.f32). NaN and infinity pass through.
