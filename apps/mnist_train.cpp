@@ -381,10 +381,6 @@ int run(Options o, const CLI::App& app) {
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   const Device compute = d.kind == "nccl" ? Device(DeviceType::CUDA, 0) : device;
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
-  if (kSimulated && compute.is_cuda() && impl_for(compute) == Impl::Vendor) {
-    throw Error("--kernels vendor: cuBLAS/cuDNN are not available in the CUDA simulator; use "
-                "--kernels hand (the simulator's default)", ErrorKind::Usage);
-  }
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
 
   const apps::TrainCheckpoint resumed = read_resumed_checkpoint(o, app);

@@ -23,3 +23,6 @@ add_test(NAME sim_nccl_test_4_devices
          COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup)
 set_tests_properties(sim_nccl_test_4_devices PROPERTIES LABELS sim
   ENVIRONMENT "KILN_SIM_DEVICES=4")
+# The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
+kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
