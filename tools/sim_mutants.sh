@@ -6,7 +6,8 @@
 #   tools/sim_mutants.sh [MUTANT_ID ...]        (default: every mutant; ids from --list)
 #   tools/sim_mutants.sh --list
 #
-# Each mutant is an exact replacement in one source file (the file is restored afterwards,
+# The unmutated tree must pass first (else nothing could be judged). Each mutant is an exact
+# replacement in one source file (the file is restored afterwards,
 # also on Ctrl-C). The tests run in build-asan/ (the CUDA sources under the simulator, with
 # AddressSanitizer, warps shuffled between barriers: tools/test.sh's strictest tree), built
 # incrementally: one mutant costs a rebuild of what includes the file, then `ctest -L sim`.
@@ -125,6 +126,16 @@ def run(cmd, **kw):
 
 rows = []
 env = dict(os.environ, KILN_SIM_SHUFFLE="1")
+# A catch means something only if the unmutated tree passes: check that first.
+b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "kiln_tests_sim"])
+if b.returncode != 0:
+    sys.exit("sim_mutants.sh: the unmutated tree does not build:\n" + b.stdout[-3000:])
+t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300"], cwd=build, env=env)
+if t.returncode != 0:
+    sys.exit("sim_mutants.sh: the unmutated tree already fails its sim tests, so no mutant could "
+             "be judged; fix these first:\n" + "\n".join(l for l in t.stdout.splitlines()
+                                                           if " - " in l and "(" in l))
+print("sim_mutants.sh: the unmutated tree passes", file=sys.stderr, flush=True)
 for mid, path, old, nth, new, what in chosen:
     full = os.path.join(root, path)
     src = open(full).read()

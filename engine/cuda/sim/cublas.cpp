@@ -32,8 +32,9 @@ namespace {
 
 using kiln::sim::library_fail;
 
-std::mutex g_mutex;
-std::unordered_set<cublasHandle_t> g_handles;  // live handles
+// Never destroyed: handles may be destroyed by other static objects while the process exits.
+std::mutex& g_mutex = *new std::mutex;
+std::unordered_set<cublasHandle_t>& g_handles = *new std::unordered_set<cublasHandle_t>;  // live
 
 // A copy of the handle's state, or false for a null or destroyed handle.
 bool lookup(cublasHandle_t handle, cublasContext* state) {

@@ -53,8 +53,10 @@ using kiln::sim::library_fail;
 
 // Live handles and descriptors: a null, destroyed or foreign one is CUDNN_STATUS_BAD_PARAM
 // rather than a use after free.
-std::mutex g_mutex;
-std::unordered_set<const void*> g_live;
+// Never destroyed: Kiln's plan cache (a static object of another file) destroys its
+// descriptors while the process exits, possibly after this file's statics would be gone.
+std::mutex& g_mutex = *new std::mutex;
+std::unordered_set<const void*>& g_live = *new std::unordered_set<const void*>;
 
 template <typename T>
 cudnnStatus_t create(T** out, const char* call) {

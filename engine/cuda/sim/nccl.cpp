@@ -44,9 +44,11 @@ static_assert(sizeof(IdFields) <= NCCL_UNIQUE_ID_BYTES, "the id fields must fit 
 std::atomic<uint64_t> g_next_id{1};
 
 // Cliques being joined, by id number; a clique leaves once every rank has joined.
-std::mutex g_mu;
-std::unordered_map<uint64_t, std::shared_ptr<Clique>> g_joining;
-std::unordered_set<ncclComm*> g_comms;  // live handles
+// Never destroyed: communicators may be destroyed by static objects while the process exits.
+std::mutex& g_mu = *new std::mutex;
+std::unordered_map<uint64_t, std::shared_ptr<Clique>>& g_joining =
+    *new std::unordered_map<uint64_t, std::shared_ptr<Clique>>;
+std::unordered_set<ncclComm*>& g_comms = *new std::unordered_set<ncclComm*>;  // live handles
 
 thread_local std::string t_last_error;
 
