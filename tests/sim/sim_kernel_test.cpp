@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
 #include "sim_test_kernels.h"
@@ -59,6 +60,37 @@ std::string fault_of(F launch_it) {
   EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
   EXPECT_EQ(kiln::sim::fault_message(), "");
   return text;
+}
+
+// Two block reductions in a row on one scratch array, as kernels do (softmax: a max, then a
+// sum): the barrier at the start of each call keeps a fast warp from overwriting partials a
+// slow warp has not read yet. out = {max of v, max of -v, sum of v, sum of 2v}.
+__global__ void two_reductions_kernel(const float* v, float* out) {
+  __shared__ float scratch[kiln::cuda::kWarpSize];
+  const float x = v[threadIdx.x];
+  const float m1 = kiln::cuda::block_max(x, scratch);
+  const float m2 = kiln::cuda::block_max(-x, scratch);
+  const float s1 = kiln::cuda::block_sum(x, scratch);
+  const float s2 = kiln::cuda::block_sum(2 * x, scratch);
+  if (threadIdx.x == 0) out[0] = m1, out[1] = m2, out[2] = s1, out[3] = s2;
+}
+
+TEST_F(SimKernel, BlockReductionsBackToBackOnOneScratch) {
+  std::vector<float> v(256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37) % 101) - 50.0f;
+  const float max = *std::max_element(v.begin(), v.end());
+  const float min = *std::min_element(v.begin(), v.end());
+  const float sum = std::accumulate(v.begin(), v.end(), 0.0f);
+  for (bool shuffled : {false, true}) {
+    kiln::sim::set_shuffle(shuffled, 5);
+    DeviceBuffer<float> in(v), out(4);
+    launch(two_reductions_kernel, LaunchConfig{1, 256, 0, nullptr}, in.get(), out.get());
+    const std::vector<float> r = out.to_host();
+    EXPECT_EQ(r[0], max) << "shuffled " << shuffled;
+    EXPECT_EQ(r[1], -min) << "shuffled " << shuffled;
+    EXPECT_EQ(r[2], sum) << "shuffled " << shuffled;
+    EXPECT_EQ(r[3], 2 * sum) << "shuffled " << shuffled;
+  }
 }
 
 TEST_F(SimKernel, VectorAddOddSize) {
