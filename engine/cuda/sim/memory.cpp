@@ -77,7 +77,11 @@ bool is_device(const void* p) { return find_region(p).kind == MemoryKind::Device
 enum class HostSide { None, Pinned, Pageable };
 HostSide host_side(const void* p, bool on_device) {
   if (on_device) return HostSide::None;
-  return find_region(p).kind == MemoryKind::PinnedHost ? HostSide::Pinned : HostSide::Pageable;
+  // Strictly inside: find_region also accepts one past the end, which is where a neighbouring
+  // pageable buffer of the heap may start.
+  const Region r = find_region(p);
+  const bool pinned = r.kind == MemoryKind::PinnedHost && static_cast<const char*>(p) < r.begin + r.size;
+  return pinned ? HostSide::Pinned : HostSide::Pageable;
 }
 
 // A copy on `stream`; `blocking`: the host waits for it (cudaMemcpy).
