@@ -14,3 +14,24 @@ set_tests_properties(sim_kernel_test_ucontext_shuffle PROPERTIES LABELS sim
 add_test(NAME sim_runtime_test_no_device
          COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*)
 set_tests_properties(sim_runtime_test_no_device PROPERTIES LABELS sim ENVIRONMENT "KILN_SIM_DEVICES=0")
+
+# Static shared memory (KILN_SHARED), and correctly synchronised kernels that ThreadSanitizer
+# must not report (build-tsan).
+kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln_engine)
+
+# Race detection: each case is a kernel with one data race; under ThreadSanitizer the test
+# passes only if TSan reports it, naming the kernel and both GPU threads. Elsewhere: skipped.
+add_executable(sim_race_detection sim_race_detection.cpp)
+target_link_libraries(sim_race_detection PRIVATE kiln_engine)
+add_dependencies(kiln_tests_sim sim_race_detection)
+foreach(race syncthreads generation warp-generation subset-mask global)
+  add_test(NAME sim_race_detection_${race} COMMAND sim_race_detection ${race})
+  set_tests_properties(sim_race_detection_${race} PROPERTIES LABELS sim SKIP_RETURN_CODE 77)
+  if(KILN_SANITIZE MATCHES "thread")
+    set_tests_properties(sim_race_detection_${race} PROPERTIES
+      ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1"
+      PASS_REGULAR_EXPRESSION
+      "WARNING: ThreadSanitizer: data race.*race_[a-z_]*_kernel.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'")
+  endif()
+endforeach()
