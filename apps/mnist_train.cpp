@@ -7,6 +7,8 @@
 //   mnist_train --format imagefolder --data DIR --workers 2   (DIR/train/<class>/*.png, DIR/test)
 //   mnist_train --dist local:2                       2 data-parallel ranks as threads
 //   mpirun -np 2 mnist_train --dist mpi --allreduce ring      2 processes (any hosts)
+//   mnist_train --dist nccl:2 --allreduce native     2 ranks as threads on cuda:0 and cuda:1
+//   mpirun -np 2 mnist_train --dist nccl             2 processes, one GPU each
 //   mnist_train --dist local:3 --allreduce ps --ps-servers 1 --ps-async   async parameter server
 //
 // Data parallelism (--dist; comm/data_parallel.h): every rank holds a replica of the model and
@@ -72,6 +74,9 @@
 #include "apps/mnist/train_loop.h"
 #include "comm/data_parallel.h"
 #include "comm/local_transport.h"
+#if KILN_WITH_NCCL
+#include "comm/nccl_transport.h"
+#endif
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "engine/error.h"
@@ -149,7 +154,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_flag("--quiet,-q", o.quiet, "print nothing but errors (the JSON summary is still written)");
   app.add_option("--dist", o.dist, "none | local:N (N data-parallel ranks as threads of this "
                  "process) | mpi (one rank per process: launch with mpirun -np N) | nccl (one "
-                 "rank per GPU, under mpirun)")->capture_default_str();
+                 "rank per GPU, under mpirun) | nccl:N (N ranks as threads of this process on "
+                 "cuda:0..N-1; the form the CUDA simulator runs)")->capture_default_str();
   app.add_option("--allreduce", o.allreduce, "how gradients are averaged: ring | hd "
                  "(halving-doubling) | ps (parameter server) | native (MPI_Allreduce / "
                  "ncclAllReduce; mpi and nccl only)")
@@ -368,15 +374,13 @@ apps::TrainCheckpoint read_resumed_checkpoint(Options& o, const CLI::App& app) {
 int run(Options o, const CLI::App& app) {
   const DistSpec d = parse_dist(o.dist);
   check_dist_flags(o, app, d);
-  if (d.kind == "local") check_world(o, d.ranks);
+  if (d.threads) check_world(o, d.ranks);
   check_output_path(o.json, "--json");
   check_output_path(o.checkpoint, "--checkpoint");
+  // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
+  const Device compute = d.kind == "nccl" ? Device(DeviceType::CUDA, 0) : device;
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
-  if (kSimulated && device.is_cuda() && impl_for(device) == Impl::Vendor) {
-    throw Error("--kernels vendor: cuBLAS/cuDNN are not available in the CUDA simulator; use "
-                "--kernels hand (the simulator's default)", ErrorKind::Usage);
-  }
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
 
   const apps::TrainCheckpoint resumed = read_resumed_checkpoint(o, app);
@@ -393,6 +397,23 @@ int run(Options o, const CLI::App& app) {
       }
     });
     return rc.load();
+  }
+  if (d.kind == "nccl" && d.threads) {
+#if KILN_WITH_NCCL
+    // The same with NCCL between the threads, rank r on cuda:r; a rank that fails aborts the
+    // NCCL communicator, so the others stop waiting for it.
+    std::atomic<int> rc{0};
+    comm::run_nccl_local(d.ranks, [&](std::shared_ptr<comm::Transport> t) {
+      const int r = train_rank(o, app, device, resumed, t);
+      int prev = rc.load();
+      while (r > prev && !rc.compare_exchange_weak(prev, r)) {
+      }
+    });
+    return rc.load();
+#else
+    throw Error("--dist " + o.dist + ": this build has no NCCL (it needs a CUDA build with NCCL, "
+                "or the CUDA simulator: -DKILN_CUDA_SIM=ON); use local:N", ErrorKind::Usage);
+#endif
   }
   // mpi / nccl: one rank per process.
   std::shared_ptr<comm::Transport> t = comm::make_transport(d.kind);

@@ -29,7 +29,7 @@
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
 #include "layers/conv2d.h"
-#if KILN_WITH_CUDA && !KILN_CUDA_SIM
+#if KILN_WITH_CUDA
 #include "engine/cuda/blas.h"
 #endif
 #include "models/resnet.h"
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
 #if KILN_WITH_CUDA
       cuda::check_device(device.index);
 #endif
-#if KILN_WITH_CUDA && !KILN_CUDA_SIM
+#if KILN_WITH_CUDA
       cuda::set_allow_tf32(tf32);
 #endif
     }

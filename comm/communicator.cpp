@@ -83,6 +83,13 @@ void Communicator::worker_loop() {
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     try {
+#if KILN_WITH_CUDA
+      if (w->caller_ready_.recorded()) {  // GPU order: after the submitter's queued writes
+        const int device = w->caller_ready_.device();
+        cuda::DeviceGuard guard(device);
+        w->caller_ready_.wait(cuda::current_stream(device));
+      }
+#endif
       w->fn_();
     } catch (...) {
       error = std::current_exception();
@@ -105,6 +112,13 @@ std::shared_ptr<Work> Communicator::submit(std::function<void()> fn, Tensor keep
   auto w = std::make_shared<Work>();
   w->fn_ = std::move(fn);
   w->keep_alive_ = std::move(keep_alive);
+#if KILN_WITH_CUDA
+  const Device device = transport_->device();
+  if (device.is_cuda()) {
+    cuda::DeviceGuard guard(device.index);
+    w->caller_ready_.record(cuda::current_stream(device.index));
+  }
+#endif
   {
     std::lock_guard<std::mutex> lock(mu_);
     KILN_CHECK(!stopping_, "Communicator: submit after shutdown");
@@ -201,8 +215,8 @@ std::shared_ptr<Transport> make_transport(const std::string& name) {
 #if KILN_WITH_NCCL
     return make_nccl_transport();
 #else
-    throw Error("transport 'nccl': this build has no NCCL (it needs a CUDA build with nvcc, "
-                "NCCL and Open MPI installed; the simulator has none): use mpi or local",
+    throw Error("transport 'nccl': this build has no NCCL (it needs a CUDA build with NCCL "
+                "installed, or the CUDA simulator: -DKILN_CUDA_SIM=ON): use mpi or local",
                 ErrorKind::Usage);
 #endif
   }

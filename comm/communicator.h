@@ -20,6 +20,15 @@
 // Tensors passed to collectives are contiguous f32 or f64 tensors on the transport's device
 // (the CPU for local and mpi; this rank's GPU for nccl); an async call keeps its tensor alive
 // until the Work completes, and the caller must not touch it before wait().
+//
+// GPU order. CUDA streams are per host thread (engine/cuda/context.h): the tensor a caller
+// submits may still be being written by kernels queued on the CALLER's current stream, which
+// the worker thread's stream knows nothing about. So for a transport on a GPU, submit() records
+// an event on the caller's current stream, and the worker makes its own current stream wait for
+// that event before it runs the operation. Everything the operation queues afterwards (the
+// nccl transport's transfers, ordered after the worker's stream; the CUDA reductions of the
+// hand algorithms, on the worker's stream) thus starts only once the caller's writes are done.
+// In the other direction nothing is needed: an operation returns only once its GPU work is.
 #pragma once
 
 #include <condition_variable>
@@ -32,6 +41,9 @@
 
 #include "comm/transport.h"
 #include "engine/tensor.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln::comm {
 
@@ -69,6 +81,9 @@ class Work {
   double seconds_ = 0;
   std::function<void()> fn_;
   Tensor keep_alive_;
+#if KILN_WITH_CUDA
+  cuda::Event caller_ready_;  // GPU transports: the submitting thread's stream at submit()
+#endif
 };
 
 class Communicator {
@@ -107,6 +122,8 @@ class Communicator {
                                         Algorithm alg = Algorithm::Ring);
   std::shared_ptr<Work> broadcast_async(Tensor t, int root = 0);
   // Any operation on the worker thread (used by DataParallel for buffers that are not tensors).
+  // With a GPU transport it runs after the work queued so far on the calling thread's current
+  // stream (see "GPU order" above).
   std::shared_ptr<Work> submit(std::function<void()> fn, Tensor keep_alive = Tensor());
 
   // The allreduce itself on a raw buffer, run on the calling thread (the worker thread calls
@@ -128,8 +145,9 @@ class Communicator {
 // A Buffer over a contiguous f32/f64 tensor (checks the dtype and the device).
 Buffer buffer_of(const Tensor& t, const Transport& transport);
 
-// "local:N" is not created here (see run_local in comm/local_transport.h). "mpi": initialises
-// MPI on first use; "nccl": MPI for the rendezvous, then NCCL on GPU local_rank. A transport
+// "local:N" is not created here (see run_local in comm/local_transport.h), nor "nccl:N" (see
+// run_nccl_local in comm/nccl_transport.h). "mpi": initialises MPI on first use; "nccl": MPI
+// for the rendezvous, then NCCL on GPU local_rank. A transport
 // this build lacks is a Usage error saying how to get it.
 std::shared_ptr<Transport> make_transport(const std::string& name);
 

@@ -9,30 +9,37 @@
 //                A batch not done after timeout_seconds() throws the timeout error; the job
 //                should then abort(), because the NCCL kernels of the batch are still queued.
 //
+//   rendezvous:  over the bootstrap transport (MPI processes, or local threads): rank 0's
+//                ncclUniqueId travels through it, then every rank calls ncclCommInitRank.
+//
 // NCCL and the CUDA runtime report errors as return codes: every call goes through
 // KILN_NCCL_CHECK / KILN_CUDA_CHECK, which throw kiln::Error naming the call.
 #include "comm/nccl_transport.h"
 
-#include <nccl.h>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/nccl.h"
 
 namespace kiln::comm {
 namespace {
 
 [[noreturn]] void throw_nccl_error(ncclResult_t rc, const char* call, const char* file,
                                    int line) {
-  throw Error(std::string("NCCL error: ") + call + " failed: " + ncclGetErrorString(rc) + " at " +
-              file + ":" + std::to_string(line));
+  // ncclGetLastError: NCCL's own account of the failure (it ignores the comm argument).
+  const std::string detail = ncclGetLastError(nullptr);
+  throw Error(std::string("NCCL error: ") + call + " failed: " + ncclGetErrorString(rc) +
+              (detail.empty() ? "" : " (" + detail + ")") + " at " + file + ":" +
+              std::to_string(line));
 }
 
 }  // namespace
@@ -85,40 +92,51 @@ class NcclRequest : public Request {
   bool done_ = false;
 };
 
+// The Usage error for a host with fewer GPUs than the ranks it runs, saying what to start.
+void check_gpu_per_rank(const std::string& host, int ranks, bool threads) {
+  const int ndev = cuda::device_count();
+  const std::string other = threads ? "local" : "mpi";
+  if (ndev == 0) {
+    throw Error("nccl needs one GPU per rank: host " + host + " has none (" +
+                cuda::unavailable_reason() + "); use the " + other + " transport",
+                ErrorKind::Usage);
+  }
+  if (ndev < ranks) {
+    const std::string n = std::to_string(ndev);
+    const std::string fewer = threads ? "use at most " + n + " ranks (nccl:" + n + ")"
+                                      : "start at most " + n + " ranks per host (mpirun -H "
+                                        "host:" + n + ")";
+    throw Error("nccl needs one GPU per rank: host " + host + " runs " + std::to_string(ranks) +
+                " ranks but has " + n + " GPUs; " + fewer + " or use the " + other +
+                " transport", ErrorKind::Usage);
+  }
+}
+
 class NcclTransport : public Transport {
  public:
-  NcclTransport() : mpi_(make_mpi_transport()) {
-    const int ndev = cuda::device_count();
-    if (ndev == 0) {
-      throw Error("nccl needs one GPU per rank: host " + mpi_->host() + " has none (" +
-                  cuda::unavailable_reason() + "); use the mpi transport", ErrorKind::Usage);
-    }
-    if (ndev < mpi_->local_size()) {
-      throw Error("nccl needs one GPU per rank: host " + mpi_->host() + " runs " +
-                  std::to_string(mpi_->local_size()) + " ranks but has " + std::to_string(ndev) +
-                  " GPUs; start at most " + std::to_string(ndev) + " ranks per host (mpirun -H "
-                  "host:" + std::to_string(ndev) + ") or use the mpi transport", ErrorKind::Usage);
-    }
-    device_ = mpi_->local_rank();
+  explicit NcclTransport(std::shared_ptr<Transport> bootstrap) : boot_(std::move(bootstrap)) {
+    check_gpu_per_rank(boot_->host(), boot_->local_size(),
+                       std::string(boot_->name()) == "local");
+    device_ = boot_->local_rank();
     cuda::DeviceGuard guard(device_);
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
-    // Rendezvous: rank 0's unique id travels to every rank over MPI.
+    // Rendezvous: rank 0's unique id travels to every rank through the bootstrap.
     ncclUniqueId id;
-    if (mpi_->rank() == 0) {
+    if (boot_->rank() == 0) {
       KILN_NCCL_CHECK(ncclGetUniqueId(&id));
       std::vector<P2POp> sends;
-      for (int r = 1; r < mpi_->size(); ++r) sends.push_back(P2POp::send(&id, sizeof id, r, 0));
-      mpi_->run(sends);
+      for (int r = 1; r < boot_->size(); ++r) sends.push_back(P2POp::send(&id, sizeof id, r, 0));
+      boot_->run(sends);
     } else {
-      mpi_->run({P2POp::recv(&id, sizeof id, 0, 0)});
+      boot_->run({P2POp::recv(&id, sizeof id, 0, 0)});
     }
-    KILN_NCCL_CHECK(ncclCommInitRank(&comm_, mpi_->size(), id, mpi_->rank()));
+    KILN_NCCL_CHECK(ncclCommInitRank(&comm_, boot_->size(), id, boot_->rank()));
   }
 
   ~NcclTransport() override {
     cuda::DeviceGuard guard(device_);
-    if (comm_ != nullptr) {
+    if (comm_ != nullptr && !abort_called_) {
       if (aborted_) {
         ncclCommAbort(comm_);
       } else {
@@ -130,11 +148,11 @@ class NcclTransport : public Transport {
   }
 
   const char* name() const override { return "nccl"; }
-  int rank() const override { return mpi_->rank(); }
-  int size() const override { return mpi_->size(); }
-  int local_rank() const override { return mpi_->local_rank(); }
-  int local_size() const override { return mpi_->local_size(); }
-  std::string host() const override { return mpi_->host(); }
+  int rank() const override { return boot_->rank(); }
+  int size() const override { return boot_->size(); }
+  int local_rank() const override { return boot_->local_rank(); }
+  int local_size() const override { return boot_->local_size(); }
+  std::string host() const override { return boot_->host(); }
   Device device() const override { return Device(DeviceType::CUDA, device_); }
 
   std::unique_ptr<Request> start(const std::vector<P2POp>& ops) override {
@@ -182,9 +200,9 @@ class NcclTransport : public Transport {
     std::fprintf(stderr, "kiln: rank %d/%d (nccl, cuda:%d) on %s aborts the job: %s\n", rank(),
                  size(), device_, host().c_str(), why.c_str());
     std::fflush(stderr);
-    if (comm_ != nullptr) ncclCommAbort(comm_);
-    comm_ = nullptr;
-    mpi_->abort(why);  // MPI_Abort: ends every rank of the job
+    // The handle stays (another thread of this rank may be reading it); it is dead now.
+    if (comm_ != nullptr && !abort_called_.exchange(true)) ncclCommAbort(comm_);
+    boot_->abort(why);  // MPI_Abort ends every rank of the job; local fails the group's waits
   }
 
   // Throws if NCCL reported an asynchronous error on the communicator (e.g. a peer vanished).
@@ -218,7 +236,9 @@ class NcclTransport : public Transport {
   }
 
   // The transfers read what the calling thread's kernels wrote: our stream waits for the work
-  // queued so far on the caller's current stream (without blocking the host).
+  // queued so far on the caller's current stream (without blocking the host). The caller is
+  // the Communicator's worker thread, whose stream the Communicator has ordered after the
+  // stream of the thread that submitted the operation (Communicator::submit).
   void order_after_caller() {
     cuda::Event ready;
     ready.record(cuda::current_stream(device_));
@@ -231,18 +251,22 @@ class NcclTransport : public Transport {
     return e;
   }
 
-  std::shared_ptr<Transport> mpi_;
+  std::shared_ptr<Transport> boot_;  // rank, size, host; the unique id; abort
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
-  bool aborted_ = false;
+  bool aborted_ = false;  // the communicator failed: abort it instead of destroying it
+  std::atomic<bool> abort_called_{false};
 };
 
 bool NcclRequest::test() {
   if (done_) return true;
-  {
+  try {
     cuda::DeviceGuard guard(t_.device().index);
     done_ = done_event_.query();
+  } catch (const Error&) {
+    t_.check_async_error();  // the stream failed: NCCL's reason says more than the fault
+    throw;
   }
   if (!done_) t_.check_async_error();
   return done_;
@@ -265,6 +289,35 @@ void NcclRequest::wait() {
 
 }  // namespace
 
-std::shared_ptr<Transport> make_nccl_transport() { return std::make_shared<NcclTransport>(); }
+std::shared_ptr<Transport> make_nccl_transport(std::shared_ptr<Transport> bootstrap) {
+  KILN_CHECK(bootstrap != nullptr, "make_nccl_transport: the bootstrap transport is null");
+  return std::make_shared<NcclTransport>(std::move(bootstrap));
+}
+
+std::shared_ptr<Transport> make_nccl_transport() {
+  std::shared_ptr<Transport> mpi = make_mpi_transport();
+#if KILN_CUDA_SIM
+  if (mpi->size() > 1) {
+    throw Error("nccl over mpirun: the CUDA simulator's NCCL connects ranks that are threads of "
+                "one process, not processes; run one process with nccl:N instead (e.g. "
+                "mnist_train --dist nccl:2)", ErrorKind::Usage);
+  }
+#endif
+  return make_nccl_transport(std::move(mpi));
+}
+
+void run_nccl_local(int n, const std::function<void(std::shared_ptr<Transport>)>& fn) {
+  if (n < 1) throw Error("nccl:N needs N >= 1 ranks, got " + std::to_string(n), ErrorKind::Usage);
+  check_gpu_per_rank("localhost", n, /*threads=*/true);
+  run_local(n, [&fn](std::shared_ptr<Transport> local) {
+    std::shared_ptr<Transport> t = make_nccl_transport(std::move(local));
+    try {
+      fn(t);
+    } catch (const std::exception& e) {
+      t->abort(e.what());  // the other ranks may be waiting for this one inside NCCL
+      throw;
+    }
+  });
+}
 
 }  // namespace kiln::comm

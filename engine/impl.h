@@ -5,9 +5,9 @@
 // Chosen at run time: set_kernel_impl(), or env KILN_KERNELS=hand|vendor. Default: vendor.
 //
 // CUDA ops ask cuda_kernel_impl() instead: the same choice, except under the CUDA simulator
-// (KILN_CUDA_SIM), where cuBLAS/cuDNN do not exist, so the default there is Hand. Asking for
-// Vendor explicitly (env or set_kernel_impl) under the simulator is honoured, and the op then
-// throws no_vendor_in_sim(): a test that wants vendor kernels must know it is not getting them.
+// (KILN_CUDA_SIM), where the default is Hand: the simulator is there to run our kernels, and its
+// cuBLAS/cuDNN are host-computed stand-ins (engine/cuda/sim/cublas.h, cudnn.h). Asking for
+// Vendor explicitly (env or set_kernel_impl) runs those stand-ins.
 #pragma once
 
 namespace kiln {
@@ -18,15 +18,12 @@ Impl kernel_impl();            // the current choice (reads KILN_KERNELS once)
 void set_kernel_impl(Impl impl);
 // Forgets set_kernel_impl(): back to KILN_KERNELS, or the default. Tests restore with this
 // rather than set_kernel_impl(saved), which would turn a default into an explicit choice
-// (and under the simulator an explicit Vendor makes CUDA ops throw).
+// (under the simulator, a default Vendor on the CPU would become Vendor on CUDA too).
 void reset_kernel_impl();
 const char* impl_name(Impl impl);  // "hand" | "vendor"
 Impl parse_impl(const char* name); // throws kiln::Error (Usage) on anything else
 
 // The choice for ops on CUDA tensors: kernel_impl(), but Hand by default under the simulator.
 Impl cuda_kernel_impl();
-// What a vendor path says under the simulator: kiln::Error (Usage) naming the op and the way
-// out, "<op>: cuBLAS/cuDNN are not available in the CUDA simulator: use KILN_KERNELS=hand".
-[[noreturn]] void no_vendor_in_sim(const char* op);
 
 }  // namespace kiln

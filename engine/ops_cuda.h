@@ -65,7 +65,8 @@ const char* gemm_kernel_name(GemmKernel kernel);  // "naive" | "tiled" | "regblo
 template <typename T>
 void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const T* a, const T* b, T* c, T beta = T(0));
-// cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h). Under the simulator: no_vendor_in_sim.
+// cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h); the simulated cuBLAS under the
+// simulator (engine/cuda/sim/cublas.h).
 template <typename T>
 void gemm_vendor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
                  const T* b, T* c, T beta = T(0));

@@ -86,12 +86,8 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const
         using T = typename decltype(tag)::type;
         const T* bp = b.defined() ? b.data<T>() : nullptr;
         if (impl == Impl::Vendor) {
-#if KILN_CUDA_SIM
-          no_vendor_in_sim("conv2d (cuDNN)");
-#else
           cuda::conv2d_forward_cudnn<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
           return;
-#endif
         }
         cuda::conv2d_forward_cuda<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
       });
@@ -146,12 +142,8 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
         const T* xp = x.defined() ? x.data<T>() : nullptr;
         const T* wp = w.defined() ? w.data<T>() : nullptr;
         if (impl == Impl::Vendor) {
-#if KILN_CUDA_SIM
-          no_vendor_in_sim("conv2d_backward (cuDNN)");
-#else
           cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
           return;
-#endif
         }
         if (dxp) cuda::conv2d_backward_data_cuda<T>(dy.data<T>(), wp, dxp, g);
         if (dwp || dbp) cuda::conv2d_backward_weight_cuda<T>(xp, dy.data<T>(), dwp, dbp, g);

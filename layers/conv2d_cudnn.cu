@@ -1,7 +1,6 @@
 // conv2d_cudnn.cu: the vendor CUDA path of Conv2d, through cuDNN 9's convolution API (the
-// "legacy" descriptor API: cudnnConvolutionForward / BackwardData / BackwardFilter). Real CUDA
-// only: the simulator has no cuDNN, and conv2d.cpp throws no_vendor_in_sim() there before
-// reaching this file, which compiles to nothing under KILN_CUDA_SIM.
+// "legacy" descriptor API: cudnnConvolutionForward / BackwardData / BackwardFilter). Under the
+// CUDA simulator cuDNN is its simulated subset (engine/cuda/sim/cudnn.h).
 //
 // cuDNN describes a convolution with descriptors (tensor shapes and layouts, filter, padding,
 // stride, math type) and offers many algorithms per pass (implicit GEMM, precomputed-index
@@ -25,9 +24,6 @@
 // sums dy per channel with cudnnConvolutionBackwardBias. Layouts are our plain NCHW and KCRS:
 // cuDNN takes them as they are, no reorders.
 #include "engine/cuda/runtime.h"
-
-#if !KILN_CUDA_SIM
-#include <cudnn.h>
 
 #include <algorithm>
 #include <array>
@@ -291,5 +287,3 @@ template void conv2d_backward_cudnn<double>(const double*, const double*, const 
                                             double*, double*, double*, const ConvGeometry&);
 
 }  // namespace kiln::cuda
-
-#endif  // !KILN_CUDA_SIM

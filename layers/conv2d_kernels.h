@@ -117,8 +117,7 @@ ConvCudaOptions conv2d_cuda_options();
 void set_conv2d_cuda_options(const ConvCudaOptions& options);
 const char* conv_kernel_name(ConvKernel kernel);  // "direct" | "implicit-gemm"
 
-#if !KILN_CUDA_SIM
-// ---- vendor kernels (conv2d_cudnn.cu): cuDNN, real CUDA only --------------------------------
+// ---- vendor kernels (conv2d_cudnn.cu): cuDNN (simulated under the simulator) ----------------
 // Same contracts as the hand kernels. Backward is one call; dx, dw, db may each be null.
 template <typename T>
 void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g);
@@ -130,7 +129,6 @@ void conv2d_backward_cudnn(const T* x,   // x is (N, C, H, W), or null when dw i
                            T* dw,        // dw is (K, C, R, S) or null
                            T* db,        // db is (K) or null
                            const ConvGeometry& g);
-#endif
 
 }  // namespace kiln::cuda
 #endif  // KILN_WITH_CUDA

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tools/gpu_check.sh REPORT_DIR [options]: on a machine with an NVIDIA GPU, from the repository
-# root, the one command of issue 3 item 6 (docs/gpu_check.md):
+# root, the one command that checks Kiln on a real GPU (docs/gpu_check.md):
 #
 #   1. prerequisites: a GPU (else exit 2), the carried bundle unpacked (tools/gpu_bundle.sh
 #      unpack), MNIST, nvcc, cmake, ninja, cuDNN/cuBLAS (falls back to PyTorch's pip copies)
 #   2. build: Release, -DKILN_CUDA=ON for the GPU present (sm_90 on H100/H200) into build-gpu/
-#   3. test:  ctest -L gpu (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
+#   3. test:  ctest -L gpu, once with the hand kernels and once with KILN_KERNELS=vendor (cuBLAS,
+#             cuDNN) (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
 #   4. bench: gemm_bench (hand vs cuBLAS), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
@@ -16,7 +17,7 @@
 #   --only STAGES   build | test | bench, comma-separated (default: all). The build always runs
 #                   first (incremental); the report merges every step recorded in REPORT_DIR, so
 #                   a check split over two calls into one REPORT_DIR ends with one full report.
-#                   Single steps too: ctest_gpu, ctest_cpu, gemm_bench, conv_bench, mnist_vendor,
+#                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, conv_bench, mnist_vendor,
 #                   pytorch, mnist_hand, resnet_gpu (e.g. --only pytorch,mnist_hand after a run out of time).
 #                   --only report rewrites report.md/json from what REPORT_DIR holds, nothing else.
 #   --cpu-tests     also run the CPU suite (ctest -LE 'gpu|sim'; minutes)
@@ -53,8 +54,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$report" ]] || die_usage "REPORT_DIR is missing"
 for s in ${only//,/ }; do
-  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_cpu|gemm_bench|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
-    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_cpu, gemm_bench, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
+  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_gpu_vendor|ctest_cpu|gemm_bench|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
+    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
 done
 has_stage() { [[ ",$only," == *",$1,"* ]]; }
 want() { has_stage "$1" || has_stage "$2"; }  # want STEP STAGE: the step is selected
@@ -136,7 +137,7 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     f = line.rstrip("\n").split("\t")
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
-order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_cpu", "gemm_bench", "conv_bench",
+order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "gemm_bench", "conv_bench",
          "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu"]
 steps = dict(sorted(steps.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
@@ -211,7 +212,8 @@ report = {
     "cuda_architectures": info.get("cuda_architectures"), "dependencies": info.get("dependencies"),
     "cudnn": info.get("cudnn"), "cublas": info.get("cublas"), "stages": info.get("stages"),
     "epochs": epochs, "steps": steps, "mnist": runs, "ratio_kiln_vendor_over_pytorch": ratio,
-    "tests": {"gpu": ctest_summary("ctest_gpu"), "cpu": ctest_summary("ctest_cpu")},
+    "tests": {"gpu": ctest_summary("ctest_gpu"), "gpu_vendor": ctest_summary("ctest_gpu_vendor"),
+              "cpu": ctest_summary("ctest_cpu")},
     "gemm": bench("gemm_bench"), "conv": bench("conv_bench"), "resnet": bench("resnet_gpu"),
 }
 report["ok"] = bool(steps) and all(s["status"] in ("ok", "missing") for s in steps.values())
@@ -261,7 +263,8 @@ if pt:
     pj = load("pytorch.json") or {}
     md.append(f"PyTorch settings: cuDNN TF32 {pj.get('cudnn_allow_tf32')}, matmul TF32 {pj.get('matmul_allow_tf32')}, "
               f"cudnn.benchmark {pj.get('cudnn_benchmark')}.")
-for key, title in (("gpu", "ctest -L gpu"), ("cpu", "CPU suite: ctest -LE 'gpu|sim'")):
+for key, title in (("gpu", "ctest -L gpu"), ("gpu_vendor", "KILN_KERNELS=vendor ctest -L gpu (cuBLAS, cuDNN)"),
+                   ("cpu", "CPU suite: ctest -LE 'gpu|sim'")):
     t = report["tests"][key]
     if t is None:
         continue
@@ -470,6 +473,15 @@ if want ctest_gpu test; then
       --timeout 120 -j 8
   else
     record ctest_gpu skipped - 0 "" "$no_build"
+  fi
+fi
+# The same tests through cuBLAS and cuDNN: every CUDA op that has a vendor path takes it.
+if want ctest_gpu_vendor test; then
+  if ((build_ok)); then
+    run_step ctest_gpu_vendor 240 env KILN_KERNELS=vendor ctest --test-dir "$build_dir" -L gpu \
+      --output-on-failure --no-tests=error --timeout 120 -j 8
+  else
+    record ctest_gpu_vendor skipped - 0 "" "$no_build"
   fi
 fi
 if ((cpu_tests)) || has_stage ctest_cpu; then

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # tools/sim_mutants.sh: plants one-line GPU bugs, one at a time, and runs the simulator's tests
 # for each: the proof that the simulator catches what a GPU would. Prints a table: mutant,
-# caught or missed, the first failing tests.
+# caught or missed, the first failing test.
 #
 #   tools/sim_mutants.sh [MUTANT_ID ...]        (default: every mutant; ids from --list)
 #   tools/sim_mutants.sh --list
 #
-# Each mutant is an exact replacement in one source file (the file is restored afterwards,
+# The unmutated tree must pass first (else nothing could be judged). Each mutant is an exact
+# replacement in one source file (the file is restored afterwards,
 # also on Ctrl-C). The tests run in build-asan/ (the CUDA sources under the simulator, with
 # AddressSanitizer, warps shuffled between barriers: tools/test.sh's strictest tree), built
 # incrementally: one mutant costs a rebuild of what includes the file, then `ctest -L sim`.
@@ -23,22 +24,48 @@ root, build, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 
 # id, file, the exact text, which occurrence (1-based), its replacement, what it plants.
 MUTANTS = [
+    # Barriers: each __syncthreads() of the kernels that share memory between threads.
     ("gemm-tile-barrier", "engine/cuda/kernels/gemm.cu",
      "__syncthreads();  // the tiles are complete", 1, "",
      "tiled GEMM: the barrier after loading a tile removed"),
     ("gemm-reuse-barrier", "engine/cuda/kernels/gemm.cu",
      "__syncthreads();  // everyone is done with the tiles before they are overwritten", 1, "",
      "tiled GEMM: the barrier before overwriting the tiles removed"),
+    ("gemm-prologue-barrier", "engine/cuda/kernels/gemm.cu", "__syncthreads();", 3, "",
+     "register-blocked GEMM: the barrier after the first slice is stored removed"),
+    ("gemm-slice-barrier", "engine/cuda/kernels/gemm.cu", "__syncthreads();", 4, "",
+     "register-blocked GEMM: the barrier between two slices (double buffer) removed"),
     ("transpose-barrier", "engine/cuda/kernels/transpose.cu", "__syncthreads();", 1, "",
      "transpose: the barrier between writing and reading the shared tile removed"),
+    ("transpose-reuse-barrier", "engine/cuda/kernels/transpose.cu", "__syncthreads();", 2, "",
+     "transpose: the barrier before the tile is reused by the next matrix removed"),
     ("reduce-barrier", "engine/cuda/kernels/reduce.cu", "__syncthreads();", 1, "",
      "sum_dim: the barrier before combining the partial sums removed"),
+    ("reduce-reuse-barrier", "engine/cuda/kernels/reduce.cu", "__syncthreads();", 2, "",
+     "sum_dim: the barrier before the partials are reused by the next row removed"),
+    ("block-sum-entry-barrier", "engine/cuda/kernels/common.h",
+     "__syncthreads();  // scratch may still be read by a previous call", 1, "",
+     "block_sum: the barrier protecting the scratch of a previous call removed"),
     ("block-sum-barrier", "engine/cuda/kernels/common.h",
      "  if (lane == 0) scratch[warp] = v;\n  __syncthreads();", 1,
      "  if (lane == 0) scratch[warp] = v;",
      "block_sum: the barrier between writing and reading the warp partials removed"),
+    ("block-max-entry-barrier", "engine/cuda/kernels/common.h",
+     "  v = warp_max(v);\n  __syncthreads();", 1, "  v = warp_max(v);",
+     "block_max: the barrier protecting the scratch of a previous call removed"),
+    ("block-max-barrier", "engine/cuda/kernels/common.h",
+     "  if (lane == 0) scratch[warp] = v;\n  __syncthreads();", 2,
+     "  if (lane == 0) scratch[warp] = v;",
+     "block_max: the barrier between writing and reading the warp partials removed"),
+    ("block-min-barrier", "layers/loss_cuda.cu", "__syncthreads();", 1, "",
+     "cross-entropy block_min: the barrier between writing and reading the partials removed"),
+    ("block-min-exit-barrier", "layers/loss_cuda.cu", "__syncthreads();", 2, "",
+     "cross-entropy block_min: the barrier before the scratch is reused removed"),
+    ("conv-prologue-barrier", "layers/conv2d_implicit_gemm.cuh", "__syncthreads();", 1, "",
+     "implicit-GEMM convolution: the barrier after the first slice is stashed removed"),
     ("conv-barrier", "layers/conv2d_implicit_gemm.cuh", "__syncthreads();", 2, "",
      "implicit-GEMM convolution: the barrier of the main loop removed"),
+    # Memory: past the end, unwritten.
     ("elementwise-past-end", "engine/cuda/kernels/elementwise.cu",
      "threadIdx.x; i < n; i += stride) {\n    const T bv", 1,
      "threadIdx.x; i <= n; i += stride) {\n    const T bv",
@@ -47,12 +74,39 @@ MUTANTS = [
      "threadIdx.x; i < n; i += stride) {\n    const T bv", 1,
      "threadIdx.x; i + 1 < n; i += stride) {\n    const T bv",
      "binary kernel: leaves the last output element unwritten"),
+    # Streams: each cross-stream wait and record_stream.
     ("event-wait", "engine/cuda/context.cpp",
      "if (event_) KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));", 1, "",
      "Event::wait does nothing: no cross-stream wait anywhere (loader copy stream, copies)"),
+    ("loader-compute-wait", "data/loader.cpp", "slot.copied.wait(compute);", 1, "",
+     "loader: the compute stream does not wait for the batch's copy"),
     ("loader-record-stream", "data/loader.cpp",
      "cuda_allocator::record_stream(x.impl()->storage->data, compute);", 1, "",
      "loader: the batch is not recorded on the compute stream before its block is reused"),
+    ("loader-slot-reuse", "data/loader.cpp",
+     "slot.copied.synchronize();  // the previous batch's copy", 1,
+     "// the previous batch's copy",
+     "loader: a pinned slot is refilled without waiting for the copy still reading it"),
+    ("peer-copy-source-wait", "engine/cuda/tensor_copy.cpp", "src_ready.wait(dst_stream);", 1, "",
+     "peer copy: the copy does not wait for the work that writes its source"),
+    ("peer-copy-release-wait", "engine/cuda/tensor_copy.cpp", "copied.wait(src_stream);", 1, "",
+     "peer copy: the source stream may reuse the source before the copy has read it"),
+    ("pinned-record-stream", "engine/cuda/tensor_copy.cpp",
+     "pinned_allocator::record_stream(storage_base(host), stream);", 1, "",
+     "async host copy: the pinned block is not kept until the copy has finished"),
+    # Vendor libraries (the simulator's cuBLAS / cuDNN / NCCL check their arguments and order).
+    ("cublas-ldc", "engine/cuda/kernels/gemm.cu", "ldc = s.n > 0 ? s.n : 1", 1,
+     "ldc = s.m > 0 ? s.m : 1", "cuBLAS GEMM: the leading dimension of C is the wrong one"),
+    ("cublas-lda", "engine/cuda/kernels/gemm.cu", "b, ldb, a, lda, &beta", 1,
+     "b, lda, a, ldb, &beta", "cuBLAS GEMM: the leading dimensions of A and B swapped"),
+    ("cudnn-workspace", "layers/conv2d_cudnn.cu", "ptr(ws), pass.workspace, &zero, plan.y", 1,
+     "ptr(ws), 0, &zero, plan.y", "cuDNN forward convolution: the workspace size passed as 0"),
+    ("nccl-caller-wait", "comm/communicator.cpp",
+     "w->caller_ready_.wait(cuda::current_stream(device));", 1, "",
+     "collectives: the communicator's stream does not wait for the submitter's kernels (NCCL)"),
+    ("allocator-pending-query", "engine/cuda/caching_allocator.cpp",
+     "const cudaError_t err = cudaEventQuery(e);", 1, "const cudaError_t err = cudaSuccess;",
+     "caching allocator: a block used by another stream is reused before that stream is done"),
 ]
 
 if args[:1] == ["--list"]:
@@ -72,6 +126,16 @@ def run(cmd, **kw):
 
 rows = []
 env = dict(os.environ, KILN_SIM_SHUFFLE="1")
+# A catch means something only if the unmutated tree passes: check that first.
+b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "kiln_tests_sim"])
+if b.returncode != 0:
+    sys.exit("sim_mutants.sh: the unmutated tree does not build:\n" + b.stdout[-3000:])
+t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300"], cwd=build, env=env)
+if t.returncode != 0:
+    sys.exit("sim_mutants.sh: the unmutated tree already fails its sim tests, so no mutant could "
+             "be judged; fix these first:\n" + "\n".join(l for l in t.stdout.splitlines()
+                                                           if " - " in l and "(" in l))
+print("sim_mutants.sh: the unmutated tree passes", file=sys.stderr, flush=True)
 for mid, path, old, nth, new, what in chosen:
     full = os.path.join(root, path)
     src = open(full).read()
@@ -88,8 +152,9 @@ for mid, path, old, nth, new, what in chosen:
         if b.returncode != 0:
             rows.append((mid, "build failed", what, ""))
             continue
-        t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300"],
-                cwd=build, env=env)
+        # A caught mutant needs one failing test: stop there (a missed one runs them all).
+        t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300",
+                 "--stop-on-failure"], cwd=build, env=env)
         failed = re.findall(r"\d+ - (\S+) \((?:Failed|SEGFAULT|Subprocess aborted|Timeout|"
                             r"Exception|Child aborted)\)", t.stdout)
         rows.append((mid, "caught" if t.returncode != 0 else "MISSED", what,

@@ -15,18 +15,21 @@ DistSpec parse_dist(const std::string& s) {
     d.kind = s;
     return d;
   }
-  if (s.rfind("local:", 0) == 0) {
-    const std::string n = s.substr(6);
+  for (const std::string kind : {"local", "nccl"}) {
+    if (s.rfind(kind + ":", 0) != 0) continue;
+    const std::string n = s.substr(kind.size() + 1);
     char* end = nullptr;
     const long v = std::strtol(n.c_str(), &end, 10);
     if (!n.empty() && *end == '\0' && v >= 1 && v <= 64) {
-      d.kind = "local";
+      d.kind = kind;
       d.ranks = static_cast<int>(v);
+      d.threads = true;
       return d;
     }
   }
   throw Error("--dist " + s + ": use none, local:N (N = 1..64 ranks as threads), mpi (launch "
-              "with mpirun -np N) or nccl", ErrorKind::Usage);
+              "with mpirun -np N), nccl (one rank per GPU, under mpirun) or nccl:N (N ranks as "
+              "threads on cuda:0..N-1)", ErrorKind::Usage);
 }
 
 void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) {
@@ -58,7 +61,7 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) 
   }
   if (o.fp16_allreduce && d.kind == "nccl") {
     throw Error("--fp16-allreduce is implemented for host transports (local, mpi), not nccl: "
-                "drop it with --dist nccl", ErrorKind::Usage);
+                "drop it with --dist " + o.dist, ErrorKind::Usage);
   }
   if (o.ps_async && (!o.checkpoint.empty() || !o.resume.empty())) {
     throw Error("--checkpoint/--resume with --ps-async: the optimizer state lives on the server "

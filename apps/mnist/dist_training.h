@@ -1,4 +1,5 @@
-// dist_training.h: one rank's part in data-parallel training (--dist local:N | mpi | nccl).
+// dist_training.h: one rank's part in data-parallel training (--dist local:N | mpi | nccl |
+// nccl:N).
 //
 // The ranks of a run are laid out as comm/parameter_server.h says: ranks [0, workers) train a
 // replica of the model each; with --allreduce ps --ps-servers S the last S ranks are

@@ -1,6 +1,4 @@
 // blas.cpp: cuBLAS handles per device and host thread, and the TF32 switch (see blas.h).
-// Compiles to nothing under the simulator, which has no cuBLAS.
-#if !KILN_CUDA_SIM
 #include "engine/cuda/blas.h"
 
 #include <atomic>
@@ -68,10 +66,13 @@ cublasHandle_t cublas_handle() {
 }
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  std::string detail;
+#if KILN_CUDA_SIM
+  if (*sim::last_library_error()) detail = std::string(": ") + sim::last_library_error();
+#endif
   throw Error(std::string("cuBLAS error: ") + call + " failed with " +
-              cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ") at " + file +
-              ":" + std::to_string(line));
+              cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")" + detail +
+              " at " + file + ":" + std::to_string(line));
 }
 
 }  // namespace kiln::cuda
-#endif  // !KILN_CUDA_SIM

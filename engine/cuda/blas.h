@@ -1,4 +1,5 @@
-// blas.h: cuBLAS handles and the TF32 switch (real CUDA only: the simulator has no cuBLAS).
+// blas.h: cuBLAS handles and the TF32 switch. Under the CUDA simulator cuBLAS is the simulated
+// subset of engine/cuda/sim/cublas.h (docs/cuda_simulator.md).
 //
 //   cublasSgemm(cuda::cublas_handle(), ...);   // queued on cuda::current_stream()
 //
@@ -14,10 +15,10 @@
 #pragma once
 
 #if KILN_CUDA_SIM
-#error "engine/cuda/blas.h: cuBLAS is not available in the CUDA simulator; guard the include and the call with #if !KILN_CUDA_SIM"
-#endif
-
+#include "engine/cuda/sim/cublas.h"
+#else
 #include <cublas_v2.h>
+#endif
 
 #include "engine/cuda/runtime.h"
 

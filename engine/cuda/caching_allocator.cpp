@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -24,11 +25,26 @@ namespace {
 // 0xFF: a NaN in f32 and f64, -1 in integers) rather than zeros or a previous tensor's values
 // that would let a kernel that forgets part of its output pass; and under AddressSanitizer the
 // slack between the requested size and the rounded block is poisoned, so a kernel writing one
-// element past the end fails at once instead of landing in memory nothing checks.
-void hand_out_hostile(void* ptr, size_t bytes, size_t size) {
-  KILN_ASAN_UNPOISON(ptr, size);
-  std::memset(ptr, 0xFF, size);
-  KILN_ASAN_POISON(static_cast<char*>(ptr) + bytes, size - bytes);
+// element past the end fails at once instead of landing in memory nothing checks. Both happen
+// in stream order (a host function queued on the block's stream): work queued earlier by the
+// block's previous user may still be running when the block is handed out again.
+struct HostileBlock {
+  char* ptr;
+  size_t bytes, size;
+};
+void make_hostile(void* data) {
+  const std::unique_ptr<HostileBlock> b(static_cast<HostileBlock*>(data));
+  KILN_ASAN_UNPOISON(b->ptr, b->size);
+  std::memset(b->ptr, 0xFF, b->size);
+  KILN_ASAN_POISON(b->ptr + b->bytes, b->size - b->bytes);
+}
+void hand_out_hostile(void* ptr, size_t bytes, size_t size, cudaStream_t stream) {
+  auto* b = new HostileBlock{static_cast<char*>(ptr), bytes, size};
+  const cudaError_t err = cudaLaunchHostFunc(stream, make_hostile, b);
+  if (err != cudaSuccess) {
+    delete b;
+    (void)cudaGetLastError();  // a faulted device: the block is left as it is
+  }
 }
 #endif
 
@@ -221,7 +237,7 @@ void* allocate(size_t bytes, int device, cudaStream_t stream) {
   }
   s.blocks.at(ptr).in_use = true;
 #if KILN_CUDA_SIM
-  hand_out_hostile(ptr, bytes, size);
+  hand_out_hostile(ptr, bytes, size, stream);
 #endif
   pool.stats.current_bytes += static_cast<int64_t>(size);
   if (pool.stats.current_bytes > pool.stats.peak_bytes) pool.stats.peak_bytes = pool.stats.current_bytes;

@@ -11,8 +11,15 @@ namespace kiln::cuda {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* call, const char* file,
                                           int line) {
-  throw Error(std::string("CUDA error: ") + call + " failed with " + cudaGetErrorName(err) +
-              " (" + cudaGetErrorString(err) + ") at " + file + ":" + std::to_string(line));
+  std::string what = std::string("CUDA error: ") + call + " failed with " +
+                     cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " + file +
+                     ":" + std::to_string(line);
+#if KILN_CUDA_SIM
+  // A GPU says only "unspecified launch failure"; the simulator knows which work faulted.
+  const std::string fault = ::kiln::sim::fault_message();
+  if (!fault.empty()) what += "; the device faulted earlier: " + fault;
+#endif
+  throw Error(what);
 }
 
 }  // namespace kiln::cuda

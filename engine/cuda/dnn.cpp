@@ -1,6 +1,4 @@
 // dnn.cpp: cuDNN handles per device and host thread (see dnn.h).
-// Compiles to nothing under the simulator, which has no cuDNN.
-#if !KILN_CUDA_SIM
 #include "engine/cuda/dnn.h"
 
 #include <string>
@@ -41,10 +39,13 @@ cudnnHandle_t cudnn_handle() {
 }
 
 void throw_cudnn_error(cudnnStatus_t status, const char* call, const char* file, int line) {
+  std::string detail;
+#if KILN_CUDA_SIM
+  if (*sim::last_library_error()) detail = std::string(": ") + sim::last_library_error();
+#endif
   throw Error(std::string("cuDNN error: ") + call + " failed with " + cudnnGetErrorString(status) +
-              " (status " + std::to_string(static_cast<int>(status)) + ") at " + file + ":" +
-              std::to_string(line));
+              " (status " + std::to_string(static_cast<int>(status)) + ")" + detail + " at " +
+              file + ":" + std::to_string(line));
 }
 
 }  // namespace kiln::cuda
-#endif  // !KILN_CUDA_SIM

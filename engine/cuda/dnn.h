@@ -1,4 +1,5 @@
-// dnn.h: cuDNN handles (real CUDA only: the simulator has no cuDNN).
+// dnn.h: cuDNN handles. Under the CUDA simulator cuDNN is the simulated subset of
+// engine/cuda/sim/cudnn.h (docs/cuda_simulator.md).
 //
 //   KILN_CUDNN_CHECK(cudnnConvolutionForward(cuda::cudnn_handle(), ...));
 //
@@ -7,10 +8,10 @@
 #pragma once
 
 #if KILN_CUDA_SIM
-#error "engine/cuda/dnn.h: cuDNN is not available in the CUDA simulator; guard the include and the call with #if !KILN_CUDA_SIM"
-#endif
-
+#include "engine/cuda/sim/cudnn.h"
+#else
 #include <cudnn.h>
+#endif
 
 #include "engine/cuda/runtime.h"
 

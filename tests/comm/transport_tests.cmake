@@ -38,6 +38,23 @@ endfunction()
 # The local transport (threads): matching, failure propagation, timeouts.
 kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit comm LIBS kiln_comm)
 
+# NCCL with ranks as threads (run_nccl_local), in any build with NCCL (comm/CMakeLists.txt then
+# gives kiln_comm the public definition KILN_WITH_NCCL=1): under the simulator (label sim: 2
+# ranks on the default 2 devices, and 3 ranks on 3), or on a real multi-GPU machine (label gpu;
+# skips without a GPU per rank).
+get_target_property(kiln_comm_defs kiln_comm INTERFACE_COMPILE_DEFINITIONS)
+if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1")
+  if(KILN_CUDA_SIM)
+    kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS sim LIBS kiln_comm)
+    add_test(NAME nccl_transport_test_3_ranks COMMAND nccl_transport_test
+             --gtest_filter=-*FewerGpus*)
+    set_tests_properties(nccl_transport_test_3_ranks PROPERTIES LABELS sim TIMEOUT 600
+      ENVIRONMENT "KILN_SIM_DEVICES=3;KILN_TEST_NCCL_RANKS=3")
+  else()
+    kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS gpu LIBS kiln_comm)
+  endif()
+endif()
+
 # Everything below needs MPI (a build without it has no mpi transport: see CMakeLists.txt).
 if(NOT KILN_WITH_MPI)
   message(STATUS "Kiln: no MPI: the mpi tests are left out")
@@ -69,16 +86,16 @@ if(NOT TARGET kiln_tests_mpi)
 endif()
 add_dependencies(kiln_tests_mpi mpi_rank_dies)
 
-# NCCL: only in a real CUDA build with NCCL (comm/CMakeLists.txt then gives kiln_comm the
-# public definition KILN_WITH_NCCL=1); on a machine without a GPU the tests skip and say why.
-# NP 2 needs two GPUs on this host and skips on one.
-get_target_property(kiln_comm_defs kiln_comm INTERFACE_COMPILE_DEFINITIONS)
-if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1")
-  kiln_mpi_test(nccl_transport_test NP 1 2 SOURCES nccl_transport_test.cpp LIBS kiln_comm
+# NCCL under mpirun, one process per GPU: a real CUDA build with NCCL only (the simulator's NCCL
+# connects threads, not processes). NP 2 needs two GPUs on this host and skips on one.
+if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1" AND NOT KILN_CUDA_SIM)
+  kiln_mpi_test(nccl_transport_mpi_test NP 1 2 SOURCES nccl_transport_test.cpp LIBS kiln_comm
                 TIMEOUT 120)
-  set_property(TEST nccl_transport_test_np1 nccl_transport_test_np2 APPEND PROPERTY LABELS gpu)
+  target_compile_definitions(nccl_transport_mpi_test PRIVATE KILN_NCCL_TEST_MPI=1)
+  set_property(TEST nccl_transport_mpi_test_np1 nccl_transport_mpi_test_np2 APPEND PROPERTY
+               LABELS gpu)
   if(NOT TARGET kiln_tests_gpu)
     add_custom_target(kiln_tests_gpu)
   endif()
-  add_dependencies(kiln_tests_gpu nccl_transport_test)
+  add_dependencies(kiln_tests_gpu nccl_transport_mpi_test)
 endif()

@@ -249,6 +249,8 @@ TEST(CachingAllocatorSimDeathTest, WritingPastTheEndIsCaught) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   const size_t bytes = 100 * sizeof(float);  // rounded to 512
   float* p = static_cast<float*>(cuda_allocator::allocate(bytes, 0));
+  // The poisoning is queued on the block's stream, like every use of the block.
+  ASSERT_EQ(cudaStreamSynchronize(cuda::current_stream()), cudaSuccess);
   p[99] = 1.0f;  // the last element: fine
   EXPECT_DEATH({ p[100] = 1.0f; }, "AddressSanitizer");
   cuda_allocator::deallocate(p);

@@ -2,7 +2,7 @@
 // double: forward (y) and backward (dx, dw, db), through the op and its autograd node, for
 // both hand kernels (implicit GEMM with every tile shape and with backward-weight split along
 // the sum; the direct loops), a finite-difference gradient check of the CUDA path in double,
-// and hand == cuDNN on a real GPU (skipped, saying why, under the simulator).
+// and hand == cuDNN (the simulated cuDNN under the simulator).
 //
 // The cases are a table of small odd shapes: stride 1, 2 and 3; padding 0, 1, 2; 1x1, 2x2,
 // 3x3 and 5x5 kernels; batch 1; 1x1 images; a kernel as large as the padded image (1x1
@@ -18,10 +18,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/cuda/blas.h"
 #include "engine/impl.h"
 #include "layers/conv2d.h"
 #include "layers/conv2d_kernels.h"
@@ -300,10 +302,6 @@ TEST(Conv2dCuda, GradcheckDouble) {
 
 // Hand (implicit GEMM) == vendor (cuDNN), forward and backward, on the whole table.
 TEST(Conv2dCuda, HandMatchesCudnn) {
-#if KILN_CUDA_SIM
-  GTEST_SKIP() << "skipped: cuDNN is not available in the CUDA simulator; this test runs on a "
-                  "real GPU (ctest -L gpu)";
-#else
   KILN_SKIP_WITHOUT_CUDA();
   uint32_t seed = 5000;
   for (DType dtype : {DType::F32, DType::F64})
@@ -327,23 +325,49 @@ TEST(Conv2dCuda, HandMatchesCudnn) {
         EXPECT_TRUE(close("db", hand.b.grad(), vendor.b.grad(), tol));
       }
     }
-#endif
 }
 
-#if KILN_CUDA_SIM
-// Asking for cuDNN under the simulator is an error that says what to do.
-TEST(Conv2dCuda, VendorUnderSimulatorSaysUseHand) {
+
+// cuDNN's FP32 convolutions stay FP32 unless TF32 is switched on: the plan keeps only
+// CUDNN_FMA_MATH algorithms (conv2d_cudnn.cu), though the fastest ones listed are tensor-op
+// kernels. Inputs of 1 + 2^-12 tell the two apart: TF32 reads them as 1.
+TEST(Conv2dCuda, CudnnFp32IsStrictUnlessTf32) {
+  KILN_SKIP_WITHOUT_CUDA();
   ImplScope impl(Impl::Vendor);
-  const Tensor x = Tensor::zeros({1, 1, 3, 3}, DType::F32, kCuda);
-  const Tensor w = Tensor::zeros({1, 1, 3, 3}, DType::F32, kCuda);
-  try {
-    conv2d(x, w, Tensor());
-    FAIL() << "conv2d with Impl::Vendor under the simulator did not throw";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("KILN_KERNELS=hand"), std::string::npos) << e.what();
+  const float v = 1.0f + std::ldexp(1.0f, -12);
+  // Centre outputs of a 3x3, pad-1 convolution over 5x5: all taps inside. With dy = 1:
+  // y = 18 x w (2 channels x 9 taps), dx = 27 w (3 filters x 9 taps), dw = 25 x (all pixels).
+  auto run = [&](double* y, double* dx, double* dw) {
+    Tensor x = Tensor::full({1, 2, 5, 5}, v, DType::F32, kCuda).detach();
+    Tensor w = Tensor::full({3, 2, 3, 3}, v, DType::F32, kCuda).detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    const Tensor out = conv2d(x, w, Tensor(), 1, 1);
+    backward(out, Tensor::ones(out.shape(), DType::F32, kCuda));
+    *y = out.to(kCpu).to_vector<double>()[2 * 5 + 2];
+    *dx = x.grad().to(kCpu).to_vector<double>()[2 * 5 + 2];
+    *dw = w.grad().to(kCpu).to_vector<double>()[4];  // tap (1, 1) of filter 0, channel 0
+  };
+  if (std::getenv("KILN_TF32") == nullptr) {
+    double y, dx, dw;
+    run(&y, &dx, &dw);
+    EXPECT_NEAR(y, 18.0 * v * v, 1e-4);
+    EXPECT_NEAR(dx, 27.0 * v, 1e-4);
+    EXPECT_NEAR(dw, 25.0 * v, 1e-4);
+    EXPECT_GT(y, 18.003);  // TF32 would give 18
   }
-}
+#if KILN_CUDA_SIM
+  // The simulated cuDNN ranks a tensor-op algorithm first for each pass: with TF32 allowed the
+  // plan takes it, and it reads its inputs as TF32 (on a GPU the fastest may be either).
+  cuda::set_allow_tf32(true);
+  double y, dx, dw;
+  run(&y, &dx, &dw);
+  cuda::set_allow_tf32(false);
+  EXPECT_EQ(y, 18.0);
+  EXPECT_EQ(dx, 27.0);
+  EXPECT_EQ(dw, 25.0);
 #endif
+}
 
 }  // namespace
 }  // namespace kiln

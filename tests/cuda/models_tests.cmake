@@ -2,3 +2,11 @@
 # depth of ResNet-50/101/152, training step and eval forward. Included by CMakeLists.txt here.
 kiln_test(resnet_cuda_test SOURCES resnet_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
+# Under the simulator, ResNet-18 once more through the simulated cuBLAS and cuDNN
+# (engine/cuda/sim): the vendor paths' descriptors, algorithm choice and workspaces, end to end.
+if(KILN_CUDA_SIM)
+  add_test(NAME resnet_cuda_test_vendor
+           COMMAND resnet_cuda_test --gtest_filter=ResNetCuda.ResNet18*)
+  set_tests_properties(resnet_cuda_test_vendor PROPERTIES LABELS sim
+    ENVIRONMENT "KILN_KERNELS=vendor;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()

@@ -294,12 +294,8 @@ TEST(OpsCuda, MatmulForwardBackwardAllTransposes) {
     int64_t m, n, k;
   };
   const Mnk sizes[] = {{1, 1, 1}, {7, 1, 33}, {33, 130, 7}, {130, 33, 257}, {257, 7, 130}};
-  // Our GEMM always; cuBLAS too where it exists (not in the simulator).
-  std::vector<Impl> impls = {Impl::Hand};
-#if !KILN_CUDA_SIM
-  impls.push_back(Impl::Vendor);
-#endif
-  for (Impl impl : impls)
+  // Our GEMM and cuBLAS (the simulated one under the simulator).
+  for (Impl impl : {Impl::Hand, Impl::Vendor})
   for (DType dt : kFloatTypes)
     for (const Mnk& s : sizes)
       for (int t = 0; t < 4; ++t) {

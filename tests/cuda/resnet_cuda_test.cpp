@@ -8,7 +8,8 @@
 //     channels, stage outputs of 16 to 128), in double, 32x32, batch 2: a training forward and
 //     backward, one SGD step, then an eval forward: logits, loss, every gradient, the running
 //     statistics, every parameter after the step, the eval logits.
-// Under the simulator the convolutions run the hand implicit GEMM; on a GPU, cuDNN (FP32
+// Under the simulator the convolutions run the hand implicit GEMM (and the simulated cuDNN in
+// the resnet_cuda_test_vendor run, KILN_KERNELS=vendor); on a GPU, cuDNN (FP32
 // without TF32). 32x32 is the smallest input a ResNet accepts (five halvings); the widths keep
 // each simulated test within a few seconds on two cores.
 //

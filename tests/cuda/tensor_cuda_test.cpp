@@ -6,8 +6,8 @@
 // streams, events; round trips of every dtype host -> cuda:0 -> cuda:1 -> host; conversion of
 // every dtype pair on the device == on the host, for host->device, device->host, on one device
 // and across devices; fill_, zeros/ones/full, from_vector, item, to_vector, clone; pinned
-// memory and non_blocking copies; autograd through to(device); two host threads at once; and,
-// under real CUDA only, the cuBLAS/cuDNN handles and the TF32 switch.
+// memory and non_blocking copies; autograd through to(device); two host threads at once; and
+// the cuBLAS/cuDNN handles (simulated under the simulator) and the TF32 switch.
 // Tests that need cuda:1 skip on a one-GPU machine; all skip without a GPU (real CUDA build).
 #include <gtest/gtest.h>
 
@@ -24,10 +24,8 @@
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/pinned_allocator.h"
-#if !KILN_CUDA_SIM
 #include "engine/cuda/blas.h"
 #include "engine/cuda/dnn.h"
-#endif
 #include "engine/error.h"
 #include "engine/tensor.h"
 #include "support/cuda_skip.h"
@@ -416,8 +414,7 @@ TEST(TensorCuda, TwoHostThreadsAtOnce) {
   EXPECT_EQ(ok, std::vector<int>(4, 1));
 }
 
-// ---- Library handles (real CUDA only: the simulator has no cuBLAS or cuDNN) ------------------
-#if !KILN_CUDA_SIM
+// ---- Library handles -------------------------------------------------------------------------
 TEST(CudaLibraries, Tf32IsOffUnlessSwitchedOn) {
   if (std::getenv("KILN_TF32")) GTEST_SKIP() << "KILN_TF32 is set in the environment";
   EXPECT_FALSE(cuda::tf32_enabled());  // FP32 by default: results match the CPU's precision
@@ -451,7 +448,6 @@ TEST(CudaLibraries, HandlesPerThreadOnTheCurrentStream) {
   std::thread([&] { other_blas = cuda::cublas_handle(); }).join();
   EXPECT_NE(other_blas, blas);  // a handle is not shared between host threads
 }
-#endif
 
 }  // namespace
 }  // namespace kiln

@@ -2,11 +2,13 @@
 // the loader's copy stream, the event the compute stream waits on, and slot reuse after the
 // copy. Batches delivered on cuda:N must be byte-identical to the CPU loader's, for any number
 // of workers, across epochs, also when the caller keeps them while later batches are copied.
-// Under the simulator streams run synchronously, so this checks correctness (ordering bugs of
-// a real GPU show as corrupt batches only there: run this file with the `gpu` label too).
+// The simulator's streams are asynchronous like a GPU's, so a missing wait or record_stream
+// shows up here as a corrupt batch (the file also runs with the `gpu` label on a real GPU).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "data/batch_iterator.h"
@@ -14,6 +16,7 @@
 #include "data/sampler.h"
 #include "data/synthetic.h"
 #include "data/transforms.h"
+#include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
@@ -105,6 +108,44 @@ TEST(LoaderCuda, KeptBatchesAreNotOverwrittenAndComputeSeesThem) {
     for (float& v : twice) v *= 2;
     EXPECT_EQ(doubled[i].to_vector<float>(), twice) << i;
   }
+}
+
+// The consumer drops a batch while its compute stream is still busy with work that reads it.
+// The batch's blocks belong to the loader's copy stream; only the record_stream on the compute
+// stream keeps the allocator from handing them to the next copy, which would overwrite the
+// batch before the queued work has read it. A host function holds the compute stream until the
+// later batches have been copied, the widest possible window.
+TEST(LoaderCuda, DroppedBatchStaysIntactForQueuedCompute) {
+  KILN_SKIP_WITHOUT_CUDA();
+  set_num_threads(1);
+  const SyntheticDataset data(48, {1, 4, 4}, 10, 6);
+  auto sampler = std::make_shared<SequentialSampler>(data.size());
+  Loader cpu(data, sampler, options(0, Device()));
+  const std::vector<HostBatch> ref = epoch_of(cpu, 0, Device());
+  const Device gpu(DeviceType::CUDA, 0);
+  Loader loader(data, sampler, options(0, gpu));
+  loader.start_epoch(0);
+  Batch first;
+  ASSERT_TRUE(loader.next(first));
+  cuda::DeviceGuard guard(0);
+  static std::atomic<int> open{0};
+  open = 0;
+  KILN_CUDA_CHECK(cudaLaunchHostFunc(
+      cuda::current_stream(),
+      [](void*) {
+        while (open.load() == 0) std::this_thread::yield();
+      },
+      nullptr));
+  const Tensor doubled = mul(first.inputs, 2.0);  // queued behind the held stream
+  first = Batch();                                // dropped: its blocks are freed now
+  std::vector<Batch> later;
+  for (Batch b; later.size() < 4 && loader.next(b);) later.push_back(b);
+  open = 1;
+  std::vector<float> twice = ref[0].x;
+  for (float& v : twice) v *= 2;
+  EXPECT_EQ(doubled.to_vector<float>(), twice);
+  for (size_t i = 0; i < later.size(); ++i)
+    EXPECT_EQ(later[i].inputs.to_vector<float>(), ref[i + 1].x) << i + 1;
 }
 
 TEST(LoaderCuda, PinMemoryOnACpuTarget) {

@@ -47,6 +47,20 @@ std::string error_of(F f) {
   return "";
 }
 
+// A fault inside a running kernel is asynchronous, as on a GPU: the launch returns, and the
+// next synchronising call reports the device's sticky error. Returns the fault's text and
+// clears it (cudaDeviceReset).
+template <typename F>
+std::string fault_of(F launch_it) {
+  launch_it();
+  const cudaError_t e = cudaDeviceSynchronize();
+  EXPECT_EQ(e, cudaErrorLaunchFailure);
+  const std::string text = kiln::sim::fault_message();
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(kiln::sim::fault_message(), "");
+  return text;
+}
+
 TEST_F(SimKernel, VectorAddOddSize) {
   const int n = 10007;
   std::vector<float> a(n), b(n);
@@ -244,11 +258,11 @@ TEST_F(SimKernel, LaunchConfigurationErrors) {
 
 TEST_F(SimKernel, BarrierDivergenceIsReportedAndTheNextLaunchWorks) {
   DeviceBuffer<float> out(64);
-  const std::string e = error_of(
+  const std::string e = fault_of(
       [&] { launch(divergent_barrier_kernel, LaunchConfig{1, 64, 0, nullptr}, out.get()); });
   EXPECT_NE(e.find("barrier divergence"), std::string::npos) << e;
   // Warp operation whose mask includes a lane waiting at __syncthreads.
-  const std::string w = error_of(
+  const std::string w = fault_of(
       [&] { launch(divergent_warp_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get()); });
   EXPECT_NE(w.find("warp divergence"), std::string::npos) << w;
   // The abandoned fibers are rebuilt: the same OS thread runs a correct kernel afterwards.
@@ -259,11 +273,35 @@ TEST_F(SimKernel, BarrierDivergenceIsReportedAndTheNextLaunchWorks) {
 TEST_F(SimKernel, KernelExceptionIsRethrownOnTheHost) {
   DeviceBuffer<float> out(32);
   const std::string e =
-      error_of([&] { launch(throwing_kernel, LaunchConfig{4, 32, 0, nullptr}, out.get()); });
+      fault_of([&] { launch(throwing_kernel, LaunchConfig{4, 32, 0, nullptr}, out.get()); });
   EXPECT_NE(e.find("kernel threw"), std::string::npos) << e;
   EXPECT_NE(e.find("boom"), std::string::npos) << e;
+  EXPECT_NE(e.find("cuda:0: kernel: grid 4x1x1, block 32x1x1"), std::string::npos) << e;
   launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 2);
   EXPECT_EQ(out.to_host()[31], 2.0f);
+}
+
+// Until the sticky error is cleared, the device runs nothing more: later launches fail naming
+// the earlier fault, synchronising calls return it, and the work queued behind the fault is
+// skipped.
+TEST_F(SimKernel, AFaultIsStickyUntilReset) {
+  DeviceBuffer<float> out(32);
+  launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 1);
+  launch(throwing_kernel, LaunchConfig{4, 32, 0, nullptr}, out.get());
+  try {
+    launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 3);  // may be skipped
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("after an earlier fault"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaErrorLaunchFailure);
+  const std::string e = error_of([&] { launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 4); });
+  EXPECT_NE(e.find("after an earlier fault"), std::string::npos) << e;
+  EXPECT_NE(e.find("boom"), std::string::npos) << e;
+  ASSERT_EQ(cudaDeviceReset(), cudaSuccess);
+  EXPECT_EQ(out.to_host()[0], 1.0f);  // the fill queued after the fault never ran
+  launch(fill_kernel, LaunchConfig{1, 32, 0, nullptr}, out.get(), 5);
+  EXPECT_EQ(out.to_host()[0], 5.0f);
 }
 
 TEST_F(SimKernel, PointerArgumentsAreChecked) {

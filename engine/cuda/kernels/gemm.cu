@@ -55,11 +55,7 @@
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/ops_cuda.h"
-#if !KILN_CUDA_SIM
-#include <cublas_v2.h>
-
 #include "engine/cuda/blas.h"
-#endif
 
 namespace kiln::cuda {
 
@@ -346,7 +342,6 @@ void launch_regblock(bool ta, bool tb, const GemmShape& s, const float* a, const
   else go(gemm_regblock_kernel<true, true>);
 }
 
-#if !KILN_CUDA_SIM
 // The row-major product as the column-major one C^T = op(B)^T op(A)^T (see the file comment).
 template <typename T, typename Fn>
 void cublas_gemm(Fn gemm_fn, bool ta, bool tb, const GemmShape& s, const T* a, const T* b, T* c,
@@ -358,7 +353,6 @@ void cublas_gemm(Fn gemm_fn, bool ta, bool tb, const GemmShape& s, const T* a, c
   KILN_CUBLAS_CHECK(gemm_fn(handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
-#endif
 
 }  // namespace
 
@@ -393,9 +387,6 @@ void gemm_hand(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_
 template <typename T>
 void gemm_vendor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
                  T beta) {
-#if KILN_CUDA_SIM
-  no_vendor_in_sim("matmul (cuBLAS)");
-#else
   const GemmShape s = gemm_shape("gemm (cuBLAS)", ta, tb, m, n, k);
   if (s.m == 0 || s.n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
@@ -406,7 +397,6 @@ void gemm_vendor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
   } else {
     cublas_gemm(cublasDgemm, ta, tb, s, a, b, c, beta);
   }
-#endif
 }
 
 template <typename T>

@@ -25,6 +25,7 @@
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
+#include "engine/cuda/kernels/grid_stride.h"
 #include "engine/cuda/launch.h"
 #include "engine/ops_cuda.h"
 #include "engine/tensor.h"
@@ -98,7 +99,7 @@ __global__ void sum_cols_kernel(const T* __restrict__ x, T* __restrict__ out, in
   }
 }
 
-unsigned grid_y(int64_t n) { return static_cast<unsigned>(n < kMaxGridY ? n : kMaxGridY); }
+unsigned grid_y(int64_t n) { return grid_stride_blocks(n, kMaxGridY); }
 
 // Pieces to cut len into so that about kTargetBlocks blocks run, each thread adding at least
 // kMinPerThread values. `blocks` is the launch size without splitting; `threads_along_len` how

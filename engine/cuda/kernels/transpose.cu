@@ -23,6 +23,7 @@
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
+#include "engine/cuda/kernels/grid_stride.h"
 #include "engine/cuda/launch.h"
 #include "engine/ops_cuda.h"
 
@@ -105,7 +106,7 @@ void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0
   if (c_size == 1) {
     const int64_t ab = a_size * b_size;
     const dim3 grid(blocks_for(d1_size, kTileDim), blocks_for(d0_size, kTileDim),
-                    static_cast<unsigned>(ab < kMaxGridZ ? ab : kMaxGridZ));
+                    grid_stride_blocks(ab, kMaxGridZ));
     KILN_CHECK(grid.y <= 65535, "transpose: dim of size ", d0_size, " is too large for the grid");
     launch(transpose_tiled_kernel<T>, LaunchConfig{grid, dim3(kTileDim, kTileRows), 0, stream}, x,
            out, ab, d0_size, b_size, d1_size);

@@ -7,15 +7,18 @@
 //     device, so freeing twice, freeing a stranger pointer, or copying out of bounds returns
 //     cudaErrorInvalidValue instead of corrupting memory. Capacity per device: env
 //     KILN_SIM_DEVICE_MEMORY (bytes, default 8 GiB); beyond it cudaMalloc fails like a full GPU.
-//   - Streams execute work synchronously at submission: a kernel launch or async copy has
-//     finished when the call returns. Stream order is trivially preserved, overlap does not
-//     exist, and cudaStreamSynchronize / cudaEventSynchronize return at once.
+//   - Streams are asynchronous, as on a GPU: each is a queue run by its own worker thread
+//     (streams.cpp). Only what CUDA orders is ordered (stream order, events, the legacy default
+//     stream's rules, the synchronising calls); a device fault becomes a sticky error.
+//     KILN_SIM_DELAY_US=n adds a random delay before each operation; KILN_SIM_SYNC=1 makes the
+//     host wait for each one.
 //   - Devices: env KILN_SIM_DEVICES (default 2, 0 allowed: then cudaGetDeviceCount fails with
 //     cudaErrorNoDevice like a machine without a GPU).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 // ---- Errors -------------------------------------------------------------------------------
 // The values match the real runtime's, so printed numbers mean the same thing.
@@ -89,7 +92,10 @@ enum cudaDeviceAttr {
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
-cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaDeviceSynchronize();  // waits for every stream of the device
+// Waits for the device's work and clears its sticky error (the simulator keeps memory and
+// handles valid; a GPU would destroy them).
+cudaError_t cudaDeviceReset();
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer_device);
@@ -115,18 +121,22 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
-cudaError_t cudaStreamQuery(cudaStream_t stream);  // always cudaSuccess: work is already done
+cudaError_t cudaStreamQuery(cudaStream_t stream);  // cudaErrorNotReady while work is queued
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+// Queues a host function on the stream: it runs (on the simulator's worker thread) when the
+// stream reaches it, and must not call the CUDA API, as on a GPU.
+using cudaHostFn_t = void (*)(void* user_data);
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data);
 
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
-// Records the host time now (work before it on the stream has already finished). The event
-// and the stream must belong to the same device, as on a GPU.
+// Queues a record: the event completes (and takes the host time) when the stream reaches it.
+// The event and the stream must belong to the same device, as on a GPU.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
-cudaError_t cudaEventQuery(cudaEvent_t event);
-// Milliseconds between two recorded timing events (host wall time in the simulator).
+cudaError_t cudaEventQuery(cudaEvent_t event);  // cudaErrorNotReady until the record has run
+// Milliseconds between two completed timing events (host wall time in the simulator).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- Memory -------------------------------------------------------------------------------
@@ -224,4 +234,7 @@ bool shuffle_enabled();
 // Per-device memory capacity in bytes (env KILN_SIM_DEVICE_MEMORY), for every device.
 void set_device_memory_capacity(size_t bytes);
 size_t device_memory_used(int device);
+// What the current device's sticky error was about ("cuda:0: kernel ...: <what failed>"), or
+// empty. A real GPU says only cudaErrorLaunchFailure; KILN_CUDA_CHECK appends this text.
+std::string fault_message();
 }  // namespace kiln::sim

@@ -1,29 +1,12 @@
-// sim/device.cpp: errors, devices, streams and events of the simulated CUDA runtime.
-//
-// Streams and events are small host objects. Because every operation runs to completion when
-// it is submitted, a stream needs no queue: it only remembers its device (work may only be
-// queued on a stream of the current device). An event remembers its device and the host time
-// of its last record, which is also the time all work submitted before it had finished.
-#include <chrono>
+// sim/device.cpp: errors and devices of the simulated CUDA runtime (streams and events:
+// streams.cpp).
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <unordered_set>
 #include <utility>
 
 #include "engine/cuda/sim/internal.h"
-
-struct CUstream_st {
-  int device;
-  unsigned int flags;
-};
-struct CUevent_st {
-  int device;
-  unsigned int flags;
-  bool recorded;
-  std::chrono::steady_clock::time_point time;
-};
 
 namespace kiln::sim {
 
@@ -50,10 +33,7 @@ namespace {
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local int t_device = 0;
 
-// Live handles, so a destroyed or made-up handle is an error instead of a crash.
 std::mutex g_handles_mutex;
-std::unordered_set<CUstream_st*> g_streams;
-std::unordered_set<CUevent_st*> g_events;
 std::set<std::pair<int, int>> g_peer_access;  // (device, peer) pairs enabled
 
 cudaError_t check_has_device() {
@@ -68,26 +48,7 @@ cudaError_t record_error(cudaError_t error) {
 int current_device() { return t_device; }
 bool valid_device(int device) { return device >= 0 && device < configured_device_count(); }
 
-bool stream_device(cudaStream_t stream, int* device) {
-  if (stream == nullptr) {
-    *device = t_device;
-    return true;
-  }
-  std::lock_guard<std::mutex> lock(g_handles_mutex);
-  if (g_streams.count(stream) == 0) return false;
-  *device = stream->device;
-  return true;
-}
-
-// Synchronous for now: the work runs on the calling thread before enqueue returns.
-cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work) {
-  (void)what;
-  int device = 0;
-  if (!stream_device(stream, &device) || device != t_device)
-    return fail(cudaErrorInvalidResourceHandle);
-  work();
-  return cudaSuccess;
-}
+void set_current_device(int device) { t_device = device; }
 
 }  // namespace kiln::sim
 
@@ -163,7 +124,6 @@ cudaError_t cudaGetDevice(int* device) {
   *device = kiln::sim::t_device;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return kiln::sim::check_has_device(); }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return fail(cudaErrorInvalidValue);
@@ -250,81 +210,3 @@ cudaError_t cudaDriverGetVersion(int* version) {
   return cudaSuccess;
 }
 cudaError_t cudaRuntimeGetVersion(int* version) { return cudaDriverGetVersion(version); }
-
-// ---- Streams ------------------------------------------------------------------------------
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, 0); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  if (stream == nullptr || (flags & ~cudaStreamNonBlocking) != 0) return fail(cudaErrorInvalidValue);
-  if (kiln::sim::check_has_device() != cudaSuccess) return cudaErrorNoDevice;
-  auto* s = new CUstream_st{kiln::sim::t_device, flags};
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  kiln::sim::g_streams.insert(s);
-  *stream = s;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  if (stream == nullptr || kiln::sim::g_streams.erase(stream) == 0)
-    return fail(cudaErrorInvalidResourceHandle);
-  delete stream;
-  return cudaSuccess;
-}
-// Work on a stream is finished when it was submitted: synchronising only validates the handle.
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  int device = 0;
-  return kiln::sim::stream_device(stream, &device) ? cudaSuccess
-                                                   : fail(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
-cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
-  int device = 0;
-  if (!kiln::sim::stream_device(stream, &device)) return fail(cudaErrorInvalidResourceHandle);
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  if (kiln::sim::g_events.count(event) == 0) return fail(cudaErrorInvalidResourceHandle);
-  return cudaSuccess;  // the event's work is already done: nothing to wait for
-}
-
-// ---- Events -------------------------------------------------------------------------------
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  if (event == nullptr || (flags & ~(cudaEventBlockingSync | cudaEventDisableTiming)) != 0)
-    return fail(cudaErrorInvalidValue);
-  if (kiln::sim::check_has_device() != cudaSuccess) return cudaErrorNoDevice;
-  auto* e = new CUevent_st{kiln::sim::t_device, flags, false, {}};
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  kiln::sim::g_events.insert(e);
-  *event = e;
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  if (kiln::sim::g_events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  int device = 0;
-  if (!kiln::sim::stream_device(stream, &device)) return fail(cudaErrorInvalidResourceHandle);
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  if (kiln::sim::g_events.count(event) == 0 || event->device != device)
-    return fail(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->time = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  return kiln::sim::g_events.count(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (ms == nullptr) return fail(cudaErrorInvalidValue);
-  std::lock_guard<std::mutex> lock(kiln::sim::g_handles_mutex);
-  if (kiln::sim::g_events.count(start) == 0 || kiln::sim::g_events.count(end) == 0)
-    return fail(cudaErrorInvalidResourceHandle);
-  if ((start->flags | end->flags) & cudaEventDisableTiming)
-    return fail(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->time - start->time).count();
-  return cudaSuccess;
-}

@@ -2,7 +2,8 @@
 //
 // Blocks are independent (a GPU runs them in any order, many at once), so they are handed out
 // to a small pool of OS threads through one atomic counter; the launching thread takes blocks
-// too and returns when all are done (streams are synchronous in the simulator). Pool size:
+// too and returns when all are done. That launching thread is the stream's worker (streams.cpp):
+// run_kernel validates the launch on the host thread, then queues the grid. Pool size:
 // env KILN_SIM_THREADS, default the number of hardware threads; a small grid runs on the
 // launching thread alone (waking the pool costs more than it saves).
 #include <algorithm>
@@ -182,13 +183,12 @@ size_t shared_memory_limit(const void* kernel) {
   return it != g_dynamic_shared_limit.end() ? it->second : kDefaultSharedLimit;
 }
 
-void run_kernel(const KernelLaunch& launch) {
-  validate(launch);
+namespace {
+void run_grid(const KernelLaunch& launch, uint64_t seed) {
   Job job;
   job.launch = &launch;
   job.total = uint64_t{launch.grid.x} * launch.grid.y * launch.grid.z;
-  const uint64_t launch_id = g_launches.fetch_add(1);
-  if (g_shuffle.load()) job.seed = mix(g_shuffle_seed.load(), launch_id);
+  job.seed = seed;
   const uint64_t threads = job.total * launch.block.x * launch.block.y * launch.block.z;
   if (job.total >= 2 && threads >= kMinParallelThreads && Pool::instance().has_helpers()) {
     Pool::instance().run(job);
@@ -196,6 +196,27 @@ void run_kernel(const KernelLaunch& launch) {
     work(job);
   }
   if (job.error) std::rethrow_exception(job.error);
+}
+}  // namespace
+
+void run_kernel(const KernelLaunch& launch) {
+  validate(launch);
+  // The shuffle seed is fixed at submission, so a run is reproducible whatever the timing.
+  const uint64_t launch_id = g_launches.fetch_add(1);
+  const uint64_t seed = g_shuffle.load() ? mix(g_shuffle_seed.load(), launch_id) : 0;
+  const cudaError_t e = enqueue(launch.stream, "kernel", [launch, seed] {
+    try {
+      run_grid(launch, seed);
+    } catch (const std::exception& ex) {
+      throw Error("grid " + dims(launch.grid) + ", block " + dims(launch.block) + ": " + ex.what());
+    }
+  });
+  if (e != cudaSuccess) {
+    // A fault earlier on this device, or a stream that died since validate().
+    const std::string fault = fault_message();
+    launch_error(launch, std::string(cudaGetErrorName(e)) +
+                             (fault.empty() ? std::string() : " after an earlier fault: " + fault));
+  }
 }
 
 bool pointer_checks_enabled() {

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "engine/cuda/sim/runtime.h"
 
@@ -17,24 +19,42 @@ size_t env_size(const char* name, size_t fallback);  // a non-negative integer f
 // record_error (api.h) sets the calling thread's last error and returns it: `return fail(x);`.
 inline cudaError_t fail(cudaError_t error) { return record_error(error); }
 
-// ---- Devices and streams (device.cpp) -----------------------------------------------------
+// ---- Devices (device.cpp) and streams (streams.cpp) -----------------------------------------------------
 int current_device();                   // this host thread's device (cudaSetDevice)
+void set_current_device(int device);    // for the simulator's own threads (stream workers)
 bool valid_device(int device);          // 0 <= device < count
 // The device a stream belongs to (nullptr: the current device's legacy stream). False for a
 // handle that was never created or was destroyed.
 bool stream_device(cudaStream_t stream, int* device);
 
-// ---- Stream work (device.cpp) --------------------------------------------------------------
+// ---- Stream work (streams.cpp) -------------------------------------------------------------
+struct Queue;  // one stream's queue and worker
+// A point in a stream: reached when the queue has completed `seq` operations.
+struct Ticket {
+  std::shared_ptr<Queue> queue;  // null: a point that is always reached
+  uint64_t seq = 0;
+};
+
 // Queues `work` on `stream` (nullptr: the current device's legacy default stream), as the
 // GPU queues a kernel or a copy: it runs after everything submitted to that stream before it
 // (and what the legacy stream's rules order before it), on the stream's own worker thread with
 // the stream's device current, asynchronously to the calling host thread. An exception thrown
 // by `work` is a device fault: it becomes the device's sticky error, returned (with its
 // message in `fault_message()`) by the next synchronising call. `what` names the work in that
-// message ("kernel gemm_kernel", "cublasSgemm", "ncclAllReduce", ...). The caller validates
-// its arguments first and returns their errors synchronously, as the real APIs do.
-// Returns cudaErrorInvalidResourceHandle for a destroyed stream or one of another device.
-cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work);
+// message ("kernel", "cublasSgemm", "ncclAllReduce", ...; a string literal). The caller
+// validates its arguments first and returns their errors synchronously, as the real APIs do.
+// Returns cudaErrorInvalidResourceHandle for a destroyed stream, or the device's sticky error.
+// `ticket`, if given, receives the point at which the work has run.
+cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work,
+                    Ticket* ticket = nullptr);
+// Blocks until the ticket's work has run; returns its device's sticky error.
+cudaError_t wait(const Ticket& ticket);
+// Blocks until all work queued so far on `device` (every stream) has run; returns the sticky
+// error. synchronize_all_devices: the same for every device (cudaFreeHost's implicit sync).
+cudaError_t synchronize_device(int device);
+cudaError_t synchronize_all_devices();
+cudaError_t fail_if(cudaError_t error);  // fail(error) unless cudaSuccess
+bool synchronous_streams();              // KILN_SIM_SYNC=1
 
 // ---- Memory (memory.cpp) ------------------------------------------------------------------
 enum class MemoryKind { None, Device, PinnedHost };

@@ -10,13 +10,15 @@
 // (or pinned host memory) - catching a freed buffer, a CPU pointer or a tensor on another
 // device at the launch instead of as a wrong result (env KILN_SIM_CHECK_POINTERS=0 turns it off).
 //
-// Then every block runs (blocks in parallel on a small pool of OS threads, the threads of a
-// block as fibers of one OS thread) and launch returns when the whole grid has finished:
-// streams are synchronous in the simulator. If a kernel throws, or the block's threads
-// disagree on a barrier, the launch throws kiln::Error on the calling thread.
+// Then the grid is queued on the stream and launch returns, as on a GPU: the stream's worker
+// thread runs every block later (blocks in parallel on a small pool of OS threads, the threads
+// of a block as fibers of one OS thread). If a kernel throws, or the block's threads disagree
+// on a barrier, that is a device fault: the device's sticky error, reported (with the text) by
+// the next synchronising call.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
@@ -32,10 +34,11 @@ struct KernelLaunch {
   cudaStream_t stream = nullptr;
   const void* kernel = nullptr;  // identifies the kernel (for cudaFuncSetAttribute limits)
   void (*invoke)(const void* payload) = nullptr;
-  const void* payload = nullptr;
+  std::shared_ptr<const void> payload;  // the kernel and a copy of its arguments
 };
 
-// Validates the configuration and runs the grid (scheduler.cpp / grid.cpp). Throws kiln::Error.
+// Validates the configuration (throws kiln::Error) and queues the grid on its stream
+// (grid.cpp, scheduler.cpp).
 void run_kernel(const KernelLaunch& launch);
 
 // Throws kiln::Error unless `p` is null, inside a live allocation of the current device, or
@@ -71,7 +74,7 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
     void (*kernel)(Params...);
     std::tuple<Params...> args;
   };
-  const Payload payload{kernel, std::tuple<Params...>(args...)};
+  auto payload = std::make_shared<const Payload>(Payload{kernel, std::tuple<Params...>(args...)});
   KernelLaunch l;
   l.grid = grid;
   l.block = block;
@@ -82,7 +85,7 @@ void launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
     const Payload& pl = *static_cast<const Payload*>(p);
     std::apply(pl.kernel, pl.args);
   };
-  l.payload = &payload;
+  l.payload = std::move(payload);
   run_kernel(l);
 }
 

@@ -9,8 +9,10 @@
 // arguments against it (launch.h).
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -68,9 +70,23 @@ cudaError_t release(void* p, MemoryKind kind) {
 // The direction a cudaMemcpyDefault copy takes, from where the pointers live.
 bool is_device(const void* p) { return find_region(p).kind == MemoryKind::Device; }
 
-cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+// How a copy relates to the host, from where its host side lives (CUDA Runtime API, "API
+// synchronization behavior"): a copy to pageable host memory returns when it is done; a copy
+// from pageable host memory stages the source first, so the caller may reuse it at once; with
+// pinned host memory or device to device the copy runs whenever the stream gets to it.
+enum class HostSide { None, Pinned, Pageable };
+HostSide host_side(const void* p, bool on_device) {
+  if (on_device) return HostSide::None;
+  return find_region(p).kind == MemoryKind::PinnedHost ? HostSide::Pinned : HostSide::Pageable;
+}
+
+// A copy on `stream`; `blocking`: the host waits for it (cudaMemcpy).
+cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                 cudaStream_t stream, bool blocking) {
   if (count == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return fail(cudaErrorInvalidValue);
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return fail(cudaErrorInvalidMemcpyDirection);
   if (kind == cudaMemcpyDefault) {
     const bool d = is_device(dst), s = is_device(src);
     kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
@@ -78,20 +94,27 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) 
   }
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
-    return fail(cudaErrorInvalidMemcpyDirection);
   // With unified addressing any device may be read or written by a copy; the range must
   // be inside one live allocation. (Host ranges cannot be checked: any host pointer is fine.)
   if (dst_device && !range_in(dst, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
   if (src_device && !range_in(src, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
-  std::memmove(dst, src, count);
-  return cudaSuccess;
+  const HostSide to = host_side(dst, dst_device), from = host_side(src, src_device);
+  if (kind == cudaMemcpyHostToHost && to != HostSide::Pinned && from != HostSide::Pinned) {
+    std::memmove(dst, src, count);  // nothing of a GPU's is involved
+    return cudaSuccess;
+  }
+  std::function<void()> work = [dst, src, count] { std::memmove(dst, src, count); };
+  if (from == HostSide::Pageable) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                      static_cast<const char*>(src) + count);
+    work = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+  }
+  Ticket done;
+  if (const cudaError_t e = enqueue(stream, "cudaMemcpy", std::move(work), &done); e != cudaSuccess)
+    return e;
+  return blocking || to == HostSide::Pageable ? wait(done) : cudaSuccess;
 }
 
-bool stream_ok(cudaStream_t stream) {
-  int device = 0;
-  return stream_device(stream, &device);
-}
 }  // namespace
 
 Region find_region(const void* p) {
@@ -145,8 +168,12 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
   return cudaSuccess;
 }
 
+// cudaFree waits for the device's work first (it synchronises implicitly on a GPU too), so
+// queued kernels never touch freed memory.
 cudaError_t cudaFree(void* dev_ptr) {
   if (dev_ptr == nullptr) return cudaSuccess;  // like free(nullptr)
+  const kiln::sim::Region r = kiln::sim::find_region(dev_ptr);
+  if (r.kind == MemoryKind::Device) (void)kiln::sim::synchronize_device(r.device);
   return kiln::sim::release(dev_ptr, MemoryKind::Device);
 }
 
@@ -170,44 +197,61 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  (void)kiln::sim::synchronize_all_devices();  // any device's copy may still read it
   return kiln::sim::release(ptr, MemoryKind::PinnedHost);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return kiln::sim::copy(dst, src, count, kind);
+  return kiln::sim::copy(dst, src, count, kind, nullptr, /*blocking=*/true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return kiln::sim::copy(dst, src, count, kind);
+  return kiln::sim::copy(dst, src, count, kind, stream, /*blocking=*/false);
 }
-cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
-                           size_t count) {
+
+namespace {
+cudaError_t copy_peer(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                      cudaStream_t stream, bool blocking) {
   if (!kiln::sim::valid_device(dst_device) || !kiln::sim::valid_device(src_device))
     return fail(cudaErrorInvalidDevice);
   if (count == 0) return cudaSuccess;
   if (!kiln::sim::range_in(dst, count, MemoryKind::Device, dst_device) ||
       !kiln::sim::range_in(src, count, MemoryKind::Device, src_device))
     return fail(cudaErrorInvalidValue);
-  std::memmove(dst, src, count);
-  return cudaSuccess;
+  kiln::sim::Ticket done;
+  const cudaError_t e = kiln::sim::enqueue(
+      stream, "cudaMemcpyPeer", [=] { std::memmove(dst, src, count); }, &done);
+  if (e != cudaSuccess) return e;
+  return blocking ? kiln::sim::wait(done) : cudaSuccess;
+}
+
+// Memset needs memory of the stream's device (a missing DeviceGuard shows up here).
+cudaError_t set(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  int device = 0;
+  if (!kiln::sim::stream_device(stream, &device)) return fail(cudaErrorInvalidResourceHandle);
+  if (!kiln::sim::range_in(dev_ptr, count, MemoryKind::Device, device))
+    return fail(cudaErrorInvalidValue);
+  return kiln::sim::enqueue(stream, "cudaMemset",
+                            [=] { std::memset(dev_ptr, value, count); });
+}
+}  // namespace
+
+// The peer copies are ordered on the current device's stream (legacy for cudaMemcpyPeer).
+cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
+                           size_t count) {
+  return copy_peer(dst, dst_device, src, src_device, count, nullptr, /*blocking=*/true);
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,
                                 size_t count, cudaStream_t stream) {
-  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemcpyPeer(dst, dst_device, src, src_device, count);
+  return copy_peer(dst, dst_device, src, src_device, count, stream, /*blocking=*/false);
 }
 
 cudaError_t cudaMemset(void* dev_ptr, int value, size_t count) {
-  if (count == 0) return cudaSuccess;
-  if (!kiln::sim::range_in(dev_ptr, count, MemoryKind::Device, kiln::sim::current_device()))
-    return fail(cudaErrorInvalidValue);
-  std::memset(dev_ptr, value, count);
-  return cudaSuccess;
+  return set(dev_ptr, value, count, nullptr);
 }
 cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
-  if (!kiln::sim::stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle);
-  return cudaMemset(dev_ptr, value, count);
+  return set(dev_ptr, value, count, stream);
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {

@@ -205,7 +205,7 @@ void BlockRunner::fiber_main(void* arg) {
     // Exceptions must not unwind past a fiber's first frame (there is no caller to return
     // to): catch here and let the scheduler rethrow on the OS thread's own stack.
     try {
-      r.launch_->invoke(r.launch_->payload);
+      r.launch_->invoke(r.launch_->payload.get());
     } catch (...) {
       r.kernel_error_ = std::current_exception();
     }

@@ -1,0 +1,40 @@
+// sim/cudnn_compute.h: the host arithmetic behind the simulated cuDNN calls (sim/cudnn.cpp
+// checks the arguments and queues these on the handle's stream). Plain NCHW / KCRS buffers;
+// every function computes out = alpha op(...) + beta out and never reads out when beta is 0.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::sim {
+
+// A 2-d convolution: x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q) with
+//   P = (H + 2 pad_h - ((R - 1) dil_h + 1)) / stride_h + 1, and likewise Q;
+// y[n,k,p,q] = sum over c, r, s of w[k,c,r,s] x[n, c, p stride_h - pad_h + r' dil_h, ...] where
+// r' = r for cross-correlation and R-1-r for convolution (the filter flipped), likewise s.
+struct ConvShape {
+  int64_t n, c, h, w;
+  int64_t k, r, s;
+  int64_t p, q;
+  int64_t pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
+  bool flip;  // CUDNN_CONVOLUTION
+};
+
+// `tf32`: round x, w and dy to TF32 first (float only), as tensor cores read them.
+template <typename T>
+void conv_forward_host(const ConvShape& g, T alpha, const T* x, const T* w, T beta, T* y,
+                       bool tf32);
+template <typename T>
+void conv_backward_data_host(const ConvShape& g, T alpha, const T* w, const T* dy, T beta, T* dx,
+                             bool tf32);
+template <typename T>
+void conv_backward_filter_host(const ConvShape& g, T alpha, const T* x, const T* dy, T beta,
+                               T* dw, bool tf32);
+// db (K) = alpha sum over n, p, q of dy (N, K, P, Q) + beta db.
+template <typename T>
+void conv_backward_bias_host(int64_t n, int64_t k, int64_t pq, T alpha, const T* dy, T beta,
+                             T* db);
+// c (4-d, dims cd) = alpha a + beta c, a (4-d, dims ad) broadcast where ad[i] == 1.
+template <typename T>
+void add_tensor_host(const int64_t ad[4], T alpha, const T* a, const int64_t cd[4], T beta, T* c);
+
+}  // namespace kiln::sim
