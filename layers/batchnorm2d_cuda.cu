@@ -60,7 +60,7 @@ template <typename T>
 __global__ void __launch_bounds__(kReduceThreads)
     batch_norm2d_stats_kernel(const T* __restrict__ x, T* __restrict__ mean,
                               T* __restrict__ var, int64_t n, int64_t c, int64_t hw) {
-  __shared__ double scratch[kWarpSize];
+  KILN_SHARED(double, scratch, [kWarpSize]);
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
   // Pass 1: the mean.
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
     const T* __restrict__ mean, const T* __restrict__ invstd, const T* __restrict__ weight,
     const T* __restrict__ relu_y, T* __restrict__ grad_weight, T* __restrict__ grad_bias,
     T* __restrict__ coef, bool need_sums, int64_t n, int64_t c, int64_t hw) {
-  __shared__ double scratch[kWarpSize];
+  KILN_SHARED(double, scratch, [kWarpSize]);
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
   const double mu = static_cast<double>(mean[ch]);

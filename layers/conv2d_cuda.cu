@@ -180,7 +180,7 @@ constexpr int kBiasThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
     conv2d_bias_grad_kernel(const T* __restrict__ dy, T* __restrict__ db, ConvDims d) {
-  __shared__ T scratch[kWarpSize];
+  KILN_SHARED(T, scratch, [kWarpSize]);
   const int k = blockIdx.x;
   const int total = d.n * d.pq;
   T sum = 0;

@@ -236,7 +236,8 @@ __global__ void __launch_bounds__(kGemmThreads) conv_implicit_gemm_kernel(Proble
   constexpr int TM = BM / 16, TN = BN / 16;   // the thread's micro-tile
   constexpr int kALoads = BM * kBK / kGemmThreads;  // A elements a thread loads per slice
   constexpr int kBLoads = BN * kBK / kGemmThreads;
-  __shared__ GemmTiles<T, BM, BN> tiles;
+  using Tiles = GemmTiles<T, BM, BN>;
+  KILN_SHARED(Tiles, tiles);
 
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;

@@ -57,7 +57,7 @@ __device__ __forceinline__ long long warp_min(long long v) {
   return v;
 }
 
-// The minimum over a block (block_sum's scheme); `scratch` is __shared__ long long[32].
+// The minimum over a block (block_sum's scheme); `scratch` is a shared long long[32].
 __device__ long long block_min(long long v, long long* scratch) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   v = warp_min(v);
@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kThreads)
     cross_entropy_finish_kernel(const double* __restrict__ row_loss,
                                 const int64_t* __restrict__ targets, T* __restrict__ loss,
                                 int64_t* __restrict__ bad_row, int64_t n, int64_t c) {
-  __shared__ double sum_scratch[kWarpSize];
-  __shared__ long long min_scratch[kWarpSize];
+  KILN_SHARED(double, sum_scratch, [kWarpSize]);
+  KILN_SHARED(long long, min_scratch, [kWarpSize]);
   constexpr long long kNone = 0x7fffffffffffffffLL;
   double s = 0;
   long long first_bad = kNone;
@@ -153,7 +153,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mse_loss_partial_kernel(const T* __restrict__ a, const T* __restrict__ b,
                             double* __restrict__ partials, int64_t n) {
-  __shared__ double scratch[kWarpSize];
+  KILN_SHARED(double, scratch, [kWarpSize]);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   double s = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -170,7 +170,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     mse_loss_finish_kernel(const double* __restrict__ partials, int64_t count,
                            T* __restrict__ loss, int64_t n) {
-  __shared__ double scratch[kWarpSize];
+  KILN_SHARED(double, scratch, [kWarpSize]);
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
   s = block_sum(s, scratch);

@@ -8,11 +8,27 @@
 // The few places where CUDA syntax cannot be expressed in plain C++ have a macro here:
 //   KILN_DYNAMIC_SHARED(T, name)  declares `T* name` pointing at the block's dynamic shared
 //                                 memory (the `extern __shared__` array of the launch).
+//   KILN_SHARED(T, name, dims)    declares a static shared variable, 16-byte aligned:
+//                                 KILN_SHARED(float, tile, [32][33]) is
+//                                 `__shared__ __align__(16) float tile[32][33]` under nvcc. Under
+//                                 the simulator `name` is a reference into the block's shared
+//                                 arena: NaN-filled at block start, a guard zone after it (ASan),
+//                                 counted against the kernel's shared-memory limit. `dims` may be
+//                                 empty; a T with commas needs an alias (using Tiles = X<a, b>).
+//                                 Plain `__shared__` still compiles in the simulator, unchecked
+//                                 (docs/cuda_simulator.md): kernels use KILN_SHARED.
 #pragma once
 
 #if KILN_CUDA_SIM
 #include "engine/cuda/sim/runtime.h"
 #define KILN_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::kiln::sim::dynamic_shared_memory())
+// The address of a function-local static identifies the declaration (one per template
+// instantiation), so every thread of the block gets the same storage.
+#define KILN_SHARED(T, name, ...)                                                      \
+  static char kiln_shared_key_##name;                                                   \
+  ::kiln::sim::detail::Shared<T __VA_ARGS__>& name =                                    \
+      *static_cast<::kiln::sim::detail::Shared<T __VA_ARGS__>*>(::kiln::sim::detail::static_shared( \
+          &kiln_shared_key_##name, sizeof(::kiln::sim::detail::Shared<T __VA_ARGS__>)))
 #else
 #include <cuda_runtime.h>
 // One untyped array for every kernel (a typed `extern __shared__ T s[]` in a template clashes
@@ -20,4 +36,5 @@
 #define KILN_DYNAMIC_SHARED(T, name)                                   \
   extern __shared__ __align__(16) unsigned char kiln_dynamic_shared_[]; \
   T* name = reinterpret_cast<T*>(kiln_dynamic_shared_)
+#define KILN_SHARED(T, name, ...) __shared__ __align__(16) T name __VA_ARGS__
 #endif

@@ -150,6 +150,10 @@ TEST_F(SimKernel, ShuffleChangesTheExecutionOrder) {
 }
 
 TEST_F(SimKernel, ShuffleExposesAMissingSyncthreads) {
+#if KILN_SANITIZE_THREAD
+  GTEST_SKIP() << "a deliberate race, which ThreadSanitizer reports (sim_race_detection checks "
+                  "that it does)";
+#endif
   const int threads = 256;
   auto wrong_values = [&](bool with_barrier, int epoch) {
     DeviceBuffer<int> out(threads);
@@ -422,6 +426,22 @@ TEST_F(SimKernel, AddressSanitizerCatchesSharedMemoryPastTheEnd) {
       "use-after-poison");
 }
 #endif
+
+// A float4 access needs a 16-byte aligned address: a GPU faults ("misaligned address"), and so
+// does the simulator where UBSan's alignment check is on (the build-asan tree).
+TEST_F(SimKernel, MisalignedFloat4LoadIsCaught) {
+  DeviceBuffer<float> in(std::vector<float>(8, 1.0f)), out(1);
+  launch(load_float4_kernel, LaunchConfig{1, 32, 0, nullptr}, in.get(), out.get());
+  EXPECT_EQ(out.to_host()[0], 2.0f);
+#if KILN_SANITIZE_ALIGNMENT
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(launch(load_float4_kernel, LaunchConfig{1, 32, 0, nullptr}, in.get() + 1, out.get()),
+               "misaligned address .* for type 'const struct float4'");
+#else
+  GTEST_SKIP() << "misaligned vector accesses are caught where -fsanitize=alignment is on (the "
+                  "build-asan tree)";
+#endif
+}
 
 // Two 1M-element kernels, timed. These are SIMULATED figures: CPU time, nothing to do with a GPU.
 TEST_F(SimKernel, MillionElementKernelsAreFastEnough) {

@@ -57,7 +57,7 @@ __global__ void index_kernel(int* ids, unsigned* dims) {
 // The classic shared-memory tree reduction (blockDim.x = 256), one atomicAdd per block.
 // Negative partial sums wrap in unsigned long long; the total comes out right modulo 2^64.
 __global__ void block_sum_kernel(const int* x, int n, unsigned long long* sum) {
-  __shared__ int s[256];
+  KILN_SHARED(int, s, [256]);
   const int t = threadIdx.x, i = blockIdx.x * blockDim.x + t;
   s[t] = i < n ? x[i] : 0;
   __syncthreads();
@@ -70,7 +70,7 @@ __global__ void block_sum_kernel(const int* x, int n, unsigned long long* sum) {
 
 // Float sum with warp shuffles, then shared memory across the 8 warps of a 256-thread block.
 __global__ void float_block_sum_kernel(const float* x, int n, float* sum) {
-  __shared__ float warp_sums[32];
+  KILN_SHARED(float, warp_sums, [32]);
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float v = i < n ? x[i] : 0.0f;
@@ -92,7 +92,7 @@ __global__ void record_order_kernel(int* out, int* counter) {
 // Thread t reads what thread t-1 wrote to shared memory: correct only with the barrier.
 // `epoch` makes every launch write different values (shared memory is not cleared).
 __global__ void neighbour_kernel(int* out, int epoch, int with_barrier) {
-  __shared__ int s[256];
+  KILN_SHARED(int, s, [256]);
   const int t = threadIdx.x;
   s[t] = epoch * 1000 + t;
   if (with_barrier) __syncthreads();  // uniform across the block: legal
@@ -187,6 +187,14 @@ __global__ void read_fresh_shared_kernel(float* out) {
   out[blockIdx.x * blockDim.x + t] = buf[t];
   __syncthreads();
   buf[t] = 1.0f;
+}
+
+// Thread 0 loads one float4 from p (which must be 16-byte aligned) and adds its ends.
+__global__ void load_float4_kernel(const float* p, float* out) {
+  if (threadIdx.x == 0) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x + v.w;
+  }
 }
 
 // Thread 0 reads one float past the end of `n` floats of dynamic shared memory.

@@ -26,3 +26,24 @@ set_tests_properties(sim_nccl_test_4_devices PROPERTIES LABELS sim
 # The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
 kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
+
+# Static shared memory (KILN_SHARED), and correctly synchronised kernels that ThreadSanitizer
+# must not report (build-tsan).
+kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln_engine)
+
+# Race detection: each case is a kernel with one data race; under ThreadSanitizer the test
+# passes only if TSan reports it, naming the kernel and both GPU threads. Elsewhere: skipped.
+add_executable(sim_race_detection sim_race_detection.cpp)
+target_link_libraries(sim_race_detection PRIVATE kiln_engine)
+add_dependencies(kiln_tests_sim sim_race_detection)
+foreach(race syncthreads generation warp-generation subset-mask global)
+  add_test(NAME sim_race_detection_${race} COMMAND sim_race_detection ${race})
+  set_tests_properties(sim_race_detection_${race} PROPERTIES LABELS sim SKIP_RETURN_CODE 77)
+  if(KILN_SANITIZE MATCHES "thread")
+    set_tests_properties(sim_race_detection_${race} PROPERTIES
+      ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1"
+      PASS_REGULAR_EXPRESSION
+      "WARNING: ThreadSanitizer: data race.*race_[a-z_]*_kernel.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'")
+  endif()
+endforeach()

@@ -107,8 +107,8 @@ __global__ void gemm_tiled_kernel(bool ta, bool tb, int m, int n, int k, const T
                                   T beta) {
   // as[r][p] = op(A)(row0 + r, k0 + p); bs[p][q] = op(B)(k0 + p, col0 + q). The +1 column of
   // padding puts the elements of a tile column in different banks (see the transposed loads).
-  __shared__ T as[kTile][kTile + 1];
-  __shared__ T bs[kTile][kTile + 1];
+  KILN_SHARED(T, as, [kTile][kTile + 1]);
+  KILN_SHARED(T, bs, [kTile][kTile + 1]);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
   const int row = row0 + ty, col = col0 + tx;
@@ -204,9 +204,9 @@ __global__ void __launch_bounds__(kThreads)
     gemm_regblock_kernel(int m, int n, int k, const float* __restrict__ a, int lda,
                          const float* __restrict__ b, int ldb, float* __restrict__ c, float beta,
                          bool vec_a, bool vec_b, bool vec_c) {
-  // Two k-major tiles per operand (double buffering). alignas: float4 reads of the rows.
-  alignas(16) __shared__ float as[2][kBK][kBM + kPad];
-  alignas(16) __shared__ float bs[2][kBK][kBN + kPad];
+  // Two k-major tiles per operand (double buffering), 16-byte aligned: float4 reads of the rows.
+  KILN_SHARED(float, as, [2][kBK][kBM + kPad]);
+  KILN_SHARED(float, bs, [2][kBK][kBN + kPad]);
 
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   // The thread's micro-tile: rows ty*4..+3 and 64+ty*4..+3 of the block tile, columns

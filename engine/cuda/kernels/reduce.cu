@@ -63,7 +63,7 @@ __global__ void sum_rows_warp_kernel(const T* __restrict__ x, T* __restrict__ ou
 template <typename T>
 __global__ void sum_rows_block_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows,
                                       int64_t len, int64_t parts, int64_t piece) {
-  __shared__ T scratch[kWarpSize];
+  KILN_SHARED(T, scratch, [kWarpSize]);
   const int64_t p = blockIdx.x;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {  // rows beyond the grid limit
     const T* xr = x + row * len;
@@ -80,7 +80,7 @@ __global__ void sum_rows_block_kernel(const T* __restrict__ x, T* __restrict__ o
 template <typename T>
 __global__ void sum_cols_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t outer,
                                 int64_t len, int64_t inner, int64_t parts, int64_t piece) {
-  __shared__ T partial[kColsY][kColsX];
+  KILN_SHARED(T, partial, [kColsY][kColsX]);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x;
   const int64_t p = blockIdx.z;
   const int64_t begin = p * piece, end = (p + 1) * piece < len ? (p + 1) * piece : len;

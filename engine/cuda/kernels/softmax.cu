@@ -69,7 +69,7 @@ __device__ __forceinline__ void row_position(int64_t& row, int& lane, int& group
 template <typename T, RowGroup G>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
                                     int64_t len, bool log) {
-  __shared__ T scratch[kWarpSize];
+  KILN_SHARED(T, scratch, [kWarpSize]);
   int64_t row;
   int lane, group;
   row_position<G>(row, lane, group);
@@ -95,7 +95,7 @@ template <typename T, RowGroup G>
 __global__ void softmax_backward_rows_kernel(const T* __restrict__ gy, const T* __restrict__ y,
                                              T* __restrict__ gx, int64_t rows, int64_t len,
                                              bool log) {
-  __shared__ T scratch[kWarpSize];
+  KILN_SHARED(T, scratch, [kWarpSize]);
   int64_t row;
   int lane, group;
   row_position<G>(row, lane, group);

@@ -39,7 +39,7 @@ constexpr unsigned kMaxGridZ = 65535;
 template <typename T>
 __global__ void transpose_tiled_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t ab,
                                        int64_t d0_size, int64_t b_size, int64_t d1_size) {
-  __shared__ T tile[kTileDim][kTileDim + 1];
+  KILN_SHARED(T, tile, [kTileDim][kTileDim + 1]);
   const int64_t j1_0 = static_cast<int64_t>(blockIdx.x) * kTileDim;
   const int64_t j0_0 = static_cast<int64_t>(blockIdx.y) * kTileDim;
   for (int64_t m = blockIdx.z; m < ab; m += gridDim.z) {

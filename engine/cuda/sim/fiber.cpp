@@ -11,31 +11,17 @@
 
 #include "engine/error.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_SIM_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_SIM_ASAN 1
-#endif
-#endif
-#if KILN_SIM_ASAN
-#include <sanitizer/asan_interface.h>
+#include "engine/sanitizer.h"
+#if KILN_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-// ThreadSanitizer must be told about fibers too, or it mixes up their shadow stacks. The switch
-// itself counts as synchronisation (flag 0): races between the threads of one block are not
-// reported, races between blocks (different OS threads) are.
-#if defined(__SANITIZE_THREAD__)
-#define KILN_SIM_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KILN_SIM_TSAN 1
-#endif
-#endif
-#if KILN_SIM_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
+// ThreadSanitizer must be told about fibers too, or it mixes up their shadow stacks. Each
+// fiber is its own TSan thread and a switch orders nothing (__tsan_switch_to_fiber_no_sync):
+// two GPU threads of a block are unordered, as on a GPU, unless the scheduler's explicit
+// release/acquire (a barrier, a warp operation) orders them. This file and scheduler.cpp are
+// compiled without TSan instrumentation (engine/CMakeLists.txt): their bookkeeping crosses
+// fibers without CUDA-level synchronisation and is not the kernel's.
 
 #if defined(__x86_64__) && !defined(KILN_SIM_FORCE_UCONTEXT)
 #define KILN_SIM_ASM_SWITCH 1
@@ -125,9 +111,10 @@ void fiber_make(FiberContext* ctx, void* stack_lo, size_t stack_size, void (*ent
   ctx->asan_fake_stack = nullptr;
   ctx->entry = entry;
   ctx->arg = arg;
-#if KILN_SIM_TSAN
+#if KILN_TSAN
   if (ctx->tsan_fiber) __tsan_destroy_fiber(ctx->tsan_fiber);  // an abandoned fiber, rebuilt
   ctx->tsan_fiber = __tsan_create_fiber(0);
+  ctx->owns_tsan_fiber = true;
 #endif
   if (g_use_ucontext) {
     if (!ctx->uc) ctx->uc = std::make_unique<ucontext_t>();
@@ -156,12 +143,12 @@ void fiber_make(FiberContext* ctx, void* stack_lo, size_t stack_size, void (*ent
 }
 
 void fiber_switch(FiberContext* from, FiberContext* to) {
-#if KILN_SIM_ASAN
+#if KILN_ASAN
   __sanitizer_start_switch_fiber(&from->asan_fake_stack, to->stack_lo, to->stack_size);
 #endif
-#if KILN_SIM_TSAN
+#if KILN_TSAN
   if (!from->tsan_fiber) from->tsan_fiber = __tsan_get_current_fiber();  // an OS thread's own
-  __tsan_switch_to_fiber(to->tsan_fiber, 0);
+  __tsan_switch_to_fiber(to->tsan_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
 #if KILN_SIM_ASM_SWITCH
   if (!g_use_ucontext) {
@@ -172,13 +159,28 @@ void fiber_switch(FiberContext* from, FiberContext* to) {
     if (!from->uc) from->uc = std::make_unique<ucontext_t>();  // an OS thread's own context
     swapcontext(from->uc.get(), to->uc.get());
   }
-#if KILN_SIM_ASAN
+#if KILN_ASAN
   __sanitizer_finish_switch_fiber(from->asan_fake_stack, nullptr, nullptr);
 #endif
 }
 
+FiberContext::~FiberContext() {
+#if KILN_TSAN
+  if (owns_tsan_fiber && tsan_fiber) __tsan_destroy_fiber(tsan_fiber);
+#endif
+}
+
+void fiber_set_name(FiberContext* ctx, const char* name) {
+#if KILN_TSAN
+  if (ctx->tsan_fiber) __tsan_set_fiber_name(ctx->tsan_fiber, name);
+#else
+  (void)ctx;
+  (void)name;
+#endif
+}
+
 void fiber_entered(FiberContext* from) {
-#if KILN_SIM_ASAN
+#if KILN_ASAN
   const void* lo = nullptr;
   size_t size = 0;
   __sanitizer_finish_switch_fiber(nullptr, &lo, &size);
@@ -190,7 +192,7 @@ void fiber_entered(FiberContext* from) {
 }
 
 void fiber_stack_reset(void* stack_lo, size_t stack_size) {
-#if KILN_SIM_ASAN
+#if KILN_ASAN
   __asan_unpoison_memory_region(stack_lo, stack_size);
 #else
   (void)stack_lo;
@@ -201,7 +203,7 @@ void fiber_stack_reset(void* stack_lo, size_t stack_size) {
 // ---- Stacks -------------------------------------------------------------------------------
 size_t StackPool::stack_bytes() {
   static const size_t bytes = [] {
-#if KILN_SIM_ASAN
+#if KILN_ASAN
     size_t kb = 256;
 #else
     size_t kb = 64;

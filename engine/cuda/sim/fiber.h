@@ -12,7 +12,8 @@
 //     ucontext (makecontext/swapcontext), portable but ~100x slower (a syscall per switch).
 // Under AddressSanitizer every switch tells ASan which stack is now in use
 // (__sanitizer_start/finish_switch_fiber), otherwise it reports false stack overflows; under
-// ThreadSanitizer likewise (__tsan_switch_to_fiber).
+// ThreadSanitizer each fiber is a TSan thread of its own and a switch orders nothing
+// (__tsan_switch_to_fiber_no_sync): the scheduler models CUDA's synchronisation explicitly.
 #pragma once
 
 #include <ucontext.h>
@@ -24,6 +25,10 @@
 namespace kiln::sim {
 
 struct FiberContext {
+  FiberContext() = default;
+  FiberContext(const FiberContext&) = delete;
+  FiberContext& operator=(const FiberContext&) = delete;
+  ~FiberContext();  // frees the TSan fiber it created
   void* sp = nullptr;  // saved stack pointer (assembly switch): registers live on the stack
   std::unique_ptr<ucontext_t> uc;  // saved context (ucontext fallback only; kept out of line so
                                    // the hot fibers stay small and close together in memory)
@@ -32,6 +37,7 @@ struct FiberContext {
   size_t stack_size = 0;
   void* asan_fake_stack = nullptr;  // ASan's per-fiber "fake stack" for use-after-return
   void* tsan_fiber = nullptr;       // ThreadSanitizer's handle for this context
+  bool owns_tsan_fiber = false;     // created by fiber_make (not an OS thread's own)
   void (*entry)(void*) = nullptr;   // what a fresh fiber calls (ucontext fallback reads these)
   void* arg = nullptr;
 };
@@ -47,6 +53,10 @@ void fiber_switch(FiberContext* from, FiberContext* to);
 // The first call of every fiber entry: completes the switch that started it (ASan learns the
 // bounds of the stack it came from, which it records in `from`).
 void fiber_entered(FiberContext* from);
+
+// Names the fiber in ThreadSanitizer's reports (e.g. "block (0,0,0) thread (5,0,0)"); TSan
+// copies the name. No-op without TSan.
+void fiber_set_name(FiberContext* ctx, const char* name);
 
 // Whether the ucontext fallback is in use (env KILN_SIM_UCONTEXT, or not x86-64).
 bool fiber_uses_ucontext();

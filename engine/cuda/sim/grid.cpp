@@ -84,12 +84,7 @@ void validate(const KernelLaunch& l) {
   if (l.grid.x > 2147483647u || l.grid.y > 65535 || l.grid.z > 65535)
     launch_error(l, "invalid configuration argument: grid dimensions are limited to "
                     "2147483647x65535x65535");
-  size_t limit = kDefaultSharedLimit;
-  {
-    std::lock_guard<std::mutex> lock(g_attr_mutex);
-    auto it = g_dynamic_shared_limit.find(l.kernel);
-    if (it != g_dynamic_shared_limit.end()) limit = it->second;
-  }
+  const size_t limit = shared_memory_limit(l.kernel);
   if (l.shared_bytes > limit)
     launch_error(l, "too much dynamic shared memory: " + std::to_string(l.shared_bytes) +
                         " B, the kernel's limit is " + std::to_string(limit) +
@@ -181,6 +176,12 @@ class Pool {
 };
 
 }  // namespace
+
+size_t shared_memory_limit(const void* kernel) {
+  std::lock_guard<std::mutex> lock(g_attr_mutex);
+  auto it = g_dynamic_shared_limit.find(kernel);
+  return it != g_dynamic_shared_limit.end() ? it->second : kDefaultSharedLimit;
+}
 
 namespace {
 void run_grid(const KernelLaunch& launch, uint64_t seed) {

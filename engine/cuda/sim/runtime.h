@@ -27,12 +27,12 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-// __shared__: one copy per block. The simulator runs one block at a time on an OS thread (all
-// the block's threads are fibers of that OS thread), so a static thread_local variable is
-// exactly "one per running block": every fiber of the block sees the same storage, and blocks
-// running at the same time on other OS threads have their own. Like real shared memory it is
-// not reset between blocks. (Its size is not counted against the 48 KiB limit: nvcc enforces
-// the static limit at compile time, and the real CUDA build compiles the same files.)
+// __shared__: Kiln's kernels declare static shared memory with KILN_SHARED
+// (engine/cuda/runtime.h), which lives in the running block's arena: NaN at every block start,
+// guard zones, counted against the shared-memory limit. Plain __shared__ still compiles, as a
+// static thread_local variable: the simulator runs one block at a time on an OS thread, so that
+// is "one copy per running block", but unchecked: it keeps the previous block's values, has no
+// guard zones and its size is not counted.
 #define __shared__ static thread_local
 // __constant__: a plain static global here (one per .cu file, as in nvcc's default whole-program
 // mode; read-only by convention, written with cudaMemcpyToSymbol from the same file).

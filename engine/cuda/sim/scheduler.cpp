@@ -14,8 +14,31 @@
 // finishing), and the next block resumes it to run the body again, so a block costs two
 // context switches per thread and no stack set-up. Only fibers abandoned inside the body
 // (after an error) are rebuilt.
+//
+// Shared memory is two arenas per OS thread, reset at every block start: the launch's dynamic
+// shared memory, and the static shared variables (KILN_SHARED), bump-allocated in the order the
+// block's threads first reach their declarations. Both are NaN-filled (a GPU's shared memory
+// holds whatever the last block left) and every variable is followed by a guard zone that
+// AddressSanitizer reports on.
+//
+// Under ThreadSanitizer every fiber is a TSan thread and a fiber switch orders nothing, so the
+// CUDA memory model is stated here explicitly with release/acquire on sync objects:
+//   - block start: each fiber acquires what the OS thread released after preparing the block
+//     (the launch's host-side writes, the previous block on this OS thread, the NaN fills);
+//   - __syncthreads(): each arriving thread releases into the barrier's object, each leaving
+//     thread acquires it. Two objects, alternating by barrier generation: a fast thread already
+//     past barrier k and arriving at k+1 must not leak its new writes into a slow thread that
+//     has yet to leave barrier k;
+//   - warp operations: the same among the lanes taking part (per warp, by generation);
+//   - block end: each fiber releases, the OS thread acquires (then the launch's completion).
+// Two GPU threads touching the same address with no such edge between them, one writing, is a
+// TSan data race report naming both fibers ("block (x,y,z) thread (x,y,z)") - like
+// compute-sanitizer's racecheck, for global memory too.
+// This file is compiled without TSan instrumentation (engine/CMakeLists.txt): its own
+// bookkeeping crosses fibers without CUDA-level synchronisation.
 #include "engine/cuda/sim/scheduler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +71,13 @@ struct SimThread : ThreadState {
   unsigned int mask = 0;                     //   its lane mask,
   uint64_t value = 0;                        //   its value (the result when released),
   int src = -1;                              //   the lane it reads (-1: none)
+  unsigned int voters = 0;  // the lanes it synchronised with at its last warp operation
+};
+
+// Thrown by KILN_SHARED when the block's static + dynamic shared memory exceeds the kernel's
+// limit: a launch error, passed through as it is (not as "the kernel threw").
+struct SharedMemoryLimitError : Error {
+  using Error::Error;
 };
 
 std::string hex(unsigned int v) {
@@ -79,7 +109,13 @@ class BlockRunner {
   BlockRunner() = default;
   BlockRunner(const BlockRunner&) = delete;
   BlockRunner& operator=(const BlockRunner&) = delete;
-  ~BlockRunner() { free_dynamic_shared(); }
+  ~BlockRunner() {
+    free_dynamic_shared();
+    if (static_arena_ != nullptr) {
+      KILN_ASAN_UNPOISON(static_arena_, kStaticArenaBytes);
+      std::free(static_arena_);
+    }
+  }
 
   void run(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed);
 
@@ -87,6 +123,7 @@ class BlockRunner {
   int barrier(int predicate);
   uint64_t warp_exchange(detail::WarpOp op, unsigned int mask, uint64_t value, int src);
   unsigned int active_mask();
+  void* static_shared(const void* key, size_t bytes);
 
  private:
   static void fiber_main(void* arg);
@@ -95,6 +132,7 @@ class BlockRunner {
   void run_warp(unsigned w);
   bool resolve_warp(unsigned w);
   void release_barrier();
+  void release_abandoned(SimThread& t);
   SimThread& current() { return *static_cast<SimThread*>(detail::t_thread); }
   std::string where(const SimThread& t) const {
     return "block " + str3(::blockIdx) + " thread " + str3(t.thread_idx);
@@ -107,6 +145,8 @@ class BlockRunner {
   std::exception_ptr kernel_error_;  // an exception a kernel body threw
   unsigned n_ = 0;                   // threads in the current block
   int barrier_count_ = 0;            // the last released barrier's __syncthreads_count
+  unsigned barrier_generation_ = 0;  // __syncthreads released so far (its parity picks the
+                                     // TSan sync object)
   bool shuffle_ = false;
   Rng rng_{0};
   std::vector<unsigned> order_;  // scratch for shuffled orders
@@ -124,6 +164,27 @@ class BlockRunner {
     std::free(base);
     dynamic_shared_ = nullptr;
   }
+  // Static shared memory (KILN_SHARED): one arena, allocated on first use and kept. Layout:
+  // guard, variable, guard, variable, guard, ... (each variable 16-byte aligned). Unused parts
+  // stay poisoned for ASan. static_bytes_ is what counts against the limit (no guards).
+  static constexpr size_t kStaticArenaBytes = 320 * 1024;  // 227 KiB + guards of 1500 variables
+  struct StaticSlot {
+    const void* key;  // identifies the declaration (KILN_SHARED's per-declaration static)
+    size_t offset;
+  };
+  char* static_arena_ = nullptr;
+  std::vector<StaticSlot> static_slots_;
+  size_t static_end_ = 0;    // arena bytes in use, guards included
+  size_t static_bytes_ = 0;  // the block's static shared bytes, alignment included
+  void reset_static_shared();
+  // ThreadSanitizer's sync objects (only their addresses matter; see the top of the file).
+  struct WarpSync {
+    unsigned generation = 0;  // warp operations completed (its parity picks the objects)
+    char all[2];              // every lane that arrived releases here ...
+    char lane[2][32];         // ... and into its own object, for lanes that synchronise a subset
+  };
+  char block_start_sync_ = 0, block_end_sync_ = 0, barrier_sync_[2] = {0, 0};
+  WarpSync warp_sync_[32];
 };
 
 // The runner of this OS thread while it runs a block (fibers reach it through this).
@@ -139,6 +200,7 @@ void BlockRunner::fiber_main(void* arg) {
   BlockRunner& r = *t_runner;  // fibers never leave the OS thread (and runner) that made them
   fiber_entered(&r.scheduler_);
   for (;;) {
+    KILN_TSAN_ACQUIRE(&r.block_start_sync_);
     t.in_kernel = true;
     // Exceptions must not unwind past a fiber's first frame (there is no caller to return
     // to): catch here and let the scheduler rethrow on the OS thread's own stack.
@@ -149,6 +211,7 @@ void BlockRunner::fiber_main(void* arg) {
     }
     t.in_kernel = false;
     t.status = Status::Done;
+    KILN_TSAN_RELEASE(&r.block_end_sync_);
     fiber_switch(&t.ctx, &r.scheduler_);  // park; the next block resumes here
   }
 }
@@ -172,6 +235,7 @@ void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
     }
   }
   if (dynamic_shared_ != nullptr) std::memset(dynamic_shared_, 0xFF, l.shared_bytes);
+  reset_static_shared();
   detail::t_block = BlockState{dynamic_shared_, l.shared_bytes};
   ::blockIdx = block_idx;
   ::blockDim = l.block;
@@ -194,6 +258,24 @@ void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
       fiber_make(&t.ctx, stack, StackPool::stack_bytes() - colour, &BlockRunner::fiber_main, &t);
       t.made = true;
     }
+#if KILN_TSAN
+    // A race report names both GPU threads (a fiber keeps the name of its current block).
+    // Formatted by hand: snprintf is intercepted by TSan and cost a fifth of the run time.
+    char name[80], *e = name;
+    const unsigned v[6] = {block_idx.x,     block_idx.y,     block_idx.z,
+                           t.thread_idx.x, t.thread_idx.y, t.thread_idx.z};
+    for (int k = 0; k < 6; ++k) {
+      const char* pre = k == 0 ? "block (" : k == 3 ? ") thread (" : ",";
+      while (*pre) *e++ = *pre++;
+      char digits[10];
+      int d = 0;
+      for (unsigned x = v[k]; d == 0 || x != 0; x /= 10) digits[d++] = static_cast<char>('0' + x % 10);
+      while (d > 0) *e++ = digits[--d];
+    }
+    *e++ = ')';
+    *e = '\0';
+    fiber_set_name(&t.ctx, name);
+#endif
   }
 }
 
@@ -203,10 +285,13 @@ void BlockRunner::resume(SimThread& t) {
   fiber_switch(&scheduler_, &t.ctx);
   detail::t_thread = nullptr;
   if (kernel_error_) {
+    KILN_TSAN_ACQUIRE(&block_end_sync_);  // the exception was made by t, which then released
     std::exception_ptr e = std::exchange(kernel_error_, nullptr);
     std::string what = "unknown exception";
     try {
       std::rethrow_exception(e);
+    } catch (const SharedMemoryLimitError&) {
+      throw;  // a launch error, not the kernel's own
     } catch (const std::exception& ex) {
       what = ex.what();
     } catch (...) {
@@ -251,7 +336,7 @@ bool BlockRunner::resolve_warp(unsigned w) {
   uint64_t result[32];
   for (unsigned b = 0; b < count; ++b) {
     if (!(arrived >> b & 1u)) continue;
-    const SimThread& t = *threads_[lo + b];
+    SimThread& t = *threads_[lo + b];
     // Lanes named in the mask must be at the same warp operation (exited ones are excused).
     if (const unsigned bad = t.mask & at_barrier)
       throw Error("CUDA simulator: warp divergence in " + where(t) + ": it waits at a warp "
@@ -264,6 +349,7 @@ bool BlockRunner::resolve_warp(unsigned w) {
                   " (e.g. __shfl_sync in one, __ballot_sync in the other)");
     // Lanes taking part with t: in its mask and waiting now (t itself always counts).
     const unsigned voters = (arrived & t.mask) | (1u << b);
+    t.voters = voters == arrived ? ~0u : voters;  // ~0u: every lane that arrived
     switch (t.op) {
       case detail::WarpOp::Shuffle:
         result[b] = t.src >= 0 && t.src < 32 && (voters >> t.src & 1u) ? threads_[lo + t.src]->value
@@ -279,6 +365,7 @@ bool BlockRunner::resolve_warp(unsigned w) {
     threads_[lo + b]->value = result[b];
     threads_[lo + b]->status = Status::Ready;
   }
+  ++warp_sync_[w].generation;
   return true;
 }
 
@@ -302,6 +389,7 @@ void BlockRunner::release_barrier() {
                 " has exited. Every thread of a block must reach every __syncthreads() (an early "
                 "`return` before a barrier is the usual cause; on a GPU this hangs or corrupts)");
   barrier_count_ = count;
+  ++barrier_generation_;
   for (unsigned i = 0; i < n_; ++i)
     if (threads_[i]->status == Status::AtBarrier) threads_[i]->status = Status::Ready;
 }
@@ -312,6 +400,7 @@ void BlockRunner::run(const KernelLaunch& l, uint3 block_idx, uint64_t shuffle_s
   rng_ = Rng{shuffle_seed};
   try {
     prepare(l, block_idx);
+    KILN_TSAN_RELEASE(&block_start_sync_);
     const unsigned warps = (n_ + 31) / 32;
     std::vector<unsigned> warp_order;
     for (unsigned w = 0; w < warps; ++w) warp_order.push_back(w);
@@ -324,11 +413,15 @@ void BlockRunner::run(const KernelLaunch& l, uint3 block_idx, uint64_t shuffle_s
       if (!any_waiting) break;  // every thread has exited
       release_barrier();
     }
+    KILN_TSAN_ACQUIRE(&block_end_sync_);
   } catch (...) {
     // Fibers stopped inside the kernel body can never be resumed: rebuild them next time.
     for (auto& t : threads_) {
-      if (t->in_kernel) t->made = t->in_kernel = false;
+      if (!t->in_kernel) continue;
+      release_abandoned(*t);
+      t->made = t->in_kernel = false;
     }
+    KILN_TSAN_ACQUIRE(&block_end_sync_);
     kernel_error_ = nullptr;
     detail::t_thread = nullptr;
     t_runner = nullptr;
@@ -337,11 +430,28 @@ void BlockRunner::run(const KernelLaunch& l, uint3 block_idx, uint64_t shuffle_s
   t_runner = nullptr;
 }
 
+// A fiber abandoned inside the kernel never reaches its block end, so TSan would see the
+// launching thread's next writes (the argument tuple's stack slot, buffers) race with what it
+// did. Release on its behalf: switch to its TSan context alone (not its stack), release, back.
+void BlockRunner::release_abandoned(SimThread& t) {
+#if KILN_TSAN
+  if (t.ctx.tsan_fiber == nullptr || scheduler_.tsan_fiber == nullptr) return;
+  __tsan_switch_to_fiber(t.ctx.tsan_fiber, __tsan_switch_to_fiber_no_sync);
+  __tsan_release(&block_end_sync_);
+  __tsan_switch_to_fiber(scheduler_.tsan_fiber, __tsan_switch_to_fiber_no_sync);
+#else
+  (void)t;
+#endif
+}
+
 int BlockRunner::barrier(int predicate) {
   SimThread& t = current();
   t.predicate = predicate;
   t.status = Status::AtBarrier;
+  char* sync = &barrier_sync_[barrier_generation_ & 1];
+  KILN_TSAN_RELEASE(sync);
   fiber_switch(&t.ctx, &scheduler_);
+  KILN_TSAN_ACQUIRE(sync);
   return barrier_count_;
 }
 
@@ -352,7 +462,20 @@ uint64_t BlockRunner::warp_exchange(detail::WarpOp op, unsigned int mask, uint64
   t.value = value;
   t.src = src;
   t.status = Status::AtWarp;
+#if KILN_TSAN
+  WarpSync& ws = warp_sync_[t.linear / 32];
+  const unsigned g = ws.generation & 1;
+  KILN_TSAN_RELEASE(&ws.all[g]);
+  KILN_TSAN_RELEASE(&ws.lane[g][t.lane]);
+#endif
   fiber_switch(&t.ctx, &scheduler_);
+#if KILN_TSAN
+  if (t.voters == ~0u) {
+    KILN_TSAN_ACQUIRE(&ws.all[g]);
+  } else {
+    for (unsigned v = t.voters; v != 0; v &= v - 1) KILN_TSAN_ACQUIRE(&ws.lane[g][__builtin_ctz(v)]);
+  }
+#endif
   return t.value;  // resolve_warp left the result here
 }
 
@@ -362,6 +485,54 @@ unsigned int BlockRunner::active_mask() {
   for (unsigned b = 0; b < 32 && lo + b < n_; ++b)
     if (threads_[lo + b]->status != Status::Done) mask |= 1u << b;
   return mask;
+}
+
+// At block start, on the OS thread's own context (allocating from a fiber would make the
+// allocation a write of that GPU thread, racing with the others' first accesses under TSan).
+void BlockRunner::reset_static_shared() {
+  if (static_arena_ == nullptr) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, kStaticArenaBytes) != 0)
+      throw Error("CUDA simulator: cannot allocate the static shared memory arena");
+    static_arena_ = static_cast<char*>(p);
+    KILN_ASAN_POISON(static_arena_, kStaticArenaBytes);
+    static_slots_.reserve(64);  // no reallocation from inside a fiber in the usual case
+  }
+  KILN_ASAN_POISON(static_arena_, static_end_);
+  static_slots_.clear();
+  static_end_ = kSharedGuard;  // the front guard
+  static_bytes_ = 0;
+}
+
+// The storage of the static shared variable `key` in this block: the first thread to reach the
+// declaration allocates and NaN-fills it, the others find it.
+void* BlockRunner::static_shared(const void* key, size_t bytes) {
+  for (const StaticSlot& s : static_slots_)
+    if (s.key == key) return static_arena_ + s.offset;
+  const size_t total = (static_bytes_ + 15) / 16 * 16 + bytes;
+  const size_t limit = shared_memory_limit(launch_->kernel);
+  if (total + launch_->shared_bytes > limit)
+    throw SharedMemoryLimitError(
+        "CUDA kernel launch failed (simulator): too much shared memory: " +
+        std::to_string(total) + " B static (KILN_SHARED) + " +
+        std::to_string(launch_->shared_bytes) + " B dynamic, the kernel's limit is " +
+        std::to_string(limit) + " B (above 48 KiB a kernel must opt in with "
+        "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), up to "
+        "227 KiB, for static and dynamic together)");
+  const size_t offset = (static_end_ + 15) / 16 * 16;
+  if (offset + bytes + kSharedGuard > kStaticArenaBytes)
+    throw SharedMemoryLimitError("CUDA simulator: too many static shared variables in one block");
+  char* p = static_arena_ + offset;
+  KILN_ASAN_UNPOISON(p, bytes);
+  // The fill is the simulator's, not a GPU thread's: invisible to TSan, or every other thread's
+  // first access would race with the thread that happened to allocate.
+  KILN_TSAN_IGNORE_WRITES_BEGIN();
+  std::memset(p, 0xFF, bytes);
+  KILN_TSAN_IGNORE_WRITES_END();
+  static_slots_.push_back({key, offset});
+  static_end_ = offset + bytes + kSharedGuard;
+  static_bytes_ = total;
+  return p;
 }
 
 }  // namespace
@@ -378,6 +549,11 @@ uint64_t warp_exchange(WarpOp op, unsigned int mask, uint64_t value, int src_lan
   return t_runner->warp_exchange(op, mask, value, src_lane);
 }
 unsigned int active_mask() { return t_runner->active_mask(); }
+void* static_shared(const void* key, size_t bytes) {
+  if (t_runner == nullptr || detail::t_thread == nullptr)
+    throw Error("CUDA simulator: a KILN_SHARED variable declared outside a kernel");
+  return t_runner->static_shared(key, bytes);
+}
 }  // namespace detail
 
 }  // namespace kiln::sim

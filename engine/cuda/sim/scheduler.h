@@ -1,6 +1,7 @@
 // sim/scheduler.h: runs one thread block on the calling OS thread (internal; scheduler.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "engine/cuda/sim/launch.h"
@@ -12,6 +13,10 @@ namespace kiln::sim {
 // (reproducibly for one seed). Throws kiln::Error if the block's threads diverge on a barrier
 // or the kernel throws.
 void run_block(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_seed);
+
+// The most shared memory (static + dynamic) a block of `kernel` may use: 48 KiB, or what
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, n) set (grid.cpp).
+size_t shared_memory_limit(const void* kernel);
 
 // True while the calling code runs inside a simulated GPU thread (a kernel body).
 bool inside_kernel();
