@@ -11,6 +11,7 @@
 // Tests that need cuda:1 skip on a one-GPU machine; all skip without a GPU (real CUDA build).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/pinned_allocator.h"
 #include "engine/cuda/blas.h"
@@ -356,13 +358,26 @@ TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   EXPECT_TRUE(same_bytes(back, host));
 
   // A pinned source freed right after an asynchronous copy: its block is not handed out again
-  // (and overwritten) before the copy has read it.
+  // (and overwritten) before the copy has read it. A host function holds the stream, so the
+  // copy is still queued when the block could be reused.
+  static std::atomic<int> open{0};
+  open = 0;
+  {
+    cuda::DeviceGuard guard(0);
+    KILN_CUDA_CHECK(cudaLaunchHostFunc(
+        cuda::current_stream(),
+        [](void*) {
+          while (open.load() == 0) std::this_thread::yield();
+        },
+        nullptr));
+  }
   Tensor copied;
   {
     const Tensor temp = random_bytes(host.shape(), DType::F64, 12).pin_memory();
     copied = temp.to(kCuda0, true);
   }
   const Tensor reuse = random_bytes(host.shape(), DType::F64, 13).pin_memory();
+  open = 1;
   cuda::synchronize();
   EXPECT_TRUE(same_bytes(copied, random_bytes(host.shape(), DType::F64, 12)));
   EXPECT_TRUE(same_bytes(reuse, random_bytes(host.shape(), DType::F64, 13)));

@@ -66,7 +66,7 @@ std::string fault_of(F launch_it) {
 // sum): the barrier at the start of each call keeps a fast warp from overwriting partials a
 // slow warp has not read yet. out = {max of v, max of -v, sum of v, sum of 2v}.
 __global__ void two_reductions_kernel(const float* v, float* out) {
-  __shared__ float scratch[kiln::cuda::kWarpSize];
+  KILN_SHARED(float, scratch, [kiln::cuda::kWarpSize]);
   const float x = v[threadIdx.x];
   const float m1 = kiln::cuda::block_max(x, scratch);
   const float m2 = kiln::cuda::block_max(-x, scratch);
