@@ -20,6 +20,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -309,15 +311,28 @@ std::shared_ptr<Transport> make_nccl_transport() {
 void run_nccl_local(int n, const std::function<void(std::shared_ptr<Transport>)>& fn) {
   if (n < 1) throw Error("nccl:N needs N >= 1 ranks, got " + std::to_string(n), ErrorKind::Usage);
   check_gpu_per_rank("localhost", n, /*threads=*/true);
-  run_local(n, [&fn](std::shared_ptr<Transport> local) {
-    std::shared_ptr<Transport> t = make_nccl_transport(std::move(local));
-    try {
-      fn(t);
-    } catch (const std::exception& e) {
-      t->abort(e.what());  // the other ranks may be waiting for this one inside NCCL
-      throw;
-    }
-  });
+  // The error to report is the one that started it: the ranks released by the abort fail too,
+  // and one of them may finish failing first.
+  std::mutex mu;
+  std::exception_ptr first;
+  try {
+    run_local(n, [&](std::shared_ptr<Transport> local) {
+      std::shared_ptr<Transport> t = make_nccl_transport(std::move(local));
+      try {
+        fn(t);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!first) first = std::current_exception();
+        }
+        t->abort(e.what());  // the other ranks may be waiting for this one inside NCCL
+        throw;
+      }
+    });
+  } catch (...) {
+    if (first) std::rethrow_exception(first);
+    throw;
+  }
 }
 
 }  // namespace kiln::comm
