@@ -435,8 +435,13 @@ TEST_F(SimKernel, MisalignedFloat4LoadIsCaught) {
   EXPECT_EQ(out.to_host()[0], 2.0f);
 #if KILN_SANITIZE_ALIGNMENT
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(launch(load_float4_kernel, LaunchConfig{1, 32, 0, nullptr}, in.get() + 1, out.get()),
-               "misaligned address .* for type 'const struct float4'");
+  // Kernels run on the stream's worker thread: synchronise so the statement waits for the fault.
+  EXPECT_DEATH(
+      {
+        launch(load_float4_kernel, LaunchConfig{1, 32, 0, nullptr}, in.get() + 1, out.get());
+        (void)cudaDeviceSynchronize();
+      },
+      "misaligned address .* for type 'const struct float4'");
 #else
   GTEST_SKIP() << "misaligned vector accesses are caught where -fsanitize=alignment is on (the "
                   "build-asan tree)";
