@@ -22,7 +22,16 @@ struct Pool {
   std::mutex mu;
   std::multimap<size_t, void*> free_blocks;  // rounded size -> block
   MemoryStats stats;
+  std::map<int, MemoryStats> per_device;  // current and peak bytes by cpu:N index
 };
+
+void count_in(Pool& p, int device, size_t size) {
+  p.stats.current_bytes += size;
+  if (p.stats.current_bytes > p.stats.peak_bytes) p.stats.peak_bytes = p.stats.current_bytes;
+  MemoryStats& d = p.per_device[device];
+  d.current_bytes += size;
+  if (d.current_bytes > d.peak_bytes) d.peak_bytes = d.current_bytes;
+}
 
 Pool& pool() {
   static Pool* p = new Pool();  // never destroyed: tensors may be freed during static teardown
@@ -31,7 +40,7 @@ Pool& pool() {
 
 }  // namespace
 
-void* allocate(size_t bytes) {
+void* allocate(size_t bytes, int device) {
   size_t size = round_size(bytes);
   Pool& p = pool();
   {
@@ -40,8 +49,7 @@ void* allocate(size_t bytes) {
     if (it != p.free_blocks.end()) {
       void* ptr = it->second;
       p.free_blocks.erase(it);
-      p.stats.current_bytes += size;
-      if (p.stats.current_bytes > p.stats.peak_bytes) p.stats.peak_bytes = p.stats.current_bytes;
+      count_in(p, device, size);
       return ptr;
     }
   }
@@ -59,17 +67,17 @@ void* allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(p.mu);
   p.stats.os_allocs++;
   p.stats.reserved_bytes += size;
-  p.stats.current_bytes += size;
-  if (p.stats.current_bytes > p.stats.peak_bytes) p.stats.peak_bytes = p.stats.current_bytes;
+  count_in(p, device, size);
   return ptr;
 }
 
-void deallocate(void* ptr, size_t bytes) {
+void deallocate(void* ptr, size_t bytes, int device) {
   if (!ptr) return;
   size_t size = round_size(bytes);
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   p.stats.current_bytes -= size;
+  p.per_device[device].current_bytes -= size;
   p.free_blocks.emplace(size, ptr);
 }
 
@@ -77,6 +85,20 @@ MemoryStats stats() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   return p.stats;
+}
+
+MemoryStats stats(int device) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  auto it = p.per_device.find(device);
+  return it == p.per_device.end() ? MemoryStats() : it->second;
+}
+
+void reset_peak(int device) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  MemoryStats& d = p.per_device[device];
+  d.peak_bytes = d.current_bytes;
 }
 
 void reset_peak() {

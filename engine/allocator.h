@@ -21,11 +21,17 @@ struct MemoryStats {
   int64_t os_allocs = 0;       // real allocations: aligned_alloc, cudaMalloc or cudaHostAlloc
 };
 
+// One pool serves every CPU "device" (cpu:0, cpu:1, ... are places for teaching model
+// parallelism, not separate memories), but bytes are also counted per device index, so a
+// pipeline stage on cpu:1 can report its own peak. The per-device stats have current and peak
+// bytes; reserved bytes and OS allocations are the pool's, reported by stats().
 namespace cpu_allocator {
-void* allocate(size_t bytes);            // never returns null; throws kiln::Error on failure
-void deallocate(void* ptr, size_t bytes);
-MemoryStats stats();
+void* allocate(size_t bytes, int device = 0);  // never null; throws kiln::Error on failure
+void deallocate(void* ptr, size_t bytes, int device = 0);
+MemoryStats stats();            // the whole pool
+MemoryStats stats(int device);  // the bytes of cpu:device (current_bytes, peak_bytes)
 void reset_peak();
+void reset_peak(int device);
 void release_cached();                   // hand every cached block back to the OS
 }  // namespace cpu_allocator
 

@@ -46,7 +46,7 @@ Storage::Storage(size_t nbytes, Device dev, MemoryKind k) : bytes(nbytes), devic
   KILN_CHECK(dev.is_cuda() == (k == MemoryKind::Device), "Storage: memory kind does not match ",
              dev.str());
   switch (kind) {
-    case MemoryKind::Host: data = cpu_allocator::allocate(nbytes); break;
+    case MemoryKind::Host: data = cpu_allocator::allocate(nbytes, dev.index); break;
     case MemoryKind::PinnedHost:
 #if KILN_WITH_CUDA
       data = pinned_allocator::allocate(nbytes);
@@ -71,7 +71,7 @@ Storage::Storage(void* block, size_t nbytes, Device dev, MemoryKind k)
 
 Storage::~Storage() {
   switch (kind) {
-    case MemoryKind::Host: cpu_allocator::deallocate(data, bytes); break;
+    case MemoryKind::Host: cpu_allocator::deallocate(data, bytes, device.index); break;
 #if KILN_WITH_CUDA
     case MemoryKind::PinnedHost: pinned_allocator::deallocate(data); break;
     case MemoryKind::Device: cuda_allocator::deallocate(data); break;
@@ -283,6 +283,20 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   if (any_requires_grad({this})) {
     set_history(out, std::make_shared<ReshapeBackward>(shape()), {*this});
   }
+  return out;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  KILN_CHECK(dim() >= 1, "rows(", begin, ", ", end, ") of a 0-d tensor");
+  KILN_CHECK(0 <= begin && begin <= end && end <= size(0), "rows(", begin, ", ", end,
+             ") of shape ", shape_str(shape()), ": need 0 <= begin <= end <= ", size(0));
+  KILN_CHECK(!requires_grad(), "rows() is not differentiable: call it on a tensor that does "
+             "not require grad (an input batch), or detach() it first");
+  Tensor out = detach();
+  int64_t row = size(0) == 0 ? 0 : numel() / size(0);
+  out.impl_->offset += begin * row;
+  out.impl_->shape[0] = end - begin;
+  out.impl_->numel = (end - begin) * row;
   return out;
 }
 

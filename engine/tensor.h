@@ -102,6 +102,9 @@ class Tensor {
   Tensor reshape(const Shape& shape) const;  // shares storage; differentiable; one -1 allowed
   Tensor view(const Shape& shape) const { return reshape(shape); }
   Tensor flatten(int64_t start_dim = 1) const;
+  // Rows [begin, end) along dimension 0, sharing storage (a contiguous view): how a batch is cut
+  // into micro-batches. Not differentiable: an error on a tensor that requires grad.
+  Tensor rows(int64_t begin, int64_t end) const;
   // A copy of this CPU tensor in pinned (page-locked) host memory, which the GPU can copy from
   // asynchronously: t.pin_memory().to(cuda, /*non_blocking=*/true). Returns *this when already
   // pinned. Not differentiable. Needs a build with CUDA.

@@ -104,3 +104,32 @@ TEST(Allocator, ReusesBlocksAndTracksPeak) {
   EXPECT_EQ(cpu_allocator::stats().os_allocs, mid.os_allocs);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
 }
+
+// cpu:N share one pool but count their bytes apart: a pipeline stage reports its own peak.
+TEST(Allocator, CountsBytesPerCpuDevice) {
+  cpu_allocator::reset_peak(3);
+  MemoryStats before3 = cpu_allocator::stats(3), before0 = cpu_allocator::stats(0);
+  {
+    Tensor t = Tensor::empty({1 << 18}, DType::F32, Device("cpu:3"));  // 1 MiB
+    EXPECT_EQ(cpu_allocator::stats(3).current_bytes, before3.current_bytes + (1 << 20));
+    EXPECT_EQ(cpu_allocator::stats(0).current_bytes, before0.current_bytes);
+  }
+  EXPECT_EQ(cpu_allocator::stats(3).current_bytes, before3.current_bytes);
+  EXPECT_EQ(cpu_allocator::stats(3).peak_bytes, before3.current_bytes + (1 << 20));
+  cpu_allocator::reset_peak(3);
+  EXPECT_EQ(cpu_allocator::stats(3).peak_bytes, before3.current_bytes);
+}
+
+TEST(Tensor, RowsAreAViewOfTheBatch) {
+  Tensor t = Tensor::from_vector<float>({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  Tensor mid = t.rows(1, 3);
+  EXPECT_EQ(mid.shape(), (Shape{2, 2}));
+  EXPECT_EQ(mid.to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
+  mid.fill_(9);  // shares storage
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 1, 9, 9, 9, 9, 6, 7}));
+  EXPECT_EQ(t.rows(4, 4).numel(), 0);
+  EXPECT_THROW(t.rows(3, 5), Error);
+  Tensor w = Tensor::ones({2, 2});
+  w.set_requires_grad(true);
+  EXPECT_THROW(w.rows(0, 1), Error);
+}

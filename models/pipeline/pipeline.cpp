@@ -1,0 +1,401 @@
+// pipeline.cpp: stage threads, the step loop of each stage, sends and receives.
+#include "models/pipeline/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include "comm/data_parallel.h"
+#include "engine/allocator.h"
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/parallel.h"
+#include "engine/trace.h"
+
+#if KILN_WITH_CUDA
+#include "engine/cuda/caching_allocator.h"
+#include "engine/cuda/context.h"
+#endif
+
+namespace kiln {
+
+namespace {
+
+int64_t device_bytes(Device d, bool peak) {
+#if KILN_WITH_CUDA
+  if (d.is_cuda()) {
+    MemoryStats s = cuda_allocator::stats(d.index);
+    return peak ? s.peak_bytes : s.current_bytes;
+  }
+#endif
+  MemoryStats s = cpu_allocator::stats(d.index);
+  return peak ? s.peak_bytes : s.current_bytes;
+}
+
+void reset_device_peak(Device d) {
+#if KILN_WITH_CUDA
+  if (d.is_cuda()) {
+    cuda_allocator::reset_peak(d.index);
+    return;
+  }
+#endif
+  cpu_allocator::reset_peak(d.index);
+}
+
+// The host waits for the work this thread queued on its stream of `d` (a GPU stage's step is
+// over when its GPU work is).
+void finish_device_work(Device d) {
+#if KILN_WITH_CUDA
+  if (d.is_cuda()) cuda::synchronize();
+#else
+  (void)d;
+#endif
+}
+
+}  // namespace
+
+// A micro-batch between its forward and its backward on one stage.
+struct Pipeline::Stashed {
+  Tensor input;   // the stage's input (a leaf that requires grad, except on stage 0)
+  Tensor output;  // the output (the scaled loss on the last stage); undefined under recompute
+};
+
+Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<Device> devices,
+                   LossFn loss, OptimizerFactory make_optimizer, PipelineOptions options)
+    : blocks_(std::move(blocks)),
+      partition_(std::move(partition)),
+      devices_(std::move(devices)),
+      loss_(std::move(loss)),
+      options_(std::move(options)) {
+  const int p = partition_.stages();
+  if (p < 1 || partition_.bounds.back() != static_cast<int64_t>(blocks_.size())) {
+    throw Error(detail::str("pipeline: the partition covers ", partition_.bounds.back(),
+                            " blocks but the model has ", blocks_.size()), ErrorKind::Usage);
+  }
+  if (static_cast<int>(devices_.size()) != p) {
+    throw Error(detail::str("pipeline: ", p, " stages need ", p, " devices, got ",
+                            devices_.size(), " (give one device per stage, e.g. cpu:0,cpu:1)"),
+                ErrorKind::Usage);
+  }
+  if (!options_.stage_transports.empty() &&
+      static_cast<int>(options_.stage_transports.size()) != p) {
+    throw Error(detail::str("pipeline: hybrid parallelism needs one transport per stage (", p,
+                            "), got ", options_.stage_transports.size()), ErrorKind::Usage);
+  }
+  KILN_CHECK(options_.split_size >= 0, "pipeline: split_size must be >= 0");
+  threads_per_stage_ = options_.threads_per_stage > 0
+                           ? options_.threads_per_stage
+                           : std::max(1, hardware_threads() / p);
+  for (int s = 0; s < p; ++s) {
+    for (int64_t b = partition_.first(s); b < partition_.end(s); ++b) {
+      blocks_[b].module->to(devices_[s]);
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    activations_.push_back(std::make_unique<Channel>());
+    gradients_.push_back(std::make_unique<Channel>());
+    auto stage = std::make_unique<Stage>();
+    stage->index = s;
+    stage->device = devices_[s];
+    stage->optimizer = make_optimizer(stage_parameters(s));
+    stages_.push_back(std::move(stage));
+  }
+  for (auto& stage : stages_) {
+    Stage* st = stage.get();
+    st->thread = std::thread([this, st] { stage_loop(*st); });
+  }
+}
+
+Pipeline::~Pipeline() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& stage : stages_) {
+    if (stage->thread.joinable()) stage->thread.join();
+  }
+}
+
+std::vector<Tensor> Pipeline::stage_parameters(int stage) const {
+  std::vector<Tensor> params;
+  for (int64_t b = partition_.first(stage); b < partition_.end(stage); ++b) {
+    for (const Tensor& t : blocks_[b].module->parameters()) params.push_back(t);
+  }
+  return params;
+}
+
+Tensor Pipeline::forward_blocks(int stage, const Tensor& x) const {
+  Tensor y = x;
+  for (int64_t b = partition_.first(stage); b < partition_.end(stage); ++b) {
+    y = blocks_[b].module->forward(y);
+  }
+  return y;
+}
+
+double Pipeline::train_step(const Tensor& x, const Tensor& target, int64_t step) {
+  KILN_CHECK_INPUT(x.dim() >= 1 && target.dim() >= 1 && x.size(0) == target.size(0),
+                   "pipeline: the batch has ", x.dim() >= 1 ? x.size(0) : 0,
+                   " rows but the targets have ", target.dim() >= 1 ? target.size(0) : 0);
+  KILN_CHECK_INPUT(x.size(0) >= 1, "pipeline: an empty batch");
+  auto t0 = std::chrono::steady_clock::now();
+  StepInput in;
+  in.x = x.detach();
+  in.target = target.detach();
+  in.rows = x.size(0);
+  in.step = step;
+  const int64_t split = options_.schedule == Schedule::Naive || options_.split_size == 0
+                            ? in.rows
+                            : options_.split_size;
+  for (int64_t r = 0; r < in.rows; r += split) in.starts.push_back(r);
+  in.starts.push_back(in.rows);
+
+  for (int s = 0; s < stages(); ++s) {
+    activations_[s]->reset();
+    gradients_[s]->reset();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    error_.clear();
+    first_error_ = nullptr;
+    done_ = 0;
+    step_input_ = &in;
+    ++step_seq_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return done_ == stages(); });
+    step_input_ = nullptr;
+    if (first_error_) {
+      ErrorKind kind = ErrorKind::Runtime;
+      try {
+        std::rethrow_exception(first_error_);
+      } catch (const Error& e) {
+        kind = e.kind();
+      } catch (...) {
+      }
+      throw Error(error_, kind);
+    }
+  }
+  last_ = PipelineStepStats();
+  last_.micro_batches = static_cast<int>(in.starts.size()) - 1;
+  for (auto& stage : stages_) {
+    last_.peak_live_micro_batches.push_back(stage->peak_live);
+    last_.peak_activation_bytes.push_back(stage->peak_bytes);
+    if (stage->dp) last_.overlap_fraction.push_back(stage->dp->stats().overlap_fraction());
+  }
+  last_.loss = stages_.back()->loss;
+  last_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return last_.loss;
+}
+
+void Pipeline::stage_loop(Stage& stage) {
+  if (stage.device.is_cpu()) set_num_threads(threads_per_stage_);
+#if KILN_WITH_CUDA
+  std::optional<cuda::DeviceGuard> guard;
+  if (stage.device.is_cuda()) guard.emplace(stage.device.index);
+#endif
+  int64_t seen = 0;
+  while (true) {
+    const StepInput* in = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || step_seq_ != seen; });
+      if (stopping_) return;
+      seen = step_seq_;
+      in = step_input_;
+    }
+    try {
+      run_step(stage, *in);
+    } catch (const ChannelAborted&) {
+      // Another stage failed and reported it; this one just stops.
+    } catch (...) {
+      fail(detail::str("pipeline stage ", stage.index, " (", stage.device.str(), ")"),
+           std::current_exception());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++done_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Pipeline::fail(const std::string& where, const std::exception_ptr& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_error_) {
+      std::string message = "unknown exception";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        message = e.what();
+      } catch (...) {
+      }
+      first_error_ = error;
+      error_ = where + ": " + message;
+    }
+  }
+  for (int s = 0; s < stages(); ++s) {
+    activations_[s]->abort();
+    gradients_[s]->abort();
+  }
+}
+
+void Pipeline::send(int from_stage, Channel& to, int to_stage, int micro_batch, const Tensor& t) {
+  const Device dst = devices_[to_stage];
+  trace::Scope span("send", trace::Phase::Send, devices_[from_stage],
+                    {from_stage, micro_batch, -1, -1, options_.replica});
+  ChannelMessage message;
+  message.micro_batch = micro_batch;
+  message.tensor = t.detach().to(dst, /*non_blocking=*/true);
+#if KILN_WITH_CUDA
+  if (dst.is_cuda()) {
+    // The copy was queued on this thread's stream of dst: mark its end for the receiver.
+    cuda::DeviceGuard guard(dst.index);
+    message.ready = std::make_shared<cuda::Event>();
+    message.ready->record();
+  }
+#endif
+  to.push(std::move(message));
+}
+
+Tensor Pipeline::receive(Channel& from, int stage, int micro_batch) {
+  trace::Scope span("receive", trace::Phase::Receive, devices_[stage],
+                    {stage, micro_batch, -1, -1, options_.replica});
+  ChannelMessage message = from.pop();
+  KILN_CHECK(message.micro_batch == micro_batch, "pipeline stage ", stage, " expected micro-batch ",
+             micro_batch, " but received ", message.micro_batch);
+#if KILN_WITH_CUDA
+  if (message.ready) {
+    message.ready->wait();  // this stage's stream waits for the copy, the host does not
+    // The block was allocated for the sender's stream; this stream uses it too.
+    cuda_allocator::record_stream(message.tensor.impl()->storage->data, cuda::current_stream());
+  }
+#endif
+  return message.tensor;
+}
+
+void Pipeline::run_step(Stage& stage, const StepInput& in) {
+  const int s = stage.index, p = stages();
+  const bool first = s == 0, last = s == p - 1;
+  const int m = static_cast<int>(in.starts.size()) - 1;
+  const Device dev = stage.device;
+  const std::vector<PipelineAction> actions = stage_actions(options_.schedule, s, p, m);
+  int last_backward = -1;
+  for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
+    if (actions[k].kind == PipelineAction::Backward) last_backward = k;
+  }
+  stage.peak_live = 0;
+  stage.loss = 0;
+  stage.optimizer->zero_grad();
+  if (!options_.stage_transports.empty() && !stage.dp) {
+    // Built here, on the stage thread: its constructor broadcasts replica 0's parameters, a
+    // collective that meets the same stage of every other replica.
+    std::vector<Tensor> buffers;
+    for (int64_t b = partition_.first(s); b < partition_.end(s); ++b) {
+      for (auto& [name, t] : blocks_[b].module->named_buffers()) buffers.push_back(t);
+    }
+    comm::DataParallelOptions dp_options;
+    dp_options.algorithm = options_.algorithm;
+    dp_options.bucket_bytes = options_.bucket_bytes;
+    stage.dp = std::make_shared<comm::DataParallel>(
+        std::make_shared<comm::Communicator>(options_.stage_transports[s]), stage_parameters(s),
+        buffers, dp_options);
+  }
+  reset_device_peak(dev);
+  const int64_t bytes_at_start = device_bytes(dev, /*peak=*/false);
+
+  std::map<int, Stashed> stash;
+  std::vector<Tensor> losses;
+  auto ids = [&](int micro_batch) {
+    return trace::Ids{s, micro_batch, -1, in.step, options_.replica};
+  };
+  auto scaled_loss = [&](const Tensor& out, int i) {
+    const int64_t a = in.starts[i], b = in.starts[i + 1];
+    Tensor target = in.target.rows(a, b).to(dev);
+    // The micro-batch's mean loss times its share of the batch: the sum over micro-batches is
+    // the batch's mean loss, and so are the accumulated gradients.
+    return loss_(out, target) * (static_cast<double>(b - a) / static_cast<double>(in.rows));
+  };
+  const char* phase = "forward";
+  int current = -1;
+  try {
+    for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
+      const PipelineAction& action = actions[k];
+      const int i = action.micro_batch;
+      current = i;
+      if (action.kind == PipelineAction::Forward) {
+        phase = "forward";
+        Stashed st;
+        if (first) {
+          st.input = in.x.rows(in.starts[i], in.starts[i + 1]).to(dev);
+        } else {
+          st.input = receive(*activations_[s], s, i);
+          st.input.set_requires_grad(true);  // the boundary: a leaf whose .grad goes back
+        }
+        Tensor out;
+        {
+          trace::Scope span("forward", trace::Phase::Forward, dev, ids(i));
+          std::optional<NoGradGuard> no_grad;
+          if (options_.recompute) no_grad.emplace();  // keep the input only
+          out = forward_blocks(s, st.input);
+          if (last) {
+            out = scaled_loss(out, i);
+            losses.push_back(out.detach());
+          }
+        }
+        if (!last) send(s, *activations_[s + 1], s + 1, i, out);
+        if (!options_.recompute) st.output = out;
+        stash.emplace(i, std::move(st));
+        stage.peak_live = std::max(stage.peak_live, static_cast<int>(stash.size()));
+      } else {
+        phase = "backward";
+        auto it = stash.find(i);
+        KILN_CHECK(it != stash.end(), "pipeline stage ", s, ": backward of micro-batch ", i,
+                   " before its forward");
+        Stashed st = std::move(it->second);
+        stash.erase(it);
+        if (options_.recompute) {
+          phase = "recompute";
+          trace::Scope span("recompute", trace::Phase::Recompute, dev, ids(i));
+          st.output = forward_blocks(s, st.input);
+          if (last) st.output = scaled_loss(st.output, i);
+          phase = "backward";
+        }
+        Tensor grad_out;
+        if (!last) grad_out = receive(*gradients_[s], s, i);
+        {
+          trace::Scope span("backward", trace::Phase::Backward, dev, ids(i));
+          // Hybrid: only the stage's last backward launches the gradient allreduces.
+          std::optional<comm::DataParallel::NoSync> accumulate;
+          if (stage.dp && k != last_backward) accumulate.emplace(*stage.dp);
+          st.output.backward(grad_out);
+        }
+        if (!first) send(s, *gradients_[s - 1], s - 1, i, st.input.grad());
+      }
+    }
+    current = -1;
+    if (stage.dp) {
+      phase = "gradient allreduce";
+      stage.dp->synchronize();
+    }
+    phase = "optimizer step";
+    {
+      trace::Scope span("optimizer", trace::Phase::Optimizer, dev, ids(-1));
+      stage.optimizer->step();
+    }
+    for (const Tensor& l : losses) stage.loss += l.item();
+    finish_device_work(dev);
+  } catch (const ChannelAborted&) {
+    throw;
+  } catch (...) {
+    std::string where = detail::str("pipeline stage ", s, " (", dev.str(), ")");
+    if (current >= 0) where += detail::str(", micro-batch ", current);
+    fail(where + ", " + phase, std::current_exception());
+    throw ChannelAborted{};  // reported; the loop only has to count this stage as done
+  }
+  stage.peak_bytes = device_bytes(dev, /*peak=*/true) - bytes_at_start;
+}
+
+}  // namespace kiln

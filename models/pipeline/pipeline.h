@@ -1,0 +1,172 @@
+// pipeline.h: training a model split into stages on several devices, one thread per stage,
+// micro-batches flowing through queues (pipeline model parallelism).
+//
+//   std::vector<Block> blocks = resnet_blocks(*model);
+//   Pipeline pipe(blocks, tutorial_partition(blocks), {"cuda:0", "cuda:1"},  // or cpu:0, cpu:1
+//                 [](const Tensor& y, const Tensor& t) { return mse_loss(y, t); },
+//                 [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.001); },
+//                 {.schedule = Schedule::OneFOneB, .split_size = 20});
+//   double loss = pipe.train_step(images, targets);   // forward, backward, optimizer step
+//
+// How one step runs (schedule.h has the orders). The batch is cut into micro-batches of
+// split_size rows (Tensor::rows). Stage s runs its blocks on its device, in its own thread:
+//   forward i    input: the batch rows (stage 0) or the message from stage s-1, made a leaf
+//                that requires grad; output: sent to stage s+1 on its device (to(device),
+//                ordered on GPUs by an event; channel.h), or, on the last stage, the loss of
+//                the micro-batch scaled by its share of the batch (rows / batch), so the
+//                gradients accumulated over micro-batches are those of the whole batch's mean.
+//   backward i   the output's backward with the gradient received from stage s+1 (the last
+//                stage: the loss's backward); the input leaf's .grad goes back to stage s-1.
+//   after all    one optimizer step per stage, on the stage's thread.
+// The autograd graph never crosses a stage: each stage's part begins at its input leaf, so
+// every stage thread runs its own backward (the "boundary tensor" of torchgpipe and PyTorch's
+// pipelining: https://pytorch.org/docs/stable/distributed.pipelining.html).
+//
+// Re-materialisation (recompute, GPipe section 2.3): the forward pass runs without recording
+// the graph and keeps only the stage's input; the backward pass runs the forward again, with
+// the graph, just before it. Activation memory falls from m micro-batches of every layer's
+// saved tensors to m stage inputs plus one micro-batch's, for one more forward per step.
+// BatchNorm layers then see each micro-batch twice and update their running statistics twice
+// (the gradients are unchanged): models/pipeline docs say more.
+//
+// Threads. CPU stages (cpu:N) each get their own OpenMP/BLAS/oneDNN thread budget
+// (threads_per_stage), so two stages on a 2-core machine use one core each instead of both
+// fighting over two. CUDA stages make their device current on their thread.
+//
+// Failure. An exception on any stage aborts every queue; train_step() then throws one Error
+// naming the stage, its device, the micro-batch and the phase, with the first error's message
+// and kind. No stage is left waiting, and the pipeline can run the next step.
+//
+// Hybrid data x pipeline parallelism: with stage_transports (one per stage, connecting that
+// stage across the N replicas of the pipeline: threads with comm::make_local_group, or MPI
+// processes), each stage averages its gradients over the replicas with comm::DataParallel.
+// Backward passes before a stage's last one run under no_sync(), so the gradients of all
+// micro-batches add up locally; the hooks of the last one launch the bucket allreduces,
+// which overlap that backward and the rest of the pipeline's drain.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "engine/optim/optimizer.h"
+#include "engine/tensor.h"
+#include "models/pipeline/channel.h"
+#include "models/pipeline/partition.h"
+#include "models/pipeline/schedule.h"
+
+namespace kiln {
+
+namespace comm {
+class DataParallel;
+}
+
+struct PipelineOptions {
+  Schedule schedule = Schedule::GPipe;
+  int64_t split_size = 0;  // rows per micro-batch (the last may be smaller); 0 or Naive: whole batch
+  bool recompute = false;  // re-materialisation: keep only stage inputs, recompute in backward
+  int threads_per_stage = 0;  // CPU stages' thread budget; 0: max(1, cores / stages)
+  // Hybrid: one transport per stage (empty: a single pipeline, no gradient averaging).
+  std::vector<std::shared_ptr<comm::Transport>> stage_transports;
+  comm::Algorithm algorithm = comm::Algorithm::Ring;
+  size_t bucket_bytes = size_t{4} << 20;
+  int replica = -1;  // this pipeline's replica index, for traces (hybrid runs)
+};
+
+struct PipelineStepStats {
+  double seconds = 0;     // wall time of train_step()
+  double loss = 0;        // the batch's loss (sum of the micro-batches' scaled losses)
+  int micro_batches = 0;
+  // Per stage: the most micro-batches whose activations were held at once.
+  std::vector<int> peak_live_micro_batches;
+  // Per stage: the device allocator's peak bytes during the step above its bytes at the start
+  // (activations, their gradients and workspaces; cpu:N counted apart, allocator.h).
+  std::vector<int64_t> peak_activation_bytes;
+  // Hybrid: per stage, the share of the gradient allreduce time hidden behind computation.
+  std::vector<double> overlap_fraction;
+};
+
+class Pipeline {
+ public:
+  using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+  using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>)>;
+
+  // Moves each stage's blocks to its device (Module::to) and starts one thread per stage.
+  // devices.size() must equal partition.stages(); errors (Usage) say what does not match.
+  Pipeline(std::vector<Block> blocks, Partition partition, std::vector<Device> devices,
+           LossFn loss, OptimizerFactory make_optimizer, PipelineOptions options = {});
+  ~Pipeline();  // stops and joins the stage threads
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // One training step on a batch (x and target have the same number of rows, on any device).
+  // Returns the batch's loss. `step` labels the trace spans.
+  double train_step(const Tensor& x, const Tensor& target, int64_t step = -1);
+
+  int stages() const { return partition_.stages(); }
+  Device device(int stage) const { return devices_.at(stage); }
+  const Partition& partition() const { return partition_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  std::vector<Tensor> stage_parameters(int stage) const;
+  Optimizer& optimizer(int stage) { return *stages_.at(stage)->optimizer; }
+  const PipelineStepStats& last_step() const { return last_; }
+  const PipelineOptions& options() const { return options_; }
+  int threads_per_stage() const { return threads_per_stage_; }
+
+ private:
+  struct Stashed;  // a micro-batch's tensors between its forward and backward
+  struct Stage {
+    int index = 0;
+    Device device;
+    std::unique_ptr<Optimizer> optimizer;
+    std::shared_ptr<comm::DataParallel> dp;  // hybrid only (built on the stage thread)
+    std::thread thread;
+    // Step results, written by the stage thread.
+    int peak_live = 0;
+    int64_t peak_bytes = 0;
+    double loss = 0;
+  };
+  struct StepInput {
+    Tensor x, target;
+    int64_t rows = 0;
+    std::vector<int64_t> starts;  // micro-batch i: rows [starts[i], starts[i + 1])
+    int64_t step = -1;
+  };
+
+  void stage_loop(Stage& stage);
+  void run_step(Stage& stage, const StepInput& in);
+  Tensor forward_blocks(int stage, const Tensor& x) const;
+  void send(int from_stage, Channel& to, int to_stage, int micro_batch, const Tensor& t);
+  Tensor receive(Channel& from, int stage, int micro_batch);
+  void fail(const std::string& what, const std::exception_ptr& error);
+
+  std::vector<Block> blocks_;
+  Partition partition_;
+  std::vector<Device> devices_;
+  LossFn loss_;
+  PipelineOptions options_;
+  int threads_per_stage_ = 1;
+  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<Channel>> activations_;  // [s]: stage s-1 -> s
+  std::vector<std::unique_ptr<Channel>> gradients_;    // [s]: stage s+1 -> s
+
+  // The step handed to the stage threads, and their completion.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const StepInput* step_input_ = nullptr;
+  int64_t step_seq_ = 0;  // incremented per step; each stage thread runs each value once
+  int done_ = 0;
+  bool stopping_ = false;
+  std::string error_;  // the first failure, with its stage and micro-batch
+  std::exception_ptr first_error_;
+  PipelineStepStats last_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+// pipeline_test_util.h: a small block model and comparisons shared by the pipeline tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/philox.h"
+#include "layers/activation.h"
+#include "layers/linear.h"
+#include "models/pipeline/partition.h"
+
+namespace kiln::test {
+
+inline Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+// Linear+ReLU, Linear+ReLU, Linear+ReLU, Linear+ReLU, Linear: 6 -> width ... -> 3, as five
+// blocks. The same seed gives the same weights.
+class MlpBlocks {
+ public:
+  explicit MlpBlocks(uint64_t seed, int64_t width = 16) {
+    manual_seed(seed);
+    const int64_t sizes[] = {6, width, width, width, width, 3};
+    for (int b = 0; b < 5; ++b) {
+      auto seq = std::make_shared<Sequential>();
+      seq->push_back("0", std::make_shared<Linear>(sizes[b], sizes[b + 1]));
+      if (b < 4) seq->push_back("1", std::make_shared<ReLU>());
+      blocks_.push_back({"block" + std::to_string(b), seq});
+    }
+  }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  std::vector<Tensor> parameters() const {
+    std::vector<Tensor> all;
+    for (const Block& b : blocks_) {
+      for (const Tensor& t : b.module->parameters()) all.push_back(t);
+    }
+    return all;
+  }
+  Tensor forward(const Tensor& x) const {
+    Tensor y = x;
+    for (const Block& b : blocks_) y = b.module->forward(y);
+    return y;
+  }
+
+ private:
+  std::vector<Block> blocks_;
+};
+
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  std::vector<float> va = a.to(Device("cpu")).to_vector<float>();
+  std::vector<float> vb = b.to(Device("cpu")).to_vector<float>();
+  EXPECT_EQ(va.size(), vb.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(va.size(), vb.size()); ++i) {
+    worst = std::max(worst, static_cast<double>(std::fabs(va[i] - vb[i])));
+  }
+  return worst;
+}
+
+inline void expect_same_parameters(const MlpBlocks& got, const MlpBlocks& want, double tol) {
+  std::vector<Tensor> g = got.parameters(), w = want.parameters();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_LT(max_abs_diff(g[i], w[i]), tol) << "parameter " << i;
+  }
+}
+
+}  // namespace kiln::test
