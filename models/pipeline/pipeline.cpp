@@ -395,7 +395,12 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
     fail(where + ", " + phase, std::current_exception());
     throw ChannelAborted{};  // reported; the loop only has to count this stage as done
   }
-  stage.peak_bytes = device_bytes(dev, /*peak=*/true) - bytes_at_start;
+  // Less the parameters' gradients, which are dropped by zero_grad() and so allocated anew in
+  // every step: what is left is activations, their gradients and workspaces.
+  int64_t grad_bytes = 0;
+  for (const Tensor& t : stage_parameters(s)) grad_bytes += static_cast<int64_t>(t.nbytes());
+  stage.peak_bytes = std::max<int64_t>(0, device_bytes(dev, /*peak=*/true) - bytes_at_start -
+                                              grad_bytes);
 }
 
 }  // namespace kiln

@@ -86,8 +86,9 @@ struct PipelineStepStats {
   int micro_batches = 0;
   // Per stage: the most micro-batches whose activations were held at once.
   std::vector<int> peak_live_micro_batches;
-  // Per stage: the device allocator's peak bytes during the step above its bytes at the start
-  // (activations, their gradients and workspaces; cpu:N counted apart, allocator.h).
+  // Per stage: the device allocator's peak bytes during the step above its bytes at the start,
+  // less the parameters' gradients (what remains: activations, their gradients and
+  // workspaces; cpu:N counted apart, allocator.h).
   std::vector<int64_t> peak_activation_bytes;
   // Hybrid: per stage, the share of the gradient allreduce time hidden behind computation.
   std::vector<double> overlap_fraction;

@@ -10,3 +10,6 @@ if(KILN_CUDA_SIM)
   set_tests_properties(resnet_cuda_test_vendor PROPERTIES LABELS sim
     ENVIRONMENT "KILN_KERNELS=vendor;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endif()
+# Pipelines over cuda:0 / cuda:1 (and one GPU, and mixed CPU/GPU stages) against one CPU device.
+kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_pipeline)

@@ -1,0 +1,67 @@
+// runs.h: the training setups resnet_bench times, side by side: one device, naive model
+// parallelism, and pipelines at each split size, each a fresh ResNet from the same seed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/optim/sgd.h"
+#include "engine/tensor.h"
+#include "models/pipeline/pipeline.h"
+#include "models/resnet.h"
+
+namespace kiln::apps {
+
+struct Workload {
+  std::string model = "resnet50";
+  int64_t image = 64, batch = 48, classes = 1000;
+  double lr = 0.001;  // the tutorial's SGD learning rate
+};
+
+// The tutorial's data: random images and one-hot rows of random labels (MSE loss).
+struct Batch {
+  Tensor x, y;
+};
+Batch random_batch(const Workload& w, uint64_t seed);
+
+// A fresh model of the workload (seeded, so every setup starts from the same weights).
+std::shared_ptr<ResNet> make_model(const Workload& w);
+
+// One timed setup. step() runs one training step and returns when its work is done.
+class Run {
+ public:
+  virtual ~Run() = default;
+  virtual void step(const Batch& batch) = 0;
+  std::string mode;       // "single", "model-parallel", "pipeline"
+  std::string label;      // printed name, e.g. "single (1 thread)"
+  int64_t split = 0;      // pipeline rows per micro-batch (0: none)
+  int micro_batches = 0;  // pipeline micro-batches per step
+  std::vector<double> step_seconds;  // one entry per repeat: mean step time of that repeat
+};
+
+// The whole model on one device, trained by the calling thread with `threads` CPU threads.
+std::unique_ptr<Run> make_single_run(const Workload& w, Device device, int threads,
+                                     const std::string& label);
+
+// The model cut by `partition` onto `devices`, run by a Pipeline.
+class PipelineRun : public Run {
+ public:
+  PipelineRun(const Workload& w, const Partition& partition, const std::vector<Device>& devices,
+              PipelineOptions options);
+  void step(const Batch& batch) override;
+  Pipeline& pipeline() { return *pipeline_; }
+
+ private:
+  std::shared_ptr<ResNet> model_;
+  std::unique_ptr<Pipeline> pipeline_;
+  int64_t steps_ = 0;
+};
+
+// How much slower two CPU stages are when they run at once than one alone (each with
+// `threads` threads, the same fixed matrix work): about 1.0 when cpu:0 and cpu:1 really run in
+// parallel, about 2.0 when they share one core's worth of time (oversubscribed).
+double cpu_parallel_slowdown(int threads);
+
+}  // namespace kiln::apps
