@@ -10,6 +10,7 @@
 //   mnist_train --dist nccl:2 --allreduce native     2 ranks as threads on cuda:0 and cuda:1
 //   mpirun -np 2 mnist_train --dist nccl             2 processes, one GPU each
 //   mnist_train --dist local:3 --allreduce ps --ps-servers 1 --ps-async   async parameter server
+//   mnist_train --trace run.json      a timeline of the run (tools/plot.py --trace run.json)
 //
 // Data parallelism (--dist; comm/data_parallel.h): every rank holds a replica of the model and
 // trains on its shard of the data (DistributedSampler: the same epoch order on every rank, rank

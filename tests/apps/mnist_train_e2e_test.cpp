@@ -268,11 +268,9 @@ TEST_F(MnistTrainTest, TraceRecordsEveryStepsPhases) {
     if (args.contains("step")) steps_of_phase[args["phase"].get<std::string>()].insert(args["step"].get<int64_t>());
   }
   const std::set<int64_t> all_steps = {0, 1, 2, 3};
-  for (const char* phase : {"forward", "backward", "optimizer"}) {
+  for (const char* phase : {"loader_wait", "forward", "backward", "optimizer"}) {
     EXPECT_EQ(steps_of_phase[phase], all_steps) << phase;
   }
-  // One wait per batch, and one more for the end of the epoch.
-  EXPECT_GE(steps_of_phase["loader_wait"].size(), 4u);
 }
 
 TEST_F(MnistTrainTest, TraceOfDataParallelRunHasEachReplicasBuckets) {
