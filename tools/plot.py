@@ -354,7 +354,8 @@ def plot_gantt(path, step, title):
     ax.grid(axis="x", alpha=0.3)
     names = list(PHASE_COLOURS) + ["send/receive"]
     handles, labels = ax.get_legend_handles_labels()
-    legend = sorted(zip(labels, handles), key=lambda lh: names.index(lh[0]) if lh[0] in names else 99)
+    legend = sorted(zip(labels, handles),
+                    key=lambda lh: names.index(lh[0]) if lh[0] in names else len(names))
     ax.legend([h for _, h in legend], [l for l, _ in legend], loc="upper left",
               bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     fig.suptitle(title or ("%s, step %d" % (path, step) if step is not None else path))

@@ -62,7 +62,9 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     Batch b;
     {
       std::optional<trace::Scope> wait;  // not for the call that finds the epoch over
-      if (i < batches) wait.emplace("loader wait", trace::Phase::LoaderWait, host_side(device), ids);
+      if (i < batches) {
+        wait.emplace("loader wait", trace::Phase::LoaderWait, host_side(device), ids);
+      }
       if (!source.next(b)) break;
     }
     Tensor x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
