@@ -10,6 +10,7 @@
 //   mnist_train --dist nccl:2 --allreduce native     2 ranks as threads on cuda:0 and cuda:1
 //   mpirun -np 2 mnist_train --dist nccl             2 processes, one GPU each
 //   mnist_train --dist local:3 --allreduce ps --ps-servers 1 --ps-async   async parameter server
+//   mnist_train --trace run.json      a timeline of the run (tools/plot.py --trace run.json)
 //
 // Data parallelism (--dist; comm/data_parallel.h): every rank holds a replica of the model and
 // trains on its shard of the data (DistributedSampler: the same epoch order on every rank, rank
@@ -84,6 +85,7 @@
 #include "engine/optim/lr_schedule.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
+#include "engine/trace.h"
 
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."
@@ -151,6 +153,11 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--resume", o.resume, "continue a run from this checkpoint (same flags give the same "
                  "result, bit for bit, as an uninterrupted run)");
   app.add_option("--json", o.json, "write a JSON summary of the run here");
+  app.add_option("--trace", o.trace, "record a timeline of the run (loader waits, batch copies "
+                 "to the GPU, forward, backward, optimizer steps, gradient allreduce buckets) and "
+                 "write it here as Chrome trace JSON (open in ui.perfetto.dev; tools/plot.py "
+                 "--trace draws a Gantt chart); with one rank per process (--dist mpi, nccl) "
+                 "rank r > 0 writes PATH with .rank<r> before the extension");
   app.add_flag("--quiet,-q", o.quiet, "print nothing but errors (the JSON summary is still written)");
   app.add_option("--dist", o.dist, "none | local:N (N data-parallel ranks as threads of this "
                  "process) | mpi (one rank per process: launch with mpirun -np N) | nccl (one "
@@ -319,15 +326,19 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   // The training step: --batch-per-rank sets the learning rate per step (warm-up), then
   // backward and the update, alone or with the other ranks.
   int64_t global_step = static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
-  const StepFn step_fn = [&](Tensor& loss) {
+  const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
     if (o.batch_per_rank) schedule->apply(*state.opt, global_step);
     ++global_step;
     if (dist) {
-      dist->step(loss, *state.opt);
+      dist->step(loss, *state.opt, ids);
       return;
     }
     state.opt->zero_grad();
-    loss.backward();
+    {
+      trace::Scope backward("backward", trace::Phase::Backward, device, ids);
+      loss.backward();
+    }
+    trace::Scope update("optimizer", trace::Phase::Optimizer, device, ids);
     state.opt->step();
   };
 
@@ -336,7 +347,8 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     const auto epoch_start = Clock::now();
     if (!o.batch_per_rank) schedule->apply(*state.opt, epoch);
     EpochResult r;
-    train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print, r);
+    train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print,
+                ranks.dist ? ranks.rank : -1, r);
     if (dist) dist->sum_training_over_workers(r);
     evaluate(*state.model, *loaders.test, device, r);
     if (dist) dist->sum_evaluation_over_workers(r, loaders.test_shard->size());
@@ -350,6 +362,28 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   const bool replicas_equal = dist ? dist->finish_and_compare_replicas() : true;
   if (ranks.rank != 0) return replicas_equal ? 0 : 1;
   return report_on_rank0(o, plan, data, results, dist.get(), replicas_equal);
+}
+
+// With one rank per process (mpi, nccl), each process writes its own trace: rank 0 to PATH,
+// rank r to PATH with ".rank<r>" before the extension (run.json, run.rank1.json, ...).
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (path.empty() || rank == 0) return path;
+  const std::filesystem::path p(path);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return (p.parent_path() / (p.stem().string() + tag + p.extension().string())).string();
+}
+
+// --trace: writes the timeline recorded so far, also after a failed run (it shows where the
+// run was). Returns the exit code, raised to 1 when the file cannot be written.
+int write_trace(const Options& o, int rc) {
+  if (o.trace.empty() || !trace::Tracer::global().enabled()) return rc;  // off, or a usage error
+  try {
+    trace::Tracer::global().write_chrome_json(o.trace);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
+    return std::max(rc, 1);
+  }
+  return rc;
 }
 
 // Resuming: the checkpoint decides the seed and the epoch to start from (o.seed is set from
@@ -371,16 +405,19 @@ apps::TrainCheckpoint read_resumed_checkpoint(Options& o, const CLI::App& app) {
   return resumed;
 }
 
-int run(Options o, const CLI::App& app) {
+// Sets o.trace to this process's trace file (see rank_trace_path).
+int run(Options& o, const CLI::App& app) {
   const DistSpec d = parse_dist(o.dist);
   check_dist_flags(o, app, d);
   if (d.threads) check_world(o, d.ranks);
   check_output_path(o.json, "--json");
   check_output_path(o.checkpoint, "--checkpoint");
+  check_output_path(o.trace, "--trace");
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   const Device compute = d.kind == "nccl" ? Device(DeviceType::CUDA, 0) : device;
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
+  if (!o.trace.empty()) trace::Tracer::global().enable();
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
 
   const apps::TrainCheckpoint resumed = read_resumed_checkpoint(o, app);
@@ -417,6 +454,7 @@ int run(Options o, const CLI::App& app) {
   }
   // mpi / nccl: one rank per process.
   std::shared_ptr<comm::Transport> t = comm::make_transport(d.kind);
+  o.trace = rank_trace_path(o.trace, t->rank());
   try {
     check_world(o, t->size());  // the same verdict on every rank: all exit 2, none hangs
   } catch (const Error& e) {
@@ -450,15 +488,17 @@ int main(int argc, char** argv) {
   }
   // Under mpirun every rank finds the same bad flag: rank 0 alone says so.
   const bool say = !apps::launched_as_nonzero_rank();
+  int rc = 0;
   try {
-    return run(o, app);
+    rc = run(o, app);
   } catch (const Error& e) {
     std::fflush(stdout);
     if (say) std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
-    return e.exit_code();
+    rc = e.exit_code();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     if (say) std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
-    return 1;
+    rc = 1;
   }
+  return write_trace(o, rc);
 }

@@ -4,10 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "comm/algorithms.h"
 #include "comm/fp16.h"
 #include "engine/autograd.h"
+#include "engine/trace.h"
 
 namespace kiln::comm {
 
@@ -225,8 +228,17 @@ void DataParallel::launch(Bucket& b, bool from_hook) {
   Communicator* c = comm_.get();
   const Algorithm alg = options_.algorithm;
   uint64_t* bytes = &b.bytes;
+  const int index = static_cast<int>(&b - buckets_.data());
   b.work = comm_->submit(
-      [c, buf, alg, bytes] {
+      [c, buf, alg, bytes, index] {
+        // Host time on the worker thread: allreduce_now returns once the collective is done.
+        std::optional<trace::Scope> span;
+        if (trace::Tracer::global().enabled()) {
+          trace::Ids ids;
+          ids.bucket = index;
+          ids.replica = c->rank();
+          span.emplace("bucket " + std::to_string(index), trace::Phase::Allreduce, Device(), ids);
+        }
         const uint64_t before = c->bytes_sent();
         c->allreduce_now(buf, ReduceOp::Sum, alg);
         *bytes = c->bytes_sent() - before;

@@ -1,7 +1,7 @@
 // trace.h: one tracer for the whole process: timed spans, Chrome trace JSON, pipeline bubbles.
 //
 //   trace::Tracer::global().enable();
-//   { trace::Scope s("forward", trace::Phase::Forward, device, {.stage = 0, .micro_batch = 3});
+//   { trace::Scope s("forward", trace::Phase::Forward, device, trace::Ids{0, 3});  // stage 0, mb 3
 //     ... work ... }                                   // [construction, destruction) is recorded
 //   trace::Tracer::global().write_chrome_json("run.json");   // open in ui.perfetto.dev
 //

@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """tools/plot.py: charts of apps/loader_bench, apps/comm_bench and the ResNet benchmark's CSV
-files (PNG, matplotlib).
+files, and Gantt charts of Kiln's Chrome traces (PNG, matplotlib).
 
     tools/plot.py --csv out/loader/throughput.csv --out out/loader/throughput.png
     tools/plot.py --csv out/loader/train.csv --out out/loader/train.png
     tools/plot.py --csv out/comm/mpi2.csv --out out/comm/mpi2.png
     tools/plot.py --csv a.csv --csv b.csv --out both.png      (rows of several files together)
+    tools/plot.py --trace run.json --out gantt.png [--step K]  (mnist_train --trace run.json)
 
 The kind of chart follows from the CSV's columns (loader_bench writes three kinds):
   throughput  (images_per_sec, no loader_wait_fraction): images/s of the loader alone vs
@@ -24,12 +25,21 @@ and tools/bench_resnet_vs_pytorch.sh one:
               (Kiln's and PyTorch's setups) per workload.
 Rows measured on the CUDA simulator (column simulated = 1) are labelled SIMULATED.
 
+A trace (--trace: the Chrome trace JSON of engine/trace.h) gives one kind:
+  gantt       one row per thread that recorded spans, labelled with its thread name and device
+              ("stage 0 (cpu:0)", "thread 2 (cuda:1)"); a box per span, coloured by phase
+              (forward, backward, recompute, send/receive, optimizer, allreduce, loader_wait,
+              h2d); forward and backward boxes carry their micro-batch number when they have
+              one; x axis in ms from the first span shown. --step K keeps the spans of step K
+              (args.step) and the spans without a step that overlap them (allreduce buckets).
+
 Runs with the system Python (/usr/bin/python3 and Debian's python3-matplotlib, which
 tools/setup.sh installs with KILN_SETUP_EXTRAS=1); uses nothing but the standard library and
 matplotlib.
 """
 import argparse
 import csv
+import json
 import sys
 from collections import OrderedDict
 
@@ -257,16 +267,123 @@ def plot_runners(rows, title):
     return fig
 
 
+# ---- Gantt chart of a Chrome trace (engine/trace.h) -------------------------------------------
+
+PHASE_COLOURS = OrderedDict([
+    ("forward", "#4c72b0"), ("backward", "#dd8452"), ("recompute", "#8172b3"),
+    ("send", "#937860"), ("receive", "#937860"), ("optimizer", "#55a868"),
+    ("allreduce", "#c44e52"), ("loader_wait", "#8c8c8c"), ("h2d", "#da8bc3"),
+    ("other", "#ccb974"),
+])
+
+
+def read_trace(path):
+    """The complete events, and the rows' names and order, of a Chrome trace file."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        sys.exit("plot.py: cannot read %s: %s" % (path, e.strerror))
+    except ValueError as e:
+        sys.exit("plot.py: %s is not JSON: %s" % (path, e))
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    spans = [e for e in events if e.get("ph") == "X"]
+    processes, threads, order = {}, {}, {}
+    for e in events:
+        if e.get("ph") != "M":
+            continue
+        if e.get("name") == "process_name":
+            processes[e["pid"]] = e["args"]["name"]
+        elif e.get("name") == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif e.get("name") == "thread_sort_index":
+            order[(e["pid"], e["tid"])] = e["args"]["sort_index"]
+    return spans, processes, threads, order
+
+
+def spans_of_step(spans, step, path):
+    """The spans of step `step`, and the spans without a step that overlap them; and the
+    step's window (start, end) in us."""
+    own = [e for e in spans if e.get("args", {}).get("step") == step]
+    if not own:
+        steps = sorted({e["args"]["step"] for e in spans if "step" in e.get("args", {})})
+        sys.exit("plot.py: %s has no span of step %d (steps: %s)" %
+                 (path, step, ", ".join(map(str, steps)) or "none"))
+    start = min(e["ts"] for e in own)
+    end = max(e["ts"] + e.get("dur", 0) for e in own)
+    stepless = [e for e in spans if "step" not in e.get("args", {}) and
+                e["ts"] < end and e["ts"] + e.get("dur", 0) > start]
+    return own + stepless, (start, end)
+
+
+def plot_gantt(path, step, title):
+    spans, processes, threads, order = read_trace(path)
+    if not spans:
+        sys.exit("plot.py: %s holds no spans (was the run traced?)" % path)
+    if step is not None:
+        spans, (t0, t1) = spans_of_step(spans, step, path)  # stepless spans are cut to it
+    else:
+        t0 = min(e["ts"] for e in spans)
+        t1 = max(e["ts"] + e.get("dur", 0) for e in spans)
+    rows = sorted({(e["pid"], e["tid"]) for e in spans},
+                  key=lambda r: (r[0], order.get(r, 1000 + r[1]), r[1]))
+    row_of = {r: i for i, r in enumerate(rows)}
+    width_ms = max((t1 - t0) / 1e3, 1e-3)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(rows)))
+    seen = set()
+    # Longest first, so a span nested in another (h2d in a loader wait) is drawn on top of it.
+    for e in sorted(spans, key=lambda e: -e.get("dur", 0)):
+        args = e.get("args", {})
+        phase = args.get("phase", e.get("cat", "other"))
+        colour = PHASE_COLOURS.get(phase, PHASE_COLOURS["other"])
+        start, dur = (e["ts"] - t0) / 1e3, e.get("dur", 0) / 1e3
+        y = row_of[(e["pid"], e["tid"])]
+        legend = ("send/receive" if phase in ("send", "receive") else phase)
+        ax.broken_barh([(start, dur)], (y - 0.4, 0.8), facecolors=colour, edgecolor="white",
+                       linewidth=0.3, label=None if legend in seen else legend)
+        seen.add(legend)
+        if phase in ("forward", "backward") and "micro_batch" in args and dur > 0.012 * width_ms:
+            ax.text(start + dur / 2, y, str(args["micro_batch"]), ha="center", va="center",
+                    fontsize=7, color="white")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(["%s (%s)" % (threads.get(r, "thread %d" % r[1]),
+                                     processes.get(r[0], "pid %d" % r[0])) for r in rows])
+    ax.invert_yaxis()  # the first row at the top
+    ax.set_xlim(0, width_ms)
+    ax.set_xlabel("ms from the %s start" % ("step's" if step is not None else "trace's"))
+    ax.grid(axis="x", alpha=0.3)
+    names = list(PHASE_COLOURS) + ["send/receive"]
+    handles, labels = ax.get_legend_handles_labels()
+    legend = sorted(zip(labels, handles),
+                    key=lambda lh: names.index(lh[0]) if lh[0] in names else len(names))
+    ax.legend([h for _, h in legend], [l for l, _ in legend], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    fig.suptitle(title or ("%s, step %d" % (path, step) if step is not None else path))
+    return fig, len(spans)
+
+
 def main():
     p = argparse.ArgumentParser(description="Charts of apps/loader_bench and apps/comm_bench "
-                                "CSV files")
-    p.add_argument("--csv", action="append", required=True,
+                                "CSV files, and Gantt charts of Kiln's Chrome traces")
+    p.add_argument("--csv", action="append",
                    help="a loader_bench or comm_bench CSV (repeat to plot the rows of several "
                    "files together)")
+    p.add_argument("--trace", help="a Chrome trace JSON written by Kiln's tracer (mnist_train "
+                   "--trace): a Gantt chart")
+    p.add_argument("--step", type=int, help="with --trace: only the spans of this step")
     p.add_argument("--out", required=True, help="the PNG to write")
     p.add_argument("--title", default="", help="chart title (default: from the data)")
     p.add_argument("--dpi", type=int, default=80)
     a = p.parse_args()
+    if bool(a.csv) == bool(a.trace):
+        p.error("give either --csv (one or more) or --trace")
+    if a.step is not None and not a.trace:
+        p.error("--step goes with --trace")
+    if a.trace:
+        fig, n = plot_gantt(a.trace, a.step, a.title)
+        save(fig, a.out, a.dpi)
+        print("plot.py: wrote %s (%d spans)" % (a.out, n))
+        return
     columns, rows = read_rows(a.csv)
     if "busbw_gbs" in columns:
         fig = plot_comm_sweep(rows, a.title)
@@ -286,12 +403,16 @@ def main():
     if simulated(rows):
         fig.text(0.5, 0.5, "SIMULATED", fontsize=40, color="red", alpha=0.25, ha="center",
                  va="center", rotation=20)
+    save(fig, a.out, a.dpi)
+    print("plot.py: wrote %s (%d rows)" % (a.out, len(rows)))
+
+
+def save(fig, out, dpi):
     fig.tight_layout()
     try:
-        fig.savefig(a.out, dpi=a.dpi)
+        fig.savefig(out, dpi=dpi)
     except OSError as e:
-        sys.exit("plot.py: cannot write %s: %s" % (a.out, e.strerror))
-    print("plot.py: wrote %s (%d rows)" % (a.out, len(rows)))
+        sys.exit("plot.py: cannot write %s: %s" % (out, e.strerror))
 
 
 if __name__ == "__main__":

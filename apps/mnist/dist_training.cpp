@@ -12,6 +12,7 @@
 #include "apps/mnist/model_state.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
+#include "engine/trace.h"
 
 namespace kiln::apps::mnist {
 
@@ -108,20 +109,35 @@ DistTraining::DistTraining(const Options& o, std::shared_ptr<comm::Transport> t,
   }
 }
 
-void DistTraining::step(Tensor& loss, Optimizer& opt) {
+void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids) {
+  const Device device = params_.front().device();
   if (ps_) {  // the servers' optimizers apply the gradient: this rank only pulls the result
     model_.zero_grad();
-    loss.backward();
+    {
+      trace::Scope backward("backward", trace::Phase::Backward, device, ids);
+      loss.backward();
+    }
     const std::vector<float> g = comm::flatten_to_host(grads_or_zeros(params_));
     const auto start = Clock::now();
-    ps_->push_pull(g.data(), ps_params_.data(), opt.lr());
+    {
+      trace::Scope exchange("push_pull", trace::Phase::Allreduce, host_side(device), ids);
+      ps_->push_pull(g.data(), ps_params_.data(), opt.lr());
+    }
     ps_seconds_ += seconds_since(start);
     comm::unflatten_from_host(ps_params_, params_);
     return;
   }
   opt.zero_grad();
-  loss.backward();  // DataParallel's hooks start bucket allreduces from here
-  dp_->synchronize();
+  {
+    trace::Scope backward("backward", trace::Phase::Backward, device, ids);
+    loss.backward();  // DataParallel's hooks start bucket allreduces from here
+  }
+  {
+    // The allreduce time backward did not hide (the buckets run on the communicator's thread).
+    trace::Scope wait("allreduce wait", trace::Phase::Allreduce, host_side(device), ids);
+    dp_->synchronize();
+  }
+  trace::Scope update("optimizer", trace::Phase::Optimizer, device, ids);
   opt.step();
 }
 

@@ -78,8 +78,9 @@ class DistTraining {
   DistTraining(const DistTraining&) = delete;
   DistTraining& operator=(const DistTraining&) = delete;
 
-  // Backward, the gradient exchange and the update, once the loss is computed.
-  void step(Tensor& loss, Optimizer& opt);
+  // Backward, the gradient exchange and the update, once the loss is computed. `ids`: what the
+  // step's trace spans belong to.
+  void step(Tensor& loss, Optimizer& opt, const trace::Ids& ids);
 
   // The epoch's training loss and images/s over all workers (after train_epoch).
   void sum_training_over_workers(EpochResult& r);

@@ -54,6 +54,7 @@ struct Options {
   std::string data;
   int64_t limit_train = -1, limit_test = -1;
   std::string checkpoint, resume, json;
+  std::string trace;  // Chrome trace JSON of the run (empty: tracing off)
   bool quiet = false;
   std::string kernels;
   int workers = kDefaultWorkers;

@@ -2,6 +2,7 @@
 #include "apps/mnist/train_loop.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/trace.h"
 #include "layers/loss.h"
 
 namespace kiln::apps::mnist {
@@ -26,7 +28,7 @@ void release_cached(Device device) {
 }  // namespace
 
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
-                 int epoch, int epochs, bool progress, EpochResult& r) {
+                 int epoch, int epochs, bool progress, int replica, EpochResult& r) {
   model.train();
   source.start_epoch(epoch);
   ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
@@ -52,11 +54,27 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     }
     pending.clear();
   };
-  for (Batch b; source.next(b);) {
+  const int64_t batches = source.num_batches();
+  for (int64_t i = 0;; ++i) {
+    trace::Ids ids;
+    ids.step = static_cast<int64_t>(epoch) * batches + i;
+    ids.replica = replica;
+    Batch b;
+    {
+      std::optional<trace::Scope> wait;  // not for the call that finds the epoch over
+      if (i < batches) {
+        wait.emplace("loader wait", trace::Phase::LoaderWait, host_side(device), ids);
+      }
+      if (!source.next(b)) break;
+    }
     Tensor x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
     Tensor y = b.labels.device() == device ? b.labels : b.labels.to(device);
-    Tensor loss = cross_entropy(model(x), y);
-    step_fn(loss);
+    Tensor loss;
+    {
+      trace::Scope forward("forward", trace::Phase::Forward, device, ids);
+      loss = cross_entropy(model(x), y);
+    }
+    step_fn(loss, ids);
     pending.emplace_back(loss.detach(), b.inputs.size(0));
     if (static_cast<int>(pending.size()) >= kReadEvery) read_pending();
   }

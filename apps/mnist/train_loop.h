@@ -12,6 +12,7 @@
 #include "data/batch_iterator.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
+#include "engine/trace.h"
 #include "layers/module.h"
 
 namespace kiln::apps::mnist {
@@ -27,14 +28,22 @@ struct EpochResult {
 };
 
 // What a training step does once the loss is computed: backward and the update (plain, with
-// DataParallel's gradient averaging, or through the asynchronous parameter server).
-using StepFn = std::function<void(Tensor& loss)>;
+// DataParallel's gradient averaging, or through the asynchronous parameter server). `ids` says
+// which step (and replica) the step's trace spans belong to (engine/trace.h).
+using StepFn = std::function<void(Tensor& loss, const trace::Ids& ids)>;
 
 // One pass over the training set (epoch is 0-based; the progress bar shows epoch + 1 of
 // `epochs` when `progress` is true and stdout is a terminal). Fills the training fields of
 // `r`. A loss that is not finite stops training with an error saying to lower --lr.
+// When tracing is on it records the loader waits and each step's forward pass, with
+// ids.step = epoch * batches per epoch + batch and ids.replica = `replica` (-1: not
+// data-parallel).
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
-                 int epoch, int epochs, bool progress, EpochResult& r);
+                 int epoch, int epochs, bool progress, int replica, EpochResult& r);
+
+// Where host-timed spans of training on `device` go: the device itself for a CPU, the host
+// (cpu:0) for a GPU, whose spans are timed by the GPU.
+inline Device host_side(Device device) { return device.is_cuda() ? Device() : device; }
 
 // Accuracy and mean loss over the batches of `source`, in eval mode (dropout off), recording
 // nothing. Fills the test fields of `r`.

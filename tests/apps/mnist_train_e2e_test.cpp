@@ -9,6 +9,8 @@
 //      thread count, and one thread keeps the test independent of the machine's core count.
 //   3. Bad input: unknown flag, missing data, corrupt/truncated/mismatched checkpoint,
 //      --device cuda:9 (absent in every build): exit code 2 and a message that says what to do.
+//   4. --trace: a Chrome trace with the loader waits, forward, backward and optimizer spans of
+//      every step, and with --dist local:2 each replica's allreduce buckets.
 // Tests that need real MNIST skip, saying how to get it, when datasets/mnist/ is absent.
 // The binary path comes from CMake ($<TARGET_FILE:mnist_train>).
 #include <gtest/gtest.h>
@@ -19,7 +21,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -193,13 +197,14 @@ TEST_F(MnistTrainTest, HelpExplainsEveryFlagAndExitsZero) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (const char* flag : {"--device", "--model", "--epochs", "--batch-size", "--lr", "--optimizer",
                            "--threads", "--seed", "--data", "--limit-train", "--limit-test",
-                           "--checkpoint", "--resume", "--json", "--quiet", "--kernels"}) {
+                           "--checkpoint", "--resume", "--json", "--quiet", "--kernels",
+                           "--trace"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   }
 }
 
 TEST_F(MnistTrainTest, UnwritableOutputIsReportedBeforeTraining) {
-  for (const char* flag : {"--json", "--checkpoint"}) {
+  for (const char* flag : {"--json", "--checkpoint", "--trace"}) {
     RunResult r = run_mnist_train({flag, path("no_such_dir/out"), "--epochs", "1"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find("no_such_dir"), std::string::npos) << r.output;
@@ -234,6 +239,58 @@ TEST_F(MnistTrainTest, MissingCudaDeviceIsAClearUsageError) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cuda:9"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
+}
+
+// ---- 4. Tracing --------------------------------------------------------------------------
+
+// The complete ("X") events of a Chrome trace file.
+std::vector<nlohmann::json> complete_events(const std::string& path) {
+  const nlohmann::json doc = read_json(path);
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] == "X") out.push_back(e);
+  }
+  return out;
+}
+
+TEST_F(MnistTrainTest, TraceRecordsEveryStepsPhases) {
+  SKIP_WITHOUT_MNIST();
+  const std::string trace = path("trace.json");
+  // 256 images in batches of 64: 4 steps.
+  RunResult r = run_mnist_train({"--data", mnist_dir(), "--quiet", "--limit-train", "256",
+                                 "--limit-test", "100", "--batch-size", "64", "--epochs", "1",
+                                 "--trace", trace});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, std::set<int64_t>> steps_of_phase;
+  for (const nlohmann::json& e : complete_events(trace)) {
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    const nlohmann::json& args = e["args"];
+    if (args.contains("step")) steps_of_phase[args["phase"].get<std::string>()].insert(args["step"].get<int64_t>());
+  }
+  const std::set<int64_t> all_steps = {0, 1, 2, 3};
+  for (const char* phase : {"loader_wait", "forward", "backward", "optimizer"}) {
+    EXPECT_EQ(steps_of_phase[phase], all_steps) << phase;
+  }
+}
+
+TEST_F(MnistTrainTest, TraceOfDataParallelRunHasEachReplicasBuckets) {
+  SKIP_WITHOUT_MNIST();
+  const std::string trace = path("trace.json");
+  RunResult r = run_mnist_train({"--data", mnist_dir(), "--quiet", "--limit-train", "256",
+                                 "--limit-test", "100", "--batch-size", "64", "--epochs", "1",
+                                 "--dist", "local:2", "--threads", "1", "--trace", trace});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::pair<int, int>> buckets;  // (replica, bucket)
+  std::set<int> forward_replicas;
+  for (const nlohmann::json& e : complete_events(trace)) {
+    const nlohmann::json& args = e["args"];
+    if (args["phase"] == "allreduce" && args.contains("bucket")) {
+      buckets.emplace(args["replica"].get<int>(), args["bucket"].get<int>());
+    }
+    if (args["phase"] == "forward") forward_replicas.insert(args["replica"].get<int>());
+  }
+  EXPECT_EQ(forward_replicas, (std::set<int>{0, 1}));
+  EXPECT_TRUE(buckets.count({0, 0}) > 0 && buckets.count({1, 0}) > 0) << buckets.size();
 }
 
 }  // namespace

@@ -8,3 +8,6 @@ kiln_test(caching_allocator_test SOURCES caching_allocator_test.cpp
 # Its own binary: it limits the simulated device memory before the first CUDA call.
 kiln_test(caching_allocator_oom_test SOURCES caching_allocator_oom_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Tracer spans on a CUDA device: GPU events on the current stream, resolved to host times.
+kiln_test(trace_cuda_test SOURCES trace_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

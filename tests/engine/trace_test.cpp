@@ -33,7 +33,8 @@ class TraceTest : public ::testing::Test {
 };
 
 void spin_for_us(double us) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
   while (std::chrono::steady_clock::now() < until) {
   }
 }
