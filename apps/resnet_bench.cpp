@@ -463,6 +463,8 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--classes", w.classes, "classes of the one-hot labels (tutorial: 1000)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--width", w.width, "stem channels: 64 is the real net; 8 or 16 give narrow nets "
+                 "of the same depth (smoke tests, the CUDA simulator)")->check(CLI::Range(8, 64));
   app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(CLI::PositiveNumber);
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
   app.add_option("--devices", o.devices,

@@ -33,7 +33,10 @@ Batch random_batch(const Workload& w, uint64_t seed) {
 
 std::shared_ptr<ResNet> make_model(const Workload& w) {
   manual_seed(1234);
-  return make_resnet(w.model, w.classes);
+  ResNetConfig config = resnet_config(w.model, w.classes);
+  config.base_planes = w.width;
+  config.width_per_group = w.width;
+  return make_resnet(config);
 }
 
 namespace {
