@@ -20,6 +20,10 @@ and comm_bench two:
   ps scaling  (server_bytes_received): two panels vs workers W: time per allreduce of the ring
               and of the parameter server with one dedicated server, and the bytes a ring rank
               sends, a PS worker sends and the PS server receives per allreduce.
+and apps/resnet_bench one:
+  model parallel (micro_batches): two panels: seconds per step of one device, naive model
+              parallelism and the best pipeline split (bars, speedup over the first); seconds
+              per step vs split size (log 2 x axis), one device and naive as lines;
 and tools/bench_resnet_vs_pytorch.sh one:
   runners     (runner, workload, images_per_sec): grouped bars, images/s of each runner
               (Kiln's and PyTorch's setups) per workload.
@@ -267,11 +271,57 @@ def plot_runners(rows, title):
     return fig
 
 
+def plot_model_parallel(rows, title):
+    """resnet_bench: the tutorial's two charts. Left: step time of one device, naive model
+    parallelism and the best pipeline split (mean +- std); right: step time vs split size."""
+    f = lambda r, k: float(r[k])
+    singles = [r for r in rows if r["mode"] == "single"]
+    naive = [r for r in rows if r["mode"] == "model-parallel"]
+    pipes = sorted((r for r in rows if r["mode"] == "pipeline"), key=lambda r: int(r["split_size"]))
+    bars = singles + naive
+    if pipes:
+        best = min(pipes, key=lambda r: f(r, "step_s_mean"))
+        bars.append(dict(best, label="pipeline (best: split %s)" % best["split_size"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    base = f(bars[0], "step_s_mean") if bars else 1.0
+    ys = [f(r, "step_s_mean") for r in bars]
+    colors = ["tab:gray" if r["mode"] == "single" else
+              "tab:red" if r["mode"] == "model-parallel" else "tab:blue" for r in bars]
+    drawn = left.bar(range(len(bars)), ys, yerr=[f(r, "step_s_std") for r in bars], capsize=4,
+                     color=colors)
+    for b, y in zip(drawn, ys):
+        left.text(b.get_x() + b.get_width() / 2, y, "%.2fx" % (base / y), ha="center",
+                  va="bottom", fontsize=8)
+    left.set_xticks(range(len(bars)))
+    left.set_xticklabels([r["label"] for r in bars], rotation=20, ha="right", fontsize=8)
+    left.set_ylabel("seconds per step (mean +- std)")
+    left.set_title("speedup over the first bar", fontsize=10)
+    if pipes:
+        xs = [int(r["split_size"]) for r in pipes]
+        right.errorbar(xs, [f(r, "step_s_mean") for r in pipes],
+                       yerr=[f(r, "step_s_std") for r in pipes], marker="o", capsize=3,
+                       label="pipeline (%s)" % pipes[0]["schedule"])
+        for r, style in [(singles[0] if singles else None, ":"), (naive[0] if naive else None, "--")]:
+            if r:
+                right.axhline(f(r, "step_s_mean"), linestyle=style, color="gray", label=r["label"])
+        right.set_xscale("log", base=2)
+        right.set_xticks(xs)
+        right.set_xticklabels([str(x) for x in xs])
+        right.set_xlabel("split size (rows per micro-batch)")
+        right.set_ylabel("seconds per step")
+        right.legend(fontsize=8)
+        right.set_title("step time vs split size", fontsize=10)
+    r0 = rows[0]
+    fig.suptitle(title or "%s, %sx%s images, batch %s" % (r0["model"], r0["image"], r0["image"],
+                                                          r0["batch"]))
+    return fig
+
+
 # ---- Gantt chart of a Chrome trace (engine/trace.h) -------------------------------------------
 
 PHASE_COLOURS = OrderedDict([
     ("forward", "#4c72b0"), ("backward", "#dd8452"), ("recompute", "#8172b3"),
-    ("send", "#937860"), ("receive", "#937860"), ("optimizer", "#55a868"),
+    ("send", "#937860"), ("receive", "#e6e6e6"), ("optimizer", "#55a868"),
     ("allreduce", "#c44e52"), ("loader_wait", "#8c8c8c"), ("h2d", "#da8bc3"),
     ("other", "#ccb974"),
 ])
@@ -338,7 +388,8 @@ def plot_gantt(path, step, title):
         colour = PHASE_COLOURS.get(phase, PHASE_COLOURS["other"])
         start, dur = (e["ts"] - t0) / 1e3, e.get("dur", 0) / 1e3
         y = row_of[(e["pid"], e["tid"])]
-        legend = ("send/receive" if phase in ("send", "receive") else phase)
+        # A receive span is mostly waiting for the neighbour stage: the bubble, drawn pale.
+        legend = "receive (waiting)" if phase == "receive" else phase
         ax.broken_barh([(start, dur)], (y - 0.4, 0.8), facecolors=colour, edgecolor="white",
                        linewidth=0.3, label=None if legend in seen else legend)
         seen.add(legend)
@@ -385,7 +436,9 @@ def main():
         print("plot.py: wrote %s (%d spans)" % (a.out, n))
         return
     columns, rows = read_rows(a.csv)
-    if "busbw_gbs" in columns:
+    if "micro_batches" in columns:
+        fig = plot_model_parallel(rows, a.title)
+    elif "busbw_gbs" in columns:
         fig = plot_comm_sweep(rows, a.title)
     elif "server_bytes_received" in columns:
         fig = plot_ps_scaling(rows, a.title)
