@@ -165,7 +165,7 @@ std::string mib(int64_t bytes) {
 
 // Hybrid data x pipeline parallelism: N replicas of the pipeline, each stage averaging its
 // gradients with the same stage of the other replicas. Local threads (--dp N) or MPI processes.
-int run_hybrid(const Options& o, const std::vector<Device>& devices, const Plan& plan) {
+int run_hybrid(const Options& o, const std::vector<Device>& devices, Plan plan) {
   const bool mpi = launched_by_mpi();
   const int p = static_cast<int>(devices.size());
   std::vector<int64_t> sizes = parse_split_sizes(o.split_sizes, o.workload.batch);
@@ -205,6 +205,15 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, const Plan&
     for (int s = 0; s < p; ++s) ts.push_back(comm::make_mpi_transport());
     replicas = ts[0]->size();
     rank = ts[0]->rank();
+    {
+      // Every process must cut the model the same way: rank 0's measured partition wins.
+      comm::Communicator c(ts[0]);
+      std::vector<double> bounds(plan.partition.bounds.begin(), plan.partition.bounds.end());
+      Tensor t = Tensor::from_vector(bounds, {static_cast<int64_t>(bounds.size())});
+      c.broadcast(t, 0);
+      std::vector<double> agreed = t.to_vector<double>();
+      plan.partition.bounds.assign(agreed.begin(), agreed.end());
+    }
     KILN_CHECK_INPUT(o.workload.batch % replicas == 0, "--batch-size ", o.workload.batch,
                      " must divide among the ", replicas, " ranks");
     const int local = std::max(1, ts[0]->local_size());
@@ -298,6 +307,8 @@ int run(Options& o) {
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
   const char* sim = any_cuda(devices) && kSimulated ? "   SIMULATED" : "";
+  // Under mpirun, rank 0 alone prints.
+  if (launched_as_nonzero_rank()) std::freopen("/dev/null", "w", stdout);
 
   std::printf("resnet_bench: %s, %lldx%lld images, batch %lld, %lld classes, MSE on one-hot "
               "labels, SGD lr %g\n", o.workload.model.c_str(),
