@@ -55,7 +55,9 @@ has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled"
 # are not built with TSan, so their thread pool and primitive cache would be reported as races
 # in code that has none. The whole-model tests (ResNetCuda: ~8 min under TSan on 2 cores) are
 # left out: they run the same kernels as the layer tests, which do run here.
-has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (loader, comm, simulator)" \
-  "$root/build-tsan" 'loader|comm|sim' "kiln_tests_loader kiln_tests_comm kiln_tests_sim" \
+# The pipeline tests (stage threads, queues, hybrid) run here too; resnet_bench's simulated
+# smoke test is left out (a whole ResNet again).
+has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (loader, comm, simulator, pipeline)" \
+  "$root/build-tsan" 'loader|comm|sim|pipeline' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=thread
 echo "== test.sh: all selected trees passed ($trees)"
