@@ -138,7 +138,7 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
 order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "gemm_bench", "conv_bench",
-         "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu"]
+         "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu", "mp_gpu", "mp_cpu"]
 steps = dict(sorted(steps.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 def load(name):
@@ -521,7 +521,7 @@ run_mnist() {  # run_mnist hand|vendor
     --json "$report/mnist_$1.json"
 }
 
-bench_steps=(gemm_bench conv_bench mnist_vendor pytorch mnist_hand resnet_gpu)
+bench_steps=(gemm_bench conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu)
 for step in "${bench_steps[@]}"; do
   want "$step" bench || continue
   if ((!build_ok)); then
@@ -541,6 +541,18 @@ for step in "${bench_steps[@]}"; do
       if [[ -n "$orig_ld_library_path" ]]; then pt_env="env LD_LIBRARY_PATH=$orig_ld_library_path"; else pt_env="env -u LD_LIBRARY_PATH"; fi
       run_step resnet_gpu 240 env KILN_BUILD_DIR="$build_dir" PYTHON="$pt_env $PYTHON" PYTHONUNBUFFERED=1 \
         "$root/tools/bench_resnet_vs_pytorch.sh" 2 1 cuda:0 ;;
+    mp_gpu)
+      # resnet_bench on one GPU: the single-device step time (two stages on one GPU only show
+      # the pipeline's overhead; model parallelism needs two GPUs to gain).
+      rm -f "$report/mp_gpu.json"
+      bench_program mp_gpu "$build_dir/apps/resnet_bench" 200 --devices cuda:0,cuda:0 \
+        --image-size 128 --batch-size 120 --steps 3 --repeats 3 --split-sizes 20 \
+        --modes single,model-parallel,pipeline --json "$report/mp_gpu.json" ;;
+    mp_cpu)
+      # The CPU-devices comparison with the machine's cores: four stages, cpu:0..cpu:3.
+      rm -f "$report/mp_cpu.json"
+      bench_program mp_cpu "$build_dir/apps/resnet_bench" 240 --devices cpu:0,cpu:1,cpu:2,cpu:3 \
+        --steps 2 --repeats 3 --split-sizes 4,8,12 --json "$report/mp_cpu.json" ;;
     pytorch)
       # PyTorch runs in the machine's own library environment, without the bundle's.
       rm -f "$report/pytorch.json"
