@@ -6,9 +6,8 @@
 // (https://pytorch.org/tutorials/intermediate/model_parallel_tutorial.html) with Kiln's
 // pipeline (models/pipeline/pipeline.h); docs/model_parallel.md walks through the results.
 //
-//   resnet_bench                                    # defaults: about 10 minutes on 2 cores
-//   resnet_bench --image-size 128 --batch-size 120 --repeats 10 --steps 3
-//                --split-sizes 1,3,5,8,10,12,20,40,60 --balance tutorial   # the tutorial's run
+//   resnet_bench                                    # defaults: about 6 minutes on 2 cores
+//   resnet_bench --image-size 128 --repeats 10 --steps 3 --balance tutorial  # the tutorial's run
 //   resnet_bench --devices cuda:0,cuda:1 --schedule 1f1b
 //   resnet_bench --dp 2 --modes pipeline --split-sizes 8            # 2 replicas x 2 stages
 //   mpirun -np 2 resnet_bench --modes pipeline --split-sizes 8       # one pipeline per process
@@ -24,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -54,7 +54,7 @@ struct Options {
   std::string devices;  // default: cuda:0,cuda:1 when two GPUs exist, else cpu:0,cpu:1
   std::string schedule = "gpipe";
   bool recompute = false;
-  std::string split_sizes = "1,2,3,4,6,8,12,16,24";
+  std::string split_sizes = "1,3,5,8,10,12,20,40,60";
   std::string balance = "time";
   int steps = 2, repeats = 3, threads_per_stage = 0, dp = 1;
   std::string csv, json, trace;
@@ -130,14 +130,19 @@ struct Plan {
   Partition partition;
   std::vector<double> block_ms;
   std::string text;
+  std::string cut;  // the first block of every stage but the first, e.g. "layer4.0"
 };
 
-Plan make_plan(const Options& o, const std::vector<Device>& devices, int threads_per_stage) {
+// Micro-batches of `rows` rows: a block's share of the time depends on it (a small batch
+// leaves layer4's small images and large weights less efficient than layer1's), so each split
+// size gets the cut measured at its own size.
+Plan make_plan(const Options& o, const std::vector<Device>& devices, int threads_per_stage,
+               int64_t rows) {
   auto model = make_model(o.workload);
   std::vector<Block> blocks = resnet_blocks(*model);
   model->to(devices[0]);
   Workload sample_w = o.workload;
-  sample_w.batch = std::min<int64_t>(o.workload.batch, 8);
+  sample_w.batch = rows;
   Batch sample = random_batch(sample_w, 7);
   const int previous = num_threads();
   set_num_threads(threads_per_stage);
@@ -154,6 +159,10 @@ Plan make_plan(const Options& o, const std::vector<Device>& devices, int threads
     plan.partition = balance(plan.block_ms, p);
   }
   plan.text = describe(plan.partition, blocks, devices, plan.block_ms);
+  for (int s = 1; s < p; ++s) {
+    if (s > 1) plan.cut += ", ";
+    plan.cut += blocks[plan.partition.first(s)].name;
+  }
   return plan;
 }
 
@@ -165,11 +174,14 @@ std::string mib(int64_t bytes) {
 
 // Hybrid data x pipeline parallelism: N replicas of the pipeline, each stage averaging its
 // gradients with the same stage of the other replicas. Local threads (--dp N) or MPI processes.
-int run_hybrid(const Options& o, const std::vector<Device>& devices, Plan plan) {
+int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads_per_stage) {
   const bool mpi = launched_by_mpi();
   const int p = static_cast<int>(devices.size());
   std::vector<int64_t> sizes = parse_split_sizes(o.split_sizes, o.workload.batch);
   const int64_t split = sizes.front();
+  Plan plan = make_plan(o, devices, threads_per_stage, split);
+  std::printf("\nstage plan at the split size (--balance %s):\n%s", o.balance.c_str(),
+              plan.text.c_str());
   struct ReplicaResult {
     std::vector<double> step_s;
     std::vector<double> overlap;
@@ -323,12 +335,21 @@ int run(Options& o) {
     std::printf("parallel check: two CPU stages at once take %.2fx the time of one alone "
                 "(1.0: truly parallel; 2.0: they share the cores)\n", slowdown);
   }
-  Plan plan = make_plan(o, devices, threads);
-  std::printf("\nstage plan (--balance %s; ms measured on %s with a batch of %lld):\n%s",
-              o.balance.c_str(), devices[0].str().c_str(),
-              static_cast<long long>(std::min<int64_t>(o.workload.batch, 8)), plan.text.c_str());
+  if (o.dp > 1 || launched_by_mpi()) return run_hybrid(o, devices, threads);
 
-  if (o.dp > 1 || launched_by_mpi()) return run_hybrid(o, devices, plan);
+  // The cut of the whole batch (naive model parallelism), and one per split size.
+  Plan plan = make_plan(o, devices, threads, o.workload.batch);
+  std::printf("\nstage plan for the whole batch (--balance %s; ms measured on %s):\n%s",
+              o.balance.c_str(), devices[0].str().c_str(), plan.text.c_str());
+  std::map<int64_t, Plan> split_plans;
+  if (has_mode("pipeline")) {
+    std::printf("cut per split size:");
+    for (int64_t split : sizes) {
+      split_plans[split] = make_plan(o, devices, threads, split);
+      std::printf(" %lld: %s;", static_cast<long long>(split), split_plans[split].cut.c_str());
+    }
+    std::printf("\n");
+  }
 
   // Build every setup, then warm each up.
   std::vector<std::unique_ptr<Run>> runs;
@@ -356,7 +377,7 @@ int run(Options& o) {
       po.split_size = split;
       po.recompute = o.recompute;
       po.threads_per_stage = threads;
-      auto r = std::make_unique<PipelineRun>(o.workload, plan.partition, devices, po);
+      auto r = std::make_unique<PipelineRun>(o.workload, split_plans[split].partition, devices, po);
       r->mode = "pipeline";
       r->label = detail::str("pipeline ", o.schedule, " split ", split);
       runs.push_back(std::move(r));
@@ -424,7 +445,9 @@ int run(Options& o) {
                   "--trace draws its Gantt chart)\n", o.trace.c_str());
     }
     tracer.clear();
+    std::printf("its stage plan:\n%s", split_plans[pr->split].text.c_str());
     report["best"] = {{"split_size", pr->split}, {"micro_batches", pr->micro_batches},
+                      {"plan", split_plans[pr->split].text},
                       {"bubble_measured", u.bubble_fraction}, {"bubble_theoretical", theory},
                       {"busy_us", u.busy_us}, {"window_us", u.window_us}};
 
@@ -441,7 +464,7 @@ int run(Options& o) {
       po.recompute = c.recompute;
       po.split_size = pr->split;
       po.threads_per_stage = threads;
-      PipelineRun mr(o.workload, plan.partition, devices, po);
+      PipelineRun mr(o.workload, split_plans[pr->split].partition, devices, po);
       mr.step(batch);
       mr.step(batch);
       const PipelineStepStats& st = mr.pipeline().last_step();
@@ -470,7 +493,7 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
   app.add_option("--image-size", w.image, "image height and width (tutorial: 128; default 64)")
       ->check(CLI::Range(32, 4096));
-  app.add_option("--batch-size", w.batch, "images per step (tutorial: 120; default 48)")
+  app.add_option("--batch-size", w.batch, "images per step (the tutorial's 120)")
       ->check(CLI::Range(1, 1 << 16));
   app.add_option("--classes", w.classes, "classes of the one-hot labels (tutorial: 1000)")
       ->check(CLI::Range(1, 1 << 20));
@@ -485,7 +508,7 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_flag("--recompute", o.recompute, "pipeline: re-materialise activations in backward");
   app.add_option("--split-sizes", o.split_sizes,
-                 "pipeline micro-batch sizes to sweep (tutorial: 1,3,5,8,10,12,20,40,60)");
+                 "pipeline micro-batch sizes to sweep (the tutorial's 1,3,5,8,10,12,20,40,60)");
   app.add_option("--balance", o.balance,
                  "stage partition: time (measured per block), params, or tutorial "
                  "(conv1..layer2 | layer3..fc)")
@@ -509,8 +532,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln's model-parallel benchmark: one device vs naive model parallelism vs "
                "pipelined micro-batches (GPipe / 1F1B) for a ResNet split over devices, the "
                "split-size sweep, the measured bubble and activation memory, and hybrid data x "
-               "pipeline parallelism. The defaults (ResNet-50, 64x64, batch 48, 2 steps x 3 "
-               "repeats, 9 split sizes) take about 10 minutes on a 2-core CPU machine."};
+               "pipeline parallelism. The defaults are the tutorial's (ResNet-50, batch 120, "
+               "split sizes 1..60) at 64x64 images instead of 128x128, 2 steps x 3 repeats: "
+               "about 6 minutes on a 2-core CPU machine."};
   kiln::apps::Options o;
   kiln::apps::add_flags(app, o);
   try {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/model_parallel_experiment.sh: the model-parallel experiment of docs/model_parallel.md
-# in one command (about 12 minutes on a quiet 2-core machine).
+# in one command (about 7 minutes on a quiet 2-core machine).
 #
 # 1. builds resnet_bench (in $KILN_BUILD_DIR, default build/);
 # 2. resnet_bench with its defaults on cpu:0,cpu:1 (one core each): one device on one core and

@@ -104,6 +104,13 @@ MUTANTS = [
     ("nccl-caller-wait", "comm/communicator.cpp",
      "w->caller_ready_.wait(cuda::current_stream(device));", 1, "",
      "collectives: the communicator's stream does not wait for the submitter's kernels (NCCL)"),
+    ("pipeline-receive-wait", "models/pipeline/pipeline.cpp",
+     "message.ready->wait();", 1, "",
+     "pipeline: a stage uses a received activation or gradient before its copy has finished"),
+    ("pipeline-record-stream", "models/pipeline/pipeline.cpp",
+     "cuda_allocator::record_stream(message.tensor.impl()->storage->data, cuda::current_stream());",
+     1, "", "pipeline: a received tensor's block may be reused by the sender's stream while the "
+     "receiving stage still reads it"),
     ("allocator-pending-query", "engine/cuda/caching_allocator.cpp",
      "const cudaError_t err = cudaEventQuery(e);", 1, "const cudaError_t err = cudaSuccess;",
      "caching allocator: a block used by another stream is reused before that stream is done"),

@@ -16,7 +16,7 @@ namespace kiln::apps {
 
 struct Workload {
   std::string model = "resnet50";
-  int64_t image = 64, batch = 48, classes = 1000;
+  int64_t image = 64, batch = 120, classes = 1000;
   double lr = 0.001;  // the tutorial's SGD learning rate
   int64_t width = 64;  // stem channels (64: the real nets; 8 or 16: narrow nets of the same depth)
 };

@@ -13,3 +13,10 @@ endif()
 # Pipelines over cuda:0 / cuda:1 (and one GPU, and mixed CPU/GPU stages) against one CPU device.
 kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_pipeline)
+# The same with a random delay before every stream operation: a missing wait between a stage's
+# copy and its neighbour's use of the tensor shows as wrong values, not by luck of timing.
+if(KILN_CUDA_SIM)
+  add_test(NAME pipeline_cuda_test_delayed COMMAND pipeline_cuda_test)
+  set_tests_properties(pipeline_cuda_test_delayed PROPERTIES LABELS sim
+    ENVIRONMENT "KILN_SIM_DELAY_US=300;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()
