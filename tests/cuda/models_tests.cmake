@@ -16,7 +16,7 @@ kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
 # The same with a random delay before every stream operation: a missing wait between a stage's
 # copy and its neighbour's use of the tensor shows as wrong values, not by luck of timing.
 if(KILN_CUDA_SIM)
-  add_test(NAME pipeline_cuda_test_delayed COMMAND pipeline_cuda_test)
+  add_test(NAME pipeline_cuda_test_delayed COMMAND pipeline_cuda_test --gtest_repeat=3)
   set_tests_properties(pipeline_cuda_test_delayed PROPERTIES LABELS sim
     ENVIRONMENT "KILN_SIM_DELAY_US=300;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endif()
