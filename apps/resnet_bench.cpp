@@ -455,16 +455,17 @@ int run(Options& o) {
     std::printf("\npeak activation memory per stage at split %lld (MiB; allocator peak above "
                 "the step's start):\n", static_cast<long long>(pr->split));
     nlohmann::json jmem = nlohmann::json::array();
-    runs.clear();  // free the timed setups first
+    const int64_t best_split = pr->split;
+    runs.clear();  // free the timed setups first (pr with them)
     struct MemCase { const char* name; Schedule schedule; bool recompute; };
     for (MemCase c : {MemCase{"gpipe", Schedule::GPipe, false}, MemCase{"1f1b", Schedule::OneFOneB, false},
                       MemCase{"gpipe+recompute", Schedule::GPipe, true}}) {
       PipelineOptions po;
       po.schedule = c.schedule;
       po.recompute = c.recompute;
-      po.split_size = pr->split;
+      po.split_size = best_split;
       po.threads_per_stage = threads;
-      PipelineRun mr(o.workload, split_plans[pr->split].partition, devices, po);
+      PipelineRun mr(o.workload, split_plans[best_split].partition, devices, po);
       mr.step(batch);
       mr.step(batch);
       const PipelineStepStats& st = mr.pipeline().last_step();

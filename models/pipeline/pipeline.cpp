@@ -70,7 +70,8 @@ Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<D
       loss_(std::move(loss)),
       options_(std::move(options)) {
   const int p = partition_.stages();
-  if (p < 1 || partition_.bounds.back() != static_cast<int64_t>(blocks_.size())) {
+  if (p < 1) throw Error("pipeline: the partition has no stages", ErrorKind::Usage);
+  if (partition_.bounds.back() != static_cast<int64_t>(blocks_.size())) {
     throw Error(detail::str("pipeline: the partition covers ", partition_.bounds.back(),
                             " blocks but the model has ", blocks_.size()), ErrorKind::Usage);
   }
