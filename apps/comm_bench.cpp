@@ -1,5 +1,5 @@
 // comm_bench: allreduce time, algbw, busbw and bytes on the wire, per algorithm and message size,
-// in the manner of nccl-tests (issue 5, seeds 000, 002 and 004; docs/data_parallel.md).
+// in the manner of nccl-tests (https://github.com/NVIDIA/nccl-tests; docs/data_parallel.md).
 //
 //   comm_bench --transport local:4                                 (threads of this process)
 //   mpirun -np 2 build/apps/comm_bench --transport mpi --csv out/comm/mpi2.csv
@@ -24,7 +24,7 @@
 //           for a bandwidth-optimal allreduce, comparable across N (nccl-tests' definition).
 //   bytes   Transport::bytes_sent() over the timed loop / iterations: the bytes each rank put
 //           on the wire per allreduce (mean over ranks; the table says when ranks differ), next
-//           to the ring's model 2(N-1)K/N (seed 004). native: not counted (the library moves
+//           to the ring's model 2(N-1)K/N (Patarasuk and Yuan 2009). native: not counted (the library moves
 //           its own bytes).
 // The timed allreduces run on zeros (a sum of zeros stays zero, so repeated in-place sums never
 // overflow; zeros cost what any other value costs).

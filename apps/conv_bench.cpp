@@ -2,7 +2,7 @@
 // kernels side by side, on the CPU (im2col + OpenBLAS vs oneDNN) or on a CUDA GPU (our implicit
 // GEMM vs cuDNN).
 //
-//   conv_bench                                   the seed MNIST CNN's two convolutions, CPU
+//   conv_bench                                   the MNIST CNN's two convolutions, CPU
 //   conv_bench --device cuda --shapes resnet50   ResNet-50-like layers on the GPU, batch 32
 //
 // Shape sets (--shapes):

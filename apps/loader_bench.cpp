@@ -1,4 +1,4 @@
-// loader_bench: measures the data loader, alone and inside a training loop (issue 4, seed 000).
+// loader_bench: measures the data loader, alone and inside a training loop (docs/data_loading.md).
 //
 //   loader_bench --mode throughput --dataset mnist-idx   --csv out/loader/throughput.csv
 //   loader_bench --mode throughput --dataset imagefolder --data datasets/mnist_png --append ...
@@ -12,7 +12,7 @@
 //               RandomSampler (epochs restart as needed). The consumer only
 //               receives each batch, so this is the rate at which the loader can feed a
 //               trainer that costs nothing.
-//   train       the seed's experiment: the seed CNN (models/mnist_cnn.h), Adadelta lr 1.0,
+//   train       the loader experiment: the MNIST CNN (models/mnist_cnn.h), Adadelta lr 1.0,
 //               batch 128, --steps steps after --warmup-steps, with each batch costing real
 //               decode work (ImageFolder PNGs, plus --extra-decode-us of busy CPU per image to
 //               emulate heavier JPEGs), once per --workers count (default 0,2). Per run:
@@ -403,7 +403,7 @@ int run_train(const Options& o) {
              "dataset,workers,prefetch,pin_memory,batch_size,threads,steps,extra_decode_us,device,"
              "simulated,median_step_ms,images_per_sec,loader_wait_fraction,device_idle_fraction,"
              "seconds,final_loss");
-  std::printf("loader_bench train: seed CNN, Adadelta lr 1.0, batch %lld, %d warm-up + %d timed "
+  std::printf("loader_bench train: MNIST CNN, Adadelta lr 1.0, batch %lld, %d warm-up + %d timed "
               "steps, %d compute threads, %s, pin_memory %s%s\n",
               static_cast<long long>(o.batch_size), o.warmup_steps, o.steps, o.threads,
               device.str().c_str(), pinned ? "on" : "off", tag);
@@ -480,7 +480,7 @@ int run_h2d(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Loader benchmarks: throughput of the loader alone, the seed's training "
+  CLI::App app{"Loader benchmarks: throughput of the loader alone, the training "
                "experiment (workers 0 vs N), host-to-device bandwidth"};
   Options o;
   o.threads = hardware_threads();

@@ -1,6 +1,6 @@
 // mnist_train: trains a CNN (or an MLP) on MNIST end to end and reports what it measured.
 //
-//   mnist_train                       the seed CNN, Adadelta lr 1.0 with StepLR gamma 0.7 per
+//   mnist_train                       the MNIST CNN, Adadelta lr 1.0 with StepLR gamma 0.7 per
 //                                     epoch, batch 128 (the PyTorch MNIST example recipe): >= 99%
 //   mnist_train --model mlp --optimizer sgd --epochs 3 --json out.json
 //   mnist_train --checkpoint run.ckpt --epochs 2 ; mnist_train --resume run.ckpt --epochs 4
@@ -108,7 +108,7 @@ std::string default_data_dir() {
 void add_flags(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto | cpu | cpu:N | cuda | cuda:N (auto: a GPU if this "
                  "build has a CUDA backend and one is present, else the CPU)")->capture_default_str();
-  app.add_option("--model", o.model, "cnn (the seed CNN, 1.2 M parameters) | mlp (784-512-256-10)")
+  app.add_option("--model", o.model, "cnn (the MNIST CNN, 1.2 M parameters) | mlp (784-512-256-10)")
       ->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
   app.add_option("--epochs", o.epochs, "total number of epochs (a resumed run continues up to it)")
       ->check(CLI::PositiveNumber)->capture_default_str();

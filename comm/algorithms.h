@@ -7,11 +7,11 @@
 //
 //   ring_allreduce              reduce-scatter then allgather around the ring, N chunks, each
 //                               sent in pipelined sub-chunks. Sends 2(N-1)/N * K bytes per
-//                               rank, whatever N: the bandwidth-optimal algorithm (seed 004).
+//                               rank, whatever N: the bandwidth-optimal algorithm (Patarasuk and Yuan 2009).
 //   halving_doubling_allreduce  recursive vector halving + distance doubling (Rabenseifner):
 //                               log2(N) steps instead of 2(N-1), so better for small messages;
 //                               a non-power-of-two N first folds the extra ranks into partners.
-//   ps_allreduce                the parameter-server pattern (seed 000, 002): workers push their
+//   ps_allreduce                the parameter-server pattern (Dean et al. 2012): workers push their
 //                               shard to the server that owns it, the server sums and sends the
 //                               result back. Servers co-located (one shard per rank) or dedicated
 //                               (ranks [n, n + S) run comm/parameter_server.h's serve()).

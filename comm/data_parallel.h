@@ -32,7 +32,7 @@
 // submitted strictly in bucket order (bucket k waits for buckets < k), so every rank submits
 // the same collectives in the same order even if its gradients arrive in another order.
 // A bucket overlaps only if it closes before backward ends: a model smaller than one bucket
-// travels in one allreduce after backward and hides nothing (the seed CNN's 4.8 MB in 25 MiB;
+// travels in one allreduce after backward and hides nothing (the MNIST CNN's 4.8 MB in 25 MiB;
 // mnist_train uses 1 MiB buckets). Stats: comm_seconds is the time the allreduces ran,
 // exposed_seconds the time synchronize() had to wait; overlap_fraction = 1 - exposed / comm is
 // the share hidden behind backward.

@@ -1,4 +1,4 @@
-// parameter_server.cpp: the parameter-server pattern (seed 000, 002) on Transport::start().
+// parameter_server.cpp: the parameter-server pattern (Dean et al. 2012; Li et al. 2014) on Transport::start().
 //
 // Three ways to run it:
 //

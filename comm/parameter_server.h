@@ -1,5 +1,5 @@
 // parameter_server.h: parameters (or gradients) held by server ranks, pushed and pulled by
-// workers: the architecture of seed 000 and 002, where the server is the bottleneck.
+// workers: the architecture of DistBelief (Dean et al., 2012), where the server is the bottleneck.
 //
 // Layout: ranks [0, W) are workers, ranks [W, W + S) are servers (dedicated). The flat
 // parameter vector of `count` elements is cut into S contiguous shards; server s owns shard s.

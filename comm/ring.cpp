@@ -17,7 +17,7 @@
 //    Every rank ends with the same bits: each chunk was reduced once, by its owner, and copied.
 //
 // Bytes sent per rank: (N - 1) chunks in each phase, 2(N - 1) * K / N elements when N divides K:
-// almost 2K whatever N, which is why the ring is bandwidth-optimal (seed 004) and why a
+// almost 2K whatever N, which is why the ring is bandwidth-optimal (Patarasuk and Yuan 2009) and why a
 // parameter server, whose server receives N * K, stops scaling.
 //
 // Pipelining: each step's chunk travels in sub-chunks of options.ring_subchunk_bytes, posted

@@ -7,10 +7,10 @@
 //   double waited = source.wait_seconds();   // for loader_wait_fraction
 //
 // BatchIterator is the synchronous implementation: next() builds the batch on the calling
-// thread, so all of that time is time the training loop waits (the "workers=0" baseline the
-// seeds complain about). The asynchronous Loader of a later issue (worker threads, a bounded
-// queue, pinned buffers, prefetch) is another BatchSource; apps hold a BatchSource and never
-// change when it arrives.
+// thread, so all of that time is time the training loop waits (the "workers=0" baseline of
+// docs/data_loading.md). The asynchronous Loader (data/loader.h: worker threads, a bounded
+// queue, pinned buffers, prefetch) is another BatchSource; apps hold a BatchSource and do not
+// care which.
 //
 // Transforms: an optional Compose pipeline (data/transforms.h) is applied to each example
 // after Dataset::get(), with SampleContext{seed, epoch, index}: random augmentations are a pure

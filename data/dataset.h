@@ -3,7 +3,7 @@
 // A Dataset answers "what is example i?" and nothing else: which examples make an epoch and
 // in what order is the Sampler's job (data/sampler.h), and grouping examples into batch
 // tensors is the BatchSource's (data/batch_iterator.h). This split is PyTorch's
-// Dataset/Sampler/DataLoader, and it is what lets the asynchronous Loader of a later issue
+// Dataset/Sampler/DataLoader, and it is what lets the asynchronous Loader (data/loader.h)
 // replace the synchronous iterator without any dataset knowing.
 //
 // Conventions:

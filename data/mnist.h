@@ -22,7 +22,7 @@
 //
 // Memory: the pixels stay as raw uint8 (60,000 * 784 = 47 MB for the training set);
 // get() converts one example to float32 on the fly, normalised like the PyTorch MNIST example
-// (seed 000):  x = (pixel / 255 - 0.1307) / 0.3081, computed in float32 exactly as
+// (the Keras and Horovod MNIST examples):  x = (pixel / 255 - 0.1307) / 0.3081, computed in float32 exactly as
 // torchvision's ToTensor + Normalize do, via a 256-entry lookup table.
 #pragma once
 

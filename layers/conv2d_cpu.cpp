@@ -137,7 +137,7 @@ void im2col(const T* x,  // x is (C, H, W)
           const T* KILN_RESTRICT in = x + (c * g.h + ih) * g.w + off;  // in[q*stride]: q's pixel
           for (int64_t q = 0; q < lo; ++q) out[q] = T(0);
           if (g.stride == 1) {
-            // Rows are short (Q = 24 in the seed CNN): a plain loop the compiler vectorises
+            // Rows are short (Q = 24 in the MNIST CNN): a plain loop the compiler vectorises
             // beats a memcpy call per row.
             for (int64_t q = lo; q < hi; ++q) out[q] = in[q];
           } else {

@@ -10,7 +10,7 @@
 // layouts (nChw16c: channels in blocks of 16, so one AVX-512 register holds 16 channels of a
 // pixel). We let oneDNN choose (format_tag::any); where it chose our layout we hand it our
 // buffers directly, and where it did not we reorder into a staging buffer of its layout (and
-// back for outputs). That is what PyTorch's mkldnn path does too. For the seed CNN oneDNN
+// back for outputs). That is what PyTorch's mkldnn path does too. For the MNIST CNN oneDNN
 // picks its AVX-512 direct kernels on nChw16c: the reorders cost ~10% of the time and the
 // kernels run ~2x faster than our im2col + OpenBLAS on nchw. In backward, dy is reordered
 // once for both gradients.

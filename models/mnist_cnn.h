@@ -1,4 +1,4 @@
-// mnist_cnn.h: the CNN of seed 000 (the Keras/Horovod MNIST example):
+// mnist_cnn.h: the CNN of the Keras and Horovod MNIST examples (horovod/examples/keras):
 //
 //   x (N, 1, 28, 28)
 //   Conv2d(1 -> 32, 3x3)  ReLU          -> (N, 32, 26, 26)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The PyTorch half of tools/bench_vs_pytorch.sh: a training step (forward, backward, SGD with
 momentum) or an inference forward, batch in memory, timed like apps/train_step_bench.cpp
-(median of --steps after --warmup). Models: the seed CNN, or torchvision's ResNets.
+(median of --steps after --warmup). Models: the MNIST CNN, or torchvision's ResNets.
 Run with Debian's python3 (python3-torch, python3-torchvision). Prints one line in the same
 format as train_step_bench."""
 import argparse

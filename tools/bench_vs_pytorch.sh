@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/bench_vs_pytorch.sh: Kiln vs PyTorch on the seed CNN's training step (batch 128, data
+# tools/bench_vs_pytorch.sh: Kiln vs PyTorch on the MNIST CNN's training step (batch 128, data
 # in memory), at 1 and 2 threads, alternating the two programs in one run so machine drift
 # hits both. PyTorch runs in its best 2-core setup: torch threads = N, OpenBLAS threads = 1
 # (otherwise its two thread pools fight). Prints each run, then medians and Kiln/PyTorch.

@@ -13,7 +13,7 @@
 #                                                        -> out/comm/ps_scaling_{local,mpi}.csv
 # 5. charts (tools/plot.py)                               -> out/comm/*.png; mpi2 and
 #    ps_scaling copied to docs/img/comm_*.png (COMM_DOCS_IMG=0: not copied)
-# and prints the issue's targets next to what was measured: ring busbw / MPI_Allreduce busbw at
+# and prints our targets next to what was measured: ring busbw / MPI_Allreduce busbw at
 # >= 16 MiB with 2 ranks (target >= 0.9), and bytes per rank = 2(N-1)K/N exactly.
 #
 # Environment: KILN_BUILD_DIR (build tree), COMM_OUT (default out/comm), COMM_MAX_BYTES
@@ -82,7 +82,7 @@ if [[ "$docs_img" == 1 ]]; then
 fi
 
 echo
-echo "== comm_experiment: targets (issue 5)"
+echo "== comm_experiment: targets"
 # Columns: 1 transport,2 world,3 members,4 ps_servers,5 algorithm,6 dtype,7 bytes,8 count,
 # 9 iters,10 time_us,11 algbw_gbs,12 busbw_gbs,13 bytes_per_rank,14 bytes_per_rank_max,
 # 15 bytes_total,16 model_bytes_per_rank,17 correct,18 median_us

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# tools/dp_experiment.sh: the data-parallel targets of issue 5, side by side in one run.
+# tools/dp_experiment.sh: the data-parallel targets, side by side in one run.
 #
 #   tools/dp_experiment.sh            (about 10 min on the 2-core dev VM: 6 epochs, twice)
 #
-# Trains the default mnist_train (seed CNN, Adadelta, global batch 128, 6 epochs) twice on this
+# Trains the default mnist_train (MNIST CNN, Adadelta, global batch 128, 6 epochs) twice on this
 # machine: 1 rank x 1 thread, then `mpirun -np 2` ranks x 1 thread (--dist mpi, each rank a
 # batch of 64 and half of the data), and prints images/s of both, their ratio (target >= 1.8x),
 # the test accuracies (target >= 99.0%), overlap_fraction (target > 0.5), communication
@@ -41,5 +41,5 @@ print(f"2 ranks: {two['train_images_per_sec']:7.0f} img/s, test accuracy {100*tw
       f"overlap_fraction {two['overlap_fraction']:.2f}, comm {two['comm_seconds']:.1f} s "
       f"(exposed {two['exposed_comm_seconds']:.1f} s), {two['bytes_sent_per_rank']/1e9:.2f} GB sent per rank, "
       f"replicas equal: {two['replicas_equal']}")
-print(f"speed-up 2 ranks / 1 rank: {r:.2f}x (target >= 1.8x; seed 004: 1.36x on 2 GPUs)")
+print(f"speed-up 2 ranks / 1 rank: {r:.2f}x (target >= 1.8x)")
 PY

@@ -4,7 +4,7 @@
 #
 #   tools/gpu_bundle.sh [make]   HERE (Debian 12, amd64, network): downloads the .deb files
 #                                Kiln's CMake needs and the MNIST tarball into .gpu_bundle/
-#                                (git-ignored) and prints its size. Carry it: carry [".gpu_bundle"].
+#                                (git-ignored) and prints its size. Copy it to the GPU machine with the tree.
 #   tools/gpu_bundle.sh unpack   THERE (from the repo root): extracts every .deb into
 #                                .gpu_bundle/root, repoints what must be repointed, installs MNIST
 #                                into datasets/mnist (checksums verified by fetch_mnist.sh), writes
@@ -152,7 +152,7 @@ make_bundle() {
   du -k "$bundle"/debs/*.deb "$bundle/$name" | sed "s|$bundle/||; s/^/  KiB /"
   say "size: $((kb / 1024)) MiB ($kb KiB; limit for the whole carried tree: 64 MiB)"
   [[ $((kb / 1024)) -lt $max_bundle_mb ]] || die "the bundle is over ${max_bundle_mb} MiB: it would not travel with the repository"
-  say "on the GPU machine: run with carry [\".gpu_bundle\"]; tools/gpu_check.sh unpacks it (or: tools/gpu_bundle.sh unpack)"
+  say "on the GPU machine (copy .gpu_bundle/ there with the tree): tools/gpu_check.sh unpacks it (or: tools/gpu_bundle.sh unpack)"
 }
 
 # ---- unpack: there --------------------------------------------------------------------------
@@ -172,7 +172,7 @@ extract_deb() {  # extract_deb <deb> <dir>: dpkg-deb -x, or ar + tar where dpkg-
 }
 
 unpack_bundle() {
-  [[ -d "$bundle/debs" ]] || die "no $bundle/debs: run tools/gpu_bundle.sh on the Debian machine and carry .gpu_bundle"
+  [[ -d "$bundle/debs" ]] || die "no $bundle/debs: run tools/gpu_bundle.sh on the Debian machine and copy .gpu_bundle/ here with the tree"
   command -v dpkg-deb >/dev/null 2>&1 || command -v ar >/dev/null 2>&1 ||
     die "neither dpkg-deb nor ar is installed: cannot extract .deb files"
   local stamp r="$bundle/root" lib inc

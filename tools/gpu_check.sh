@@ -237,7 +237,7 @@ md.append(f"- dependencies: {info.get('dependencies')} · cuDNN: {info.get('cudn
 md += ["", "## Steps", "", "| step | status | seconds | log | note |", "| --- | --- | --- | --- | --- |"]
 for name, s in steps.items():
     md.append(f"| {name} | {s['status']} | {s['seconds']} | {s['log'] or '-'} | {s['note'] or ''} |")
-md += ["", f"## MNIST: the seed CNN, {epochs} epochs, batch 128, Adadelta (mnist_train's defaults)", "",
+md += ["", f"## MNIST: the MNIST CNN, {epochs} epochs, batch 128, Adadelta (mnist_train's defaults)", "",
        "Train images/s: median over epochs of the training loop (device synchronised). Epoch: "
        "training + evaluation, median over epochs.", "",
        "| run | test accuracy | train images/s | epoch seconds | accuracy per epoch |",
@@ -432,7 +432,7 @@ fi
 if [[ "$only" != build ]]; then
   if ! bash datasets/fetch_mnist.sh >"$report/logs/mnist.log" 2>&1; then
     tail -n 3 "$report/logs/mnist.log" >&2
-    prereq_fail "MNIST is not in datasets/mnist and cannot be downloaded here: make the bundle with tools/gpu_bundle.sh (it carries MNIST) and carry .gpu_bundle"
+    prereq_fail "MNIST is not in datasets/mnist and cannot be downloaded here: make the bundle with tools/gpu_bundle.sh (it carries MNIST) and copy .gpu_bundle/ to this machine with the tree"
   fi
 fi
 record prerequisites ok 0 "$SECONDS" "" "GPU $(sed -n 's/^gpu=//p' "$info"), arch $arch"
@@ -495,7 +495,7 @@ fi
 
 # ---- 4. benchmarks ---------------------------------------------------------------------------
 # bench_program NAME BINARY REQUIRED_FLAGS...: runs the benchmark if it is built and takes the
-# flags; otherwise records it as missing (written by another part of issue 3), not failed.
+# flags; otherwise records it as missing (not written yet), not failed.
 bench_program() {
   local name=$1 bin=$2 cap=$3 flag
   shift 3

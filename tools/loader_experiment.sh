@@ -8,13 +8,13 @@
 #    an existing complete split is kept);
 # 2. loader alone: images/s for workers 0,1,2,4,8 on MNIST IDX, the PNG ImageFolder and
 #    synthetic data                                        -> out/loader/throughput.csv
-# 3. the seed's experiment: train the seed CNN for $STEPS steps from the PNG ImageFolder,
+# 3. the loader experiment: train the MNIST CNN for $STEPS steps from the PNG ImageFolder,
 #    workers 0 vs 2, with the PNG decode alone and with $EXTRA_US us of extra decode work per
 #    image (a heavier JPEG), with all cores computing and with one (the others free for the
 #    loader, as on a GPU machine)                          -> out/loader/train.csv
 #    (LOADER_DEVICE=cuda: on the GPU, plus pinned vs pageable bandwidth -> out/loader/h2d.csv)
 # 4. charts (tools/plot.py)                                -> out/loader/*.png
-# and prints every figure, and the issue's targets next to what was measured.
+# and prints every figure, and our targets next to what was measured.
 #
 # Environment: KILN_BUILD_DIR (build tree), LOADER_OUT (default out/loader), LOADER_STEPS
 # (default 100), LOADER_EXTRA_US (default 250), LOADER_DEVICE (cpu | cuda, default cpu),
@@ -60,7 +60,7 @@ echo "== loader_experiment: the loader alone (no training)"
 "$bench" --mode throughput --dataset synthetic --batches 200 --csv "$out/throughput.csv" --append
 
 echo
-echo "== loader_experiment: training the seed CNN from PNGs, workers 0 vs 2 ($device)"
+echo "== loader_experiment: training the MNIST CNN from PNGs, workers 0 vs 2 ($device)"
 "$bench" --mode train --dataset imagefolder --data "$png" --device "$device" \
   --threads "$threads" --steps "$steps" --workers 0,2 --csv "$out/train.csv"
 "$bench" --mode train --dataset imagefolder --data "$png" --device "$device" \
@@ -88,7 +88,7 @@ if [[ -f "$out/h2d.csv" ]]; then
 fi
 
 echo
-echo "== loader_experiment: targets (issue 4)"
+echo "== loader_experiment: targets"
 awk -F, 'NR > 1 && $1 == "mnist-idx" && $2 == 2 {
   printf "MNIST IDX loader alone, 2 workers: %.0f images/s (target >= 100000): %s\n",
          $6, ($6 >= 100000 ? "met" : "NOT met") }' "$out/throughput.csv"

@@ -146,7 +146,7 @@ def plot_train(rows, title):
     ax_step.set_title("Training step time")
     ax_wait.legend(fontsize=8)
     r0 = rows[0]
-    fig.suptitle(title or "Seed CNN trained from MNIST PNGs, batch %s, %s steps per run" %
+    fig.suptitle(title or "MNIST CNN trained from MNIST PNGs, batch %s, %s steps per run" %
                  (r0["batch_size"], r0["steps"]))
     return fig
 

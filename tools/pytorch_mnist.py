@@ -5,7 +5,7 @@ tools/gpu_check.sh (the ratio Kiln / PyTorch on the same GPU).
     python3 tools/pytorch_mnist.py --device cuda --epochs 3 --json out/pytorch.json
     /usr/bin/python3 tools/pytorch_mnist.py --device cpu --epochs 1 --limit-train 2000
 
-The same recipe as mnist_train with every flag at its default: the seed CNN (models/mnist_cnn.h,
+The same recipe as mnist_train with every flag at its default: the MNIST CNN (models/mnist_cnn.h,
 the model of tools/bench_pytorch_step.py), Adadelta lr 1.0 (rho 0.9, eps 1e-6), StepLR gamma 0.7
 after every epoch, batch 128 over a seeded random permutation per epoch (the last batch smaller),
 evaluation in batches of 250. The data is handled the way mnist_train handles it: the IDX files
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_pytorch_step import SeedCNN  # noqa: E402  (the seed CNN, shared with that benchmark)
+from bench_pytorch_step import SeedCNN  # noqa: E402  (the MNIST CNN, shared with that benchmark)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEAN, STD = np.float32(0.1307), np.float32(0.3081)  # data/mnist.h kMean, kStd

@@ -172,7 +172,7 @@ void report_row(const Transport& t, const Options& o, const SweepShape& s, const
                          {"model_bytes_per_rank", row.model}, {"correct", row.all_ok}});
 }
 
-// The target: ring vs native busbw at >= 16 MiB.
+// Our target: ring vs native busbw at >= 16 MiB.
 void print_ring_vs_native(const std::vector<Row>& rows) {
   double worst = -1, worst_median = -1;
   for (const Row& ring : rows) {
@@ -197,7 +197,7 @@ void print_ring_vs_native(const std::vector<Row>& rows) {
   }
 }
 
-// The other target: bytes per rank vs the model 2(N-1)K/N, per algorithm.
+// Our other target: bytes per rank vs the model 2(N-1)K/N, per algorithm.
 void print_bytes_vs_model(const std::vector<Algorithm>& algs, const std::vector<Row>& rows,
                           const SweepShape& s) {
   const int n = s.n;
@@ -238,10 +238,10 @@ void print_bytes_vs_model(const std::vector<Algorithm>& algs, const std::vector<
   }
 }
 
-// Rank 0, after the table: the targets next to what was measured.
+// Rank 0, after the table: our targets next to what was measured.
 void print_sweep_summary(const Transport& t, const SweepShape& s,
                          const std::vector<Algorithm>& algs, const std::vector<Row>& rows) {
-  // The targets: ring vs native busbw at >= 16 MiB; bytes per rank vs the model.
+  // Our targets: ring vs native busbw at >= 16 MiB; bytes per rank vs the model.
   std::printf("\nsummary (%d rank(s), %s):\n", s.n, t.name());
   print_ring_vs_native(rows);
   print_bytes_vs_model(algs, rows, s);

@@ -28,7 +28,7 @@ constexpr int kDefaultEpochs = 6;
 // (With --dist, share_host_between_ranks in dist_training.cpp may lower it to 0.)
 constexpr int kDefaultWorkers = 1;
 
-// The default gradient bucket: 1 MiB, not DataParallel's 25 MiB. The seed CNN's gradients are
+// The default gradient bucket: 1 MiB, not DataParallel's 25 MiB. The MNIST CNN's gradients are
 // 4.8 MB, 98% of them fc1's weight, so with 25 MiB they travel as ONE bucket, launched when
 // backward is over: nothing overlaps (overlap_fraction 0.01-0.03). With 1 MiB fc1's weight goes
 // alone as soon as backward has produced it, while conv2's backward (most of the work) runs:

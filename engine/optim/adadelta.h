@@ -4,7 +4,7 @@
 //   d = sqrt(a + eps) / sqrt(s + eps) * g         (a = acc_delta, before its update)
 //   a = rho * a + (1 - rho) * d^2
 //   p = p - lr * d
-// The default lr = 1.0 is the paper's (PyTorch's too); the seed MNIST recipe uses it.
+// The default lr = 1.0 is the paper's (PyTorch's too); the MNIST recipe of Keras' and Horovod's examples uses it.
 #pragma once
 
 #include <cmath>

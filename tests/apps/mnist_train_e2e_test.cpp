@@ -1,7 +1,7 @@
 // mnist_train_e2e_test: runs the real mnist_train binary, as a user would, and checks what it
 // writes (the JSON summary, the checkpoints) and how it fails (exit codes, messages).
 //
-//   1. Learning: the seed CNN, 1 epoch on the first 10,000 real training images (batch 32),
+//   1. Learning: the MNIST CNN, 1 epoch on the first 10,000 real training images (batch 32),
 //      evaluated on the full 10,000-image test set, reaches >= 95% test accuracy.
 //   2. Checkpoints: 2 epochs straight and 1 epoch + --resume 1 epoch give bit-identical model
 //      and optimizer state (CNN + Adadelta, with dropout drawing from the restored Philox

@@ -4,7 +4,7 @@
 //     padding, batch 1, 1x1 kernels, one input channel, kernels as large as the input.
 //  2. The hand kernels (f32 and f64) against a naive 7-loop reference written here from the
 //     definition, forward and both backward kernels.
-//  3. The vendor path (oneDNN, f32) against the hand path, including the seed CNN's shapes.
+//  3. The vendor path (oneDNN, f32) against the hand path, including the MNIST CNN's shapes.
 //  4. Shape errors throw kiln::Error that prints the shapes; the module's init and printing.
 #include <gtest/gtest.h>
 
@@ -182,8 +182,8 @@ TEST(Conv2d, HandMatchesNaiveReference) {
 TEST(Conv2d, VendorMatchesHand) {
   ImplGuard guard;
   std::vector<Case> cases = kCases;
-  cases.push_back({3, 1, 28, 28, 32, 3, 3, 1, 0, true});   // the seed CNN's conv1
-  cases.push_back({3, 32, 26, 26, 64, 3, 3, 1, 0, true});  // the seed CNN's conv2
+  cases.push_back({3, 1, 28, 28, 32, 3, 3, 1, 0, true});   // the MNIST CNN's conv1
+  cases.push_back({3, 32, 26, 26, 64, 3, 3, 1, 0, true});  // the MNIST CNN's conv2
   uint32_t seed = 200;
   for (const Case& cs : cases) {
     SCOPED_TRACE(name(cs));

@@ -1,6 +1,6 @@
 // gemm.cu: C = op(A) op(B) + beta C on the GPU, row-major like cpu::gemm, in three steps from
 // naive to fast, plus the cuBLAS path. All steps stay here, are tested against the CPU
-// (tests/cuda/gemm_cuda_test.cpp) and timed by apps/gemm_bench; docs/cuda.md shows the figures.
+// (tests/cuda/gemm_cuda_test.cpp) and timed by apps/gemm_bench; docs/cuda.md explains them (their GPU figures come from tools/gpu_check.sh).
 //
 // Shapes: op(A) is (M,K), op(B) is (K,N), C is (M,N). A is stored (M,K) row-major, or (K,M)
 // when trans_a (then op(A) = A^T is read without copying); the same for B. Leading dimensions
