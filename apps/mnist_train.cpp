@@ -48,7 +48,7 @@
 //                    asynchronous step, sums over the workers, the end-of-run replica check
 //   run_report.h     the printed lines and the JSON summary
 //
-// Exit codes (ARCHITECTURE.md): 0 ok; 2 bad usage or bad input (flags, data, checkpoint);
+// Exit codes (docs/architecture.md): 0 ok; 2 bad usage or bad input (flags, data, checkpoint);
 // 1 a runtime failure. Every error message says what to do.
 #include <CLI/CLI.hpp>
 
