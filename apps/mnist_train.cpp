@@ -415,7 +415,6 @@ int run(Options& o, const CLI::App& app) {
   check_output_path(o.trace, "--trace");
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
-  const Device compute = d.kind == "nccl" ? Device(DeviceType::CUDA, 0) : device;
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
   if (!o.trace.empty()) trace::Tracer::global().enable();
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
