@@ -36,7 +36,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "== comm_experiment: build ($build)"
 if [[ ! -f "$build/build.ninja" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$root" --preset release -B "$build" >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)" --target comm_bench
 bench=$build/apps/comm_bench

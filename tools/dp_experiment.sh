@@ -20,7 +20,7 @@ read -r -a extra <<< "${DP_ARGS:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 if [[ ! -f "$build/build.ninja" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$root" --preset release -B "$build" >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)" --target mnist_train >/dev/null
 mkdir -p "$out"

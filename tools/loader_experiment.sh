@@ -32,7 +32,7 @@ python=/usr/bin/python3  # Debian's python3-matplotlib (tools/setup.sh, KILN_SET
 
 echo "== loader_experiment: build ($build)"
 if [[ ! -f "$build/build.ninja" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$root" --preset release -B "$build" >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)" --target loader_bench idx_to_imagefolder
 bench=$build/apps/loader_bench

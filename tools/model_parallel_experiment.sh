@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 echo "== model_parallel_experiment: build ($build)"
 if [[ ! -f "$build/build.ninja" ]]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$root" --preset release -B "$build" >/dev/null
 fi
 cmake --build "$build" --target resnet_bench -j "$(nproc)" >/dev/null
 mkdir -p "$out"

@@ -14,7 +14,8 @@
 #                transport, communicator worker thread, parameter server, DataParallel), and
 #                every simulated kernel, whose GPU threads are TSan fibers: a shared- or
 #                global-memory race between two threads of a block (or two blocks) is a TSan
-#                report: ctest -L 'loader|comm|sim'.
+#                report; and the pipeline's stage threads: ctest -L 'loader|comm|sim|pipeline'.
+# Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan).
 #
 # KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
 # ctest call (e.g. -R Conv).
@@ -26,13 +27,13 @@ ctest_args=("$@")
 "$root/tools/setup.sh"
 "$root/datasets/fetch_mnist.sh"
 
-# run_tree <name> <build dir> <ctest label regex or ""> <build targets, space-separated> [cmake arguments...]
-# (env KILN_TEST_EXCLUDE: a ctest -E regex of tests the tree leaves out)
+# run_tree <name> <build dir> <ctest label regex or ""> <build targets, space-separated> <preset>
+# (the configure presets of CMakePresets.json; env KILN_TEST_EXCLUDE: a ctest -E regex of tests
+# the tree leaves out)
 run_tree() {
-  local name=$1 dir=$2 label=$3 target=$4
-  shift 4
-  echo "== test.sh: $name tree in $dir"
-  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null
+  local name=$1 dir=$2 label=$3 target=$4 preset=$5
+  echo "== test.sh: $name tree in $dir (preset $preset)"
+  cmake -S "$root" --preset "$preset" -B "$dir" >/dev/null
   # shellcheck disable=SC2086  # several targets, one word each
   cmake --build "$dir" -j "$jobs" --target $target
   local filter=()
@@ -42,13 +43,10 @@ run_tree() {
 }
 
 has() { [[ ",$trees," == *",$1,"* ]]; }
-has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all -DCMAKE_BUILD_TYPE=Release
-has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim \
-  -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA_SIM=ON
+has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
+has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
 # ASan at -O1 with frame pointers: fast enough to run every simulated kernel test.
-has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled" "$root/build-asan" sim kiln_tests_sim \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=address,alignment \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g"
+has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled" "$root/build-asan" sim kiln_tests_sim asan
 # TSan: the loader's workers, queue and shutdown paths, comm/'s threads, and the simulator (its
 # block thread pool, and races between GPU threads: docs/cuda_simulator.md). Any report fails
 # the test (TSan's exit code 66). OMP_NUM_THREADS=1 and KILN_KERNELS=hand: libgomp and oneDNN
@@ -58,6 +56,5 @@ has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled"
 # The pipeline tests (stage threads, queues, hybrid) run here too; resnet_bench's simulated
 # smoke test is left out (a whole ResNet again).
 has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (loader, comm, simulator, pipeline)" \
-  "$root/build-tsan" 'loader|comm|sim|pipeline' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_CUDA_SIM=ON -DKILN_SANITIZE=thread
+  "$root/build-tsan" 'loader|comm|sim|pipeline' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline" tsan
 echo "== test.sh: all selected trees passed ($trees)"
