@@ -1,3 +1,4 @@
+// allocator.cpp: the CPU allocator: 64-byte aligned blocks in size-keyed free lists, counted per cpu:N.
 #include "engine/allocator.h"
 
 #include <cstdlib>

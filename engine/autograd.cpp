@@ -1,3 +1,4 @@
+// autograd.cpp: the backward engine: graph traversal in dependency order, gradient accumulation, hooks.
 #include "engine/autograd.h"
 
 #include <queue>

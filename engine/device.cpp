@@ -1,3 +1,4 @@
+// device.cpp: parsing and printing device specs (cpu, cpu:N, cuda, cuda:N).
 #include "engine/device.h"
 
 #include <cctype>

@@ -1,3 +1,4 @@
+// impl.cpp: the kernel implementation switch (hand or vendor), from set_kernel_impl or KILN_KERNELS.
 #include "engine/impl.h"
 
 #include <atomic>

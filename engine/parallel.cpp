@@ -1,3 +1,4 @@
+// parallel.cpp: the per-thread CPU thread budget (OpenMP and BLAS).
 #include "engine/parallel.h"
 
 #include <omp.h>

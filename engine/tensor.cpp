@@ -1,3 +1,4 @@
+// tensor.cpp: Storage and Tensor: factories, views, copies between devices and dtypes, autograd plumbing.
 #include "engine/tensor.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// linear.cpp: Linear: y = x W^T + b through matmul, and its default initialisation.
 #include "layers/linear.h"
 
 #include "engine/error.h"

@@ -1,3 +1,4 @@
+// module.cpp: Module: the parameter, buffer and child registries, state_dict, to(device); Sequential.
 #include "layers/module.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// mlp.cpp: the MLP of mnist_train --model mlp.
 #include "models/mlp.h"
 
 #include "layers/activation.h"

@@ -1,3 +1,4 @@
+// mnist_cnn.cpp: the MNIST CNN as a Sequential of layers.
 #include "models/mnist_cnn.h"
 
 #include "layers/activation.h"
