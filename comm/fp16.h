@@ -17,13 +17,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef KILN_HOST_DEVICE
-#if defined(__CUDACC__) || defined(KILN_CUDA_SIM_COMPILE)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
-#endif
+#include "engine/host_device.h"
 
 namespace kiln::comm {
 

@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <mutex>
 
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
+#include "engine/host_device.h"  // KILN_HOST_DEVICE, and uniform01 (random bits -> [0, 1))
 
 namespace kiln {
 
@@ -45,11 +41,6 @@ KILN_HOST_DEVICE inline PhiloxOut philox4x32_10(uint64_t key, uint64_t counter) 
 // The i-th 32-bit random number of the stream (key, base): 4 numbers per counter value.
 KILN_HOST_DEVICE inline uint32_t philox_u32(uint64_t key, uint64_t base, uint64_t i) {
   return philox4x32_10(key, base + i / 4).v[i % 4];
-}
-
-// Uniform float in [0, 1) from 24 random bits (exactly representable: same on every device).
-KILN_HOST_DEVICE inline float uniform01(uint32_t bits) {
-  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
 }
 
 // Hands out disjoint counter ranges of one seed. Thread-safe.

@@ -26,7 +26,7 @@ void check_p(double p) {
 // ---- CPU kernels --------------------------------------------------------------------------
 // One Philox call yields 4 numbers, so the loops run over groups of 4 elements: group j holds
 // elements 4j..4j+3 and uses counter base + j, exactly what philox_u32(seed, base, i) reads,
-// so `uniform01(r.v[k]) >= p` below is dropout_keep(seed, base, 4j + k, p) without 4x the work.
+// so dropout_keep(r.v[k], p) below is dropout_keep(seed, base, 4j + k, p) without 4x the work.
 // The mask is applied as a multiplication by 0 or scale, not a branch: keep/drop is a coin flip
 // the branch predictor cannot learn (the branchy loop was 5x slower), and x * 0 keeps NaN/Inf
 // visible as PyTorch's input * mask does.
@@ -34,7 +34,7 @@ void check_p(double p) {
 // x, y are (count <= 4): y[k] = x[k] * (keep(k) ? scale : 0), with the 4 numbers of one counter.
 template <typename T>
 inline void mask_group(const T* x, T* y, int64_t count, const PhiloxOut& r, float p, T scale) {
-  for (int64_t k = 0; k < count; ++k) y[k] = x[k] * (uniform01(r.v[k]) >= p ? scale : T(0));
+  for (int64_t k = 0; k < count; ++k) y[k] = x[k] * (dropout_keep(r.v[k], p) ? scale : T(0));
 }
 
 // x, y are (n): y[i] = keep(i) ? x[i] * scale : 0.

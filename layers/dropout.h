@@ -17,9 +17,9 @@
 
 namespace kiln {
 
-// The mask rule, shared by the CPU loops and the CUDA kernels.
+// The mask bit of element i: the keep rule (engine/host_device.h) on its Philox bits.
 KILN_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t base, uint64_t i, float p) {
-  return uniform01(philox_u32(seed, base, i)) >= p;
+  return dropout_keep(philox_u32(seed, base, i), p);
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());

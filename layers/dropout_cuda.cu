@@ -35,7 +35,7 @@ __global__ void dropout_apply_mask_kernel(const T* __restrict__ in, T* __restric
     const int64_t first = 4 * j;
     const int count = n - first < 4 ? static_cast<int>(n - first) : 4;
     for (int k = 0; k < count; ++k)
-      out[first + k] = in[first + k] * (uniform01(r.v[k]) >= p ? scale : T(0));
+      out[first + k] = in[first + k] * (dropout_keep(r.v[k], p) ? scale : T(0));
   }
 }
 

@@ -1,16 +1,15 @@
 // dropout_kernels.h: the CUDA kernels behind layers/dropout.h (internal to kiln_layers). The
 // CPU kernels are small enough to live in dropout.cpp, next to the op.
 //
-// Both devices apply the same rule (dropout_keep in dropout.h) in the same grouping: group j
-// holds elements 4j..4j+3 and reads the four 32-bit outputs of ONE Philox call at counter
-// base + j, element 4j + k using output k; a kept element is x * scale, a dropped one x * 0.
-// The mask is therefore bit-identical on the CPU and on every CUDA device for the same
-// (seed, base), whatever the launch configuration.
+// Both devices apply the same rule (dropout_keep in engine/host_device.h) in the same
+// grouping: group j holds elements 4j..4j+3 and reads the four 32-bit outputs of ONE Philox
+// call at counter base + j, element 4j + k using output k; a kept element is x * scale, a
+// dropped one x * 0. The mask is therefore bit-identical on the CPU and on every CUDA device
+// for the same (seed, base), whatever the launch configuration.
 #pragma once
 
 #include <cstdint>
 
-#if KILN_WITH_CUDA
 namespace kiln::cuda {
 
 // x, y are (n) device arrays: y[i] = x[i] * (keep(i) ? scale : 0), with
@@ -25,4 +24,3 @@ void dropout_backward_cuda(const T* gy, T* gx, int64_t n, float p, T scale, uint
                            uint64_t base);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

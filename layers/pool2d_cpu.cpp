@@ -135,20 +135,7 @@ void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
 }
 
 // ---- Average pooling ----------------------------------------------------------------------
-
-namespace {
-// The window of output o along one dimension, clipped to [0, in), and the divisor part of
-// that dimension (PyTorch: the window is first clipped to the padded extent [.., in + pad)).
-struct Window {
-  int64_t begin, end, padded_len;
-};
-inline Window avg_window(int64_t o, int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
-  int64_t b = o * stride - pad;
-  int64_t e = std::min(b + kernel, in + pad);
-  int64_t padded_len = e - b;
-  return {std::max<int64_t>(b, 0), std::min(e, in), padded_len};
-}
-}  // namespace
+// The windows and divisors are avg_window / avg_count (engine/host_device.h), shared with CUDA.
 
 template <typename T>
 void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
@@ -158,14 +145,13 @@ void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool coun
     const T* xp = x + p * in_plane;
     T* yp = y + p * out_plane;
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      Window wh = avg_window(oh, g.in_h, g.kernel_h, g.stride_h, g.pad_h);
+      const AvgWindow<int64_t> wh = avg_window(oh, g.in_h, g.kernel_h, g.stride_h, g.pad_h);
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        Window ww = avg_window(ow, g.in_w, g.kernel_w, g.stride_w, g.pad_w);
+        const AvgWindow<int64_t> ww = avg_window(ow, g.in_w, g.kernel_w, g.stride_w, g.pad_w);
         T s = 0;
         for (int64_t ih = wh.begin; ih < wh.end; ++ih)
           for (int64_t iw = ww.begin; iw < ww.end; ++iw) s += xp[ih * g.in_w + iw];
-        int64_t count = count_include_pad ? wh.padded_len * ww.padded_len
-                                          : (wh.end - wh.begin) * (ww.end - ww.begin);
+        const int64_t count = avg_count(wh, ww, count_include_pad);
         yp[oh * g.out_w + ow] = s / static_cast<T>(count);
       }
     }
@@ -182,11 +168,10 @@ void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g
     const T* gyp = grad_y + p * out_plane;
     std::memset(gxp, 0, sizeof(T) * static_cast<size_t>(in_plane));
     for (int64_t oh = 0; oh < g.out_h; ++oh) {
-      Window wh = avg_window(oh, g.in_h, g.kernel_h, g.stride_h, g.pad_h);
+      const AvgWindow<int64_t> wh = avg_window(oh, g.in_h, g.kernel_h, g.stride_h, g.pad_h);
       for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        Window ww = avg_window(ow, g.in_w, g.kernel_w, g.stride_w, g.pad_w);
-        int64_t count = count_include_pad ? wh.padded_len * ww.padded_len
-                                          : (wh.end - wh.begin) * (ww.end - ww.begin);
+        const AvgWindow<int64_t> ww = avg_window(ow, g.in_w, g.kernel_w, g.stride_w, g.pad_w);
+        const int64_t count = avg_count(wh, ww, count_include_pad);
         // Each element of the window received grad_y / count of this output.
         T share = gyp[oh * g.out_w + ow] / static_cast<T>(count);
         for (int64_t ih = wh.begin; ih < wh.end; ++ih)

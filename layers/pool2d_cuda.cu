@@ -79,14 +79,6 @@ __device__ __forceinline__ void covering(int i, int pad, int kernel, int stride,
   hi = min((i + pad) / stride, out - 1);
 }
 
-// Adaptive windows (pool2d_kernels.h): output i averages [start, end) of `in` elements.
-__device__ __forceinline__ int adaptive_start_d(int i, int in, int out) {
-  return static_cast<int>((static_cast<int64_t>(i) * in) / out);
-}
-__device__ __forceinline__ int adaptive_end_d(int i, int in, int out) {
-  return static_cast<int>(((static_cast<int64_t>(i) + 1) * in + out - 1) / out);
-}
-
 // ---- Max pooling -------------------------------------------------------------------------------
 
 // One thread per output (plane, oh, ow).
@@ -146,21 +138,8 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ grad_y,
 
 // ---- Average pooling ---------------------------------------------------------------------------
 
-// The window of output o along one dimension, as the CPU's avg_window: clipped to the padded
-// extent first (that length is the divisor part with count_include_pad), then to the input.
-struct AvgWindow {
-  int begin, end, padded_len;
-};
-__device__ __forceinline__ AvgWindow avg_window(int o, int in, int kernel, int stride, int pad) {
-  const int b = o * stride - pad;
-  const int e = min(b + kernel, in + pad);
-  return {max(b, 0), min(e, in), e - b};
-}
-__device__ __forceinline__ int avg_count(const AvgWindow& wh, const AvgWindow& ww,
-                                         bool include_pad) {
-  return include_pad ? wh.padded_len * ww.padded_len
-                     : (wh.end - wh.begin) * (ww.end - ww.begin);
-}
+// The windows and divisors of average pooling are the CPU's: avg_window and avg_count
+// (engine/host_device.h), here in 32-bit indices.
 
 template <typename T>
 __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, PoolDims d,
@@ -171,8 +150,8 @@ __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict
     const int o = static_cast<int>(i);
     const int ow = o % d.ow, oh = o / d.ow % d.oh, plane = o / (d.ow * d.oh);
     const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
-    const AvgWindow wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
-    const AvgWindow ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
+    const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
+    const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
     T s = 0;
     for (int ih = wh.begin; ih < wh.end; ++ih)
       for (int iw = ww.begin; iw < ww.end; ++iw) s += xp[ih * d.w + iw];
@@ -195,9 +174,9 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ grad_y, T* __re
     covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
     T acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
-      const AvgWindow wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
+      const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
       for (int ow = ow0; ow <= ow1; ++ow) {
-        const AvgWindow ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
+        const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
         acc += gyp[oh * d.ow + ow] / static_cast<T>(avg_count(wh, ww, include_pad));
       }
     }
@@ -216,8 +195,10 @@ __global__ void adaptive_avg_pool2d_forward_kernel(const T* __restrict__ x, T* _
     const int o = static_cast<int>(i);
     const int ow = o % d.ow, oh = o / d.ow % d.oh, plane = o / (d.ow * d.oh);
     const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
-    const int h0 = adaptive_start_d(oh, d.h, d.oh), h1 = adaptive_end_d(oh, d.h, d.oh);
-    const int w0 = adaptive_start_d(ow, d.w, d.ow), w1 = adaptive_end_d(ow, d.w, d.ow);
+    const int h0 = static_cast<int>(adaptive_start(oh, d.h, d.oh));
+    const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
+    const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
+    const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
     T s = 0;
     for (int ih = h0; ih < h1; ++ih)
       for (int iw = w0; iw < w1; ++iw) s += xp[ih * d.w + iw];
@@ -247,10 +228,12 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y
     adaptive_covering(iw, d.w, d.ow, ow0, ow1);
     T acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
-      const int h0 = adaptive_start_d(oh, d.h, d.oh), h1 = adaptive_end_d(oh, d.h, d.oh);
+      const int h0 = static_cast<int>(adaptive_start(oh, d.h, d.oh));
+      const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
       if (ih < h0 || ih >= h1) continue;
       for (int ow = ow0; ow <= ow1; ++ow) {
-        const int w0 = adaptive_start_d(ow, d.w, d.ow), w1 = adaptive_end_d(ow, d.w, d.ow);
+        const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
+        const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
         if (iw < w0 || iw >= w1) continue;
         acc += gyp[oh * d.ow + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
       }

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "engine/host_device.h"  // the window rules both devices share
+
 namespace kiln::cpu {
 
 // The shape of one pooling problem. Output sizes are computed by the op (pool2d.cpp).
@@ -63,23 +65,16 @@ void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g
 
 // ---- Adaptive average pooling -------------------------------------------------------------
 // Output row i averages input rows [floor(i * H / OH), ceil((i + 1) * H / OH)), likewise for
-// columns; windows may overlap when H is not a multiple of OH. kernel/stride/pad of `g` are
-// ignored. x is (N, C, H, W); y is (N, C, OH, OW).
+// columns (adaptive_start / adaptive_end in engine/host_device.h); windows may overlap when H
+// is not a multiple of OH. kernel/stride/pad of `g` are ignored. x is (N, C, H, W); y is (N, C, OH, OW).
 template <typename T>
 void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g);
 // grad_y is (N, C, OH, OW); grad_x is (N, C, H, W), fully overwritten.
 template <typename T>
 void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g);
 
-// The adaptive window of output i along a dimension of `in` elements split into `out`.
-inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
-inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
-  return ((i + 1) * in + out - 1) / out;
-}
-
 }  // namespace kiln::cpu
 
-#if KILN_WITH_CUDA
 // ---- CUDA (layers/pool2d_cuda.cu) ------------------------------------------------------------
 // The same kernels for tensors on a CUDA device: the same arguments as device pointers, the same
 // results. Max-pool indices are bit-identical to the CPU's (same window order, same tie and NaN
@@ -107,4 +102,3 @@ template <typename T>
 void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

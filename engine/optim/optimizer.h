@@ -21,15 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/host_device.h"
 #include "engine/tensor.h"
-
-#ifndef KILN_HOST_DEVICE
-#if defined(__CUDACC__) || defined(KILN_CUDA_SIM_COMPILE)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
-#endif
 
 namespace kiln {
 
