@@ -63,17 +63,10 @@ void reduce_into(const Buffer& dst, const Buffer& src) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.data);
     const T* s = static_cast<const T*>(src.data);
-    if (dst.device.is_cpu()) {
-      reduce_cpu(d, s, dst.count);
-    } else {
-#if KILN_WITH_CUDA
-      cuda::DeviceGuard guard(dst.device.index);
+    on_device("reduce_into", dst.device, [&] { reduce_cpu(d, s, dst.count); }, [&] {
       cuda::comm_reduce_into_cuda<T>(d, s, dst.count);
       cuda::synchronize();
-#else
-      no_cuda_backend("reduce_into");
-#endif
-    }
+    });
   });
 }
 
@@ -82,17 +75,10 @@ void scale(const Buffer& buf, double factor) {
   dispatch_elem(buf.type, [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(buf.data);
-    if (buf.device.is_cpu()) {
-      scale_cpu(d, buf.count, factor);
-    } else {
-#if KILN_WITH_CUDA
-      cuda::DeviceGuard guard(buf.device.index);
+    on_device("comm::scale", buf.device, [&] { scale_cpu(d, buf.count, factor); }, [&] {
       cuda::comm_scale_cuda<T>(d, buf.count, factor);
       cuda::synchronize();
-#else
-      no_cuda_backend("comm::scale");
-#endif
-    }
+    });
   });
 }
 
@@ -102,17 +88,12 @@ void copy_buffer(const Buffer& dst, const Buffer& src) {
              ") and src (", src.count, " x ", elem_name(src.type), " on ", src.device.str(),
              ") must have the same type, count and device");
   if (dst.count == 0 || dst.data == src.data) return;
-  if (dst.device.is_cpu()) {
+  on_device("comm::copy_buffer", dst.device, [&] {
     std::memcpy(dst.data, src.data, dst.bytes());
-  } else {
-#if KILN_WITH_CUDA
-    cuda::DeviceGuard guard(dst.device.index);
+  }, [&] {
     cuda::comm_copy_cuda(dst.data, src.data, dst.bytes());
     cuda::synchronize();
-#else
-    no_cuda_backend("comm::copy_buffer");
-#endif
-  }
+  });
 }
 
 Scratch::Scratch(ElemType type, int64_t count, Device device) {

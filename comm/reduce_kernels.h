@@ -27,7 +27,6 @@ KILN_HOST_DEVICE inline uint16_t add_elem(uint16_t a, uint16_t b) { return f16_a
 
 }  // namespace kiln::comm
 
-#if KILN_WITH_CUDA
 namespace kiln::cuda {
 
 // dst[i] = add_elem(dst[i], src[i]) / buf[i] = scale_elem(buf[i], factor) for i < n, on the
@@ -41,4 +40,3 @@ void comm_scale_cuda(T* buf, int64_t n, double factor);
 void comm_copy_cuda(void* dst, const void* src, size_t bytes);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

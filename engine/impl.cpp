@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "engine/build_config.h"
 #include "engine/error.h"
 
 namespace kiln {
@@ -41,9 +42,7 @@ Impl kernel_impl() {
 
 Impl cuda_kernel_impl() {
   int v = resolved();
-#if KILN_CUDA_SIM
-  if (v == kDefault) return Impl::Hand;  // the simulator runs our kernels unless asked
-#endif
+  if (cuda::kSimulated && v == kDefault) return Impl::Hand;  // the simulator runs our kernels
   return v == kDefault ? Impl::Vendor : static_cast<Impl>(v);
 }
 

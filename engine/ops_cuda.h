@@ -12,8 +12,6 @@
 
 #include "engine/ops_cpu.h"
 
-#if KILN_WITH_CUDA
-
 namespace kiln::cuda {
 
 using cpu::BinaryOp;
@@ -84,5 +82,3 @@ void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int
                       int64_t inner, bool log);
 
 }  // namespace kiln::cuda
-
-#endif  // KILN_WITH_CUDA

@@ -47,29 +47,19 @@ Tensor reduce_to(const Tensor& g, const Shape& b_shape, Broadcast kind) {
 
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, Broadcast kind) {
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
-                       kind == Broadcast::Row ? b.numel() : 1);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(a.device().index);
-      dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
-                        kind == Broadcast::Row ? b.numel() : 1);
-      });
-      break;
-    }
-#else
-      no_cuda_backend(binary_name(op));
-#endif
-  }
+  on_device(binary_name(op), a.device(), [&] {
+    dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+                     kind == Broadcast::Row ? b.numel() : 1);
+    });
+  }, [&] {
+    dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+                      kind == Broadcast::Row ? b.numel() : 1);
+    });
+  });
   return out;
 }
 
@@ -127,27 +117,17 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* name) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(x.dtype(), name, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(x.device().index);
-      dispatch_floating(x.dtype(), name, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
-      });
-      break;
-    }
-#else
-      no_cuda_backend(name);
-#endif
-  }
+  on_device(name, x.device(), [&] {
+    dispatch_floating(x.dtype(), name, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
+    });
+  }, [&] {
+    dispatch_floating(x.dtype(), name, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
+    });
+  });
   return out;
 }
 
@@ -155,27 +135,17 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* nam
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
   check_same_device(g, y, "relu_backward");
   Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
-  switch (g.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(g.device().index);
-      dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-      });
-      break;
-    }
-#else
-      no_cuda_backend("relu_backward");
-#endif
-  }
+  on_device("relu_backward", g.device(), [&] {
+    dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+    });
+  }, [&] {
+    dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+    });
+  });
   return gx;
 }
 

@@ -18,28 +18,18 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   KILN_CHECK(k == kb, "matmul: inner dimensions differ: ", shape_str(a.shape()),
              ta ? "^T" : "", " x ", shape_str(b.shape()), tb ? "^T" : "");
   Tensor c = Tensor::empty({m, n}, a.dtype(), a.device());
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      check_same_device(a, b, "matmul");
-      cuda::DeviceGuard guard(a.device().index);
-      dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
-      });
-      break;
-    }
-#else
-      no_cuda_backend("matmul");
-#endif
-  }
+  on_device("matmul", a.device(), [&] {
+    dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
+    });
+  }, [&] {
+    check_same_device(a, b, "matmul");
+    dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
+    });
+  });
   return c;
 }
 
@@ -87,27 +77,17 @@ Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
   Shape out_shape = a.shape();
   std::swap(out_shape[static_cast<size_t>(d0)], out_shape[static_cast<size_t>(d1)]);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(a.device().index);
-      dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("transpose");
-#endif
-  }
+  on_device("transpose", a.device(), [&] {
+    dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
+    });
+  }, [&] {
+    dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
+    });
+  });
   if (any_requires_grad({&a})) set_history(out, std::make_shared<TransposeBackward>(d0, d1), {a});
   return out;
 }

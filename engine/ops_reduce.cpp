@@ -25,27 +25,17 @@ Tensor sum_one_dim(const Tensor& x, int64_t d) {
   out_shape[static_cast<size_t>(d)] = 1;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   DimSplit s = split_at(x.shape(), d);
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(x.dtype(), "sum", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(x.device().index);
-      dispatch_floating(x.dtype(), "sum", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("sum");
-#endif
-  }
+  on_device("sum", x.device(), [&] {
+    dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
+    });
+  }, [&] {
+    dispatch_floating(x.dtype(), "sum", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
+    });
+  });
   return out;
 }
 
@@ -53,29 +43,19 @@ Tensor sum_one_dim(const Tensor& x, int64_t d) {
 Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double scale) {
   Tensor out = Tensor::empty(shape, g.dtype(), g.device());
   DimSplit s = split_at(shape, d);
-  switch (g.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
-                           static_cast<T>(scale));
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(g.device().index);
-      dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
-                            static_cast<T>(scale));
-      });
-      break;
-    }
-#else
-      no_cuda_backend("sum_backward");
-#endif
-  }
+  on_device("sum_backward", g.device(), [&] {
+    dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
+                         static_cast<T>(scale));
+    });
+  }, [&] {
+    dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
+                          static_cast<T>(scale));
+    });
+  });
   return out;
 }
 
@@ -157,27 +137,17 @@ Tensor argmax(const Tensor& a, int64_t dim) {
   out_shape.erase(out_shape.begin() + d);
   Tensor out = Tensor::empty(out_shape, DType::I64, a.device());
   DimSplit s = split_at(a.shape(), d);
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(a.device().index);
-      dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("argmax");
-#endif
-  }
+  on_device("argmax", a.device(), [&] {
+    dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
+    });
+  }, [&] {
+    dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
+    });
+  });
   return out;
 }
 

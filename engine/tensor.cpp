@@ -7,12 +7,12 @@
 #include "engine/allocator.h"
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
-#include "engine/error.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/kernels/copy.h"
-#include "engine/cuda/pinned_allocator.h"
 #include "engine/cuda/tensor_copy.h"
+#include "engine/error.h"
+#if KILN_WITH_CUDA  // the allocators' headers name CUDA runtime types
+#include "engine/cuda/caching_allocator.h"
+#include "engine/cuda/pinned_allocator.h"
 #endif
 
 namespace kiln {
@@ -338,22 +338,21 @@ void Tensor::copy_(const Tensor& src, bool non_blocking) {
     convert_copy(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
     return;
   }
-#if KILN_WITH_CUDA
-  cuda::copy_tensor(*this, src, non_blocking);
-#else
-  cuda::check_device((device().is_cuda() ? device() : src.device()).index);  // throws
-#endif
+  if constexpr (kWithCuda)
+    cuda::copy_tensor(*this, src, non_blocking);
+  else
+    cuda::check_device((device().is_cuda() ? device() : src.device()).index);  // throws
 }
 
 void Tensor::fill_(double value) {
   int64_t n = numel();
   if (device().is_cuda()) {
-#if KILN_WITH_CUDA
-    cuda::DeviceGuard guard(device().index);
-    cuda::fill(raw_data(), dtype(), n, value);
-#else
-    cuda::check_device(device().index);  // throws
-#endif
+    if constexpr (kWithCuda) {
+      cuda::DeviceGuard guard(device().index);
+      cuda::fill(raw_data(), dtype(), n, value);
+    } else {
+      cuda::check_device(device().index);  // throws
+    }
     return;
   }
   auto run = [&](auto* p) {

@@ -8,10 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "engine/error.h"
-#if KILN_WITH_CUDA
 #include "engine/cuda/context.h"
-#endif
+#include "engine/error.h"
 
 namespace kiln::trace {
 

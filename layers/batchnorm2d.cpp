@@ -10,9 +10,6 @@
 #include "engine/ops.h"
 #include "layers/batchnorm2d_kernels.h"
 #include "layers/layout.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace kiln {
 
@@ -56,37 +53,27 @@ struct BatchNorm2dBackward : Node {
     if (next[0]) gx = Tensor::empty(x.shape(), x.dtype(), x.device());
     if (next[1]) gw = Tensor::empty({c}, x.dtype(), x.device());
     if (next[2]) gb = Tensor::empty({c}, x.dtype(), x.device());
-    switch (x.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-          auto kernel = blocked ? cpu::batch_norm2d_backward_blocked_cpu<T>
-                                : cpu::batch_norm2d_backward_cpu<T>;
-          kernel(mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                 ptr(weight), ptr(bias), relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(x.device().index);
-        // k, a, d of grad_x per channel, from the reduction kernel to the element-wise one.
-        Tensor coef = gx.defined() ? Tensor::empty({3 * c}, x.dtype(), x.device()) : Tensor();
-        dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-          cuda::batch_norm2d_backward_cuda<T>(mode, grad_out.data<T>(), x.data<T>(),
-                                              mean.data<T>(), invstd.data<T>(), ptr(weight),
-                                              ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), ptr(coef),
-                                              n, c, hw);
-        });
-        break;
-      }
-#else
-        no_cuda_backend("batch_norm2d_backward");
-#endif
-    }
+    on_device("batch_norm2d_backward", x.device(), [&] {
+      dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+        auto kernel = blocked ? cpu::batch_norm2d_backward_blocked_cpu<T>
+                              : cpu::batch_norm2d_backward_cpu<T>;
+        kernel(mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
+               ptr(weight), ptr(bias), relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+      });
+    }, [&] {
+      // k, a, d of grad_x per channel, from the reduction kernel to the element-wise one.
+      Tensor coef = gx.defined() ? Tensor::empty({3 * c}, x.dtype(), x.device()) : Tensor();
+      dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+        cuda::batch_norm2d_backward_cuda<T>(mode, grad_out.data<T>(), x.data<T>(),
+                                            mean.data<T>(), invstd.data<T>(), ptr(weight),
+                                            ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), ptr(coef),
+                                            n, c, hw);
+      });
+    });
     return {gx, gw, gb};
   }
 };
@@ -127,59 +114,49 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor invstd = Tensor::empty({c}, x.dtype(), x.device());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const bool relu = activation == BatchNormActivation::Relu;
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(x.dtype(), kOp, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-        if (batch_stats) {
-          Tensor var = Tensor::empty({c}, x.dtype(), x.device());
-          (blocked ? cpu::batch_norm2d_stats_blocked_cpu<T> : cpu::batch_norm2d_stats_cpu<T>)(
-              x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
-          cpu::batch_norm2d_invstd_cpu<T>(var.data<T>(), invstd.data<T>(), c, eps);
-          // The running statistics are state, not part of the graph: written in place.
-          if (update_running)
-            cpu::batch_norm2d_update_running_cpu<T>(mean.data<T>(), var.data<T>(),
+  on_device(kOp, x.device(), [&] {
+    dispatch_floating(x.dtype(), kOp, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      if (batch_stats) {
+        Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+        (blocked ? cpu::batch_norm2d_stats_blocked_cpu<T> : cpu::batch_norm2d_stats_cpu<T>)(
+            x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+        cpu::batch_norm2d_invstd_cpu<T>(var.data<T>(), invstd.data<T>(), c, eps);
+        // The running statistics are state, not part of the graph: written in place.
+        if (update_running)
+          cpu::batch_norm2d_update_running_cpu<T>(mean.data<T>(), var.data<T>(),
+                                                  running_mean.data<T>(),
+                                                  running_var.data<T>(), c, m, momentum);
+      } else {
+        mean.copy_(running_mean);
+        cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
+      }
+      (blocked ? cpu::batch_norm2d_forward_blocked_cpu<T> : cpu::batch_norm2d_forward_cpu<T>)(
+          x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias), y.data<T>(), n,
+          c, hw, relu);
+    });
+  }, [&] {
+    // The same steps as the CPU branch, on x's device (batchnorm2d_cuda.cu).
+    dispatch_floating(x.dtype(), kOp, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      if (batch_stats) {
+        Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+        cuda::batch_norm2d_stats_cuda<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+        cuda::batch_norm2d_invstd_cuda<T>(var.data<T>(), invstd.data<T>(), c, eps);
+        if (update_running)
+          cuda::batch_norm2d_update_running_cuda<T>(mean.data<T>(), var.data<T>(),
                                                     running_mean.data<T>(),
                                                     running_var.data<T>(), c, m, momentum);
-        } else {
-          mean.copy_(running_mean);
-          cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
-        }
-        (blocked ? cpu::batch_norm2d_forward_blocked_cpu<T> : cpu::batch_norm2d_forward_cpu<T>)(
-            x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias), y.data<T>(), n,
-            c, hw, relu);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      // The same steps as the CPU branch, on x's device (batchnorm2d_cuda.cu).
-      cuda::DeviceGuard guard(x.device().index);
-      dispatch_floating(x.dtype(), kOp, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-        if (batch_stats) {
-          Tensor var = Tensor::empty({c}, x.dtype(), x.device());
-          cuda::batch_norm2d_stats_cuda<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
-          cuda::batch_norm2d_invstd_cuda<T>(var.data<T>(), invstd.data<T>(), c, eps);
-          if (update_running)
-            cuda::batch_norm2d_update_running_cuda<T>(mean.data<T>(), var.data<T>(),
-                                                      running_mean.data<T>(),
-                                                      running_var.data<T>(), c, m, momentum);
-        } else {
-          mean.copy_(running_mean);
-          cuda::batch_norm2d_invstd_cuda<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
-        }
-        cuda::batch_norm2d_forward_cuda<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                           ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
-      });
-      break;
-    }
-#else
-      no_cuda_backend(kOp);
-#endif
-  }
+      } else {
+        mean.copy_(running_mean);
+        cuda::batch_norm2d_invstd_cuda<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
+      }
+      cuda::batch_norm2d_forward_cuda<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
+    });
+  });
 
   if (any_requires_grad({&x, &weight, &bias})) {
     auto node = std::make_shared<BatchNorm2dBackward>();

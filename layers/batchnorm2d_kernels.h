@@ -108,7 +108,6 @@ void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, cons
 
 }  // namespace kiln::cpu
 
-#if KILN_WITH_CUDA
 // ---- CUDA (layers/batchnorm2d_cuda.cu) -------------------------------------------------------
 // The same kernels for tensors on a CUDA device: the same arguments, as device pointers, the
 // same formulas and the same double accumulation. They launch on cuda::current_stream() of the
@@ -142,4 +141,3 @@ void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x,
                                 int64_t hw);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

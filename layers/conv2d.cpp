@@ -2,8 +2,8 @@
 // Conv2d module. The kernels live in conv2d_cpu.cpp (CPU hand), conv2d_dnnl.cpp (CPU vendor),
 // conv2d_cuda.cu (CUDA hand) and conv2d_cudnn.cu (CUDA vendor).
 //
-// Dispatch is two plain switches: on the device, then on the implementation chosen when the
-// op ran forward (the backward node keeps it):
+// Dispatch is two plain choices: the device (on_device), then the implementation chosen when
+// the op ran forward (the backward node keeps it):
 //   CPU:  kernel_impl(): Hand -> im2col + GEMM, Vendor -> oneDNN (f32 only; f64, which
 //         gradient checks use, always takes the hand kernels).
 //   CUDA: cuda_kernel_impl(): Hand -> implicit GEMM, Vendor -> cuDNN (f32 and f64). Under the
@@ -22,9 +22,6 @@
 #include "engine/ops.h"
 #include "layers/conv2d_kernels.h"
 #include "layers/layout.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace kiln {
 
@@ -51,12 +48,8 @@ namespace {
 Impl impl_for(const Tensor& x) {
   switch (x.device().type) {
     case DeviceType::CPU: return x.dtype() == DType::F32 ? kernel_impl() : Impl::Hand;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      return cuda_kernel_impl();
-#else
-      return Impl::Hand;  // forward() says there is no CUDA backend
-#endif
+    case DeviceType::CUDA:  // without a CUDA backend, forward() says so
+      return kWithCuda ? cuda_kernel_impl() : Impl::Hand;
   }
   return Impl::Hand;
 }
@@ -64,96 +57,76 @@ Impl impl_for(const Tensor& x) {
 // y (N, K, P, Q) = conv(x, w) + b.
 void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
              Impl impl) {
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* bp = b.defined() ? b.data<T>() : nullptr;
-        if constexpr (std::is_same_v<T, float>) {
-          if (impl == Impl::Vendor) {
-            conv2d_forward_dnnl(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-            return;
-          }
-        }
-        conv2d_forward_cpu<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(x.device().index);
-      dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* bp = b.defined() ? b.data<T>() : nullptr;
+  on_device("conv2d", x.device(), [&] {
+    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* bp = b.defined() ? b.data<T>() : nullptr;
+      if constexpr (std::is_same_v<T, float>) {
         if (impl == Impl::Vendor) {
-          cuda::conv2d_forward_cudnn<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+          conv2d_forward_dnnl(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
           return;
         }
-        cuda::conv2d_forward_cuda<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("conv2d");
-#endif
-  }
+      }
+      conv2d_forward_cpu<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+    });
+  }, [&] {
+    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* bp = b.defined() ? b.data<T>() : nullptr;
+      if (impl == Impl::Vendor) {
+        cuda::conv2d_forward_cudnn<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+        return;
+      }
+      cuda::conv2d_forward_cuda<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+    });
+  });
 }
 
 // The gradients of x, w, b that are defined (allocated) by the caller; undefined ones are
 // skipped. x is needed for dw, w for dx.
 void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
               Tensor& db, const ConvGeometry& g, Impl impl) {
-  switch (dy.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-        T* dwp = dw.defined() ? dw.data<T>() : nullptr;
-        T* dbp = db.defined() ? db.data<T>() : nullptr;
-        const T* xp = x.defined() ? x.data<T>() : nullptr;
-        const T* wp = w.defined() ? w.data<T>() : nullptr;
-        if constexpr (std::is_same_v<T, float>) {
-          if (impl == Impl::Vendor) {
-            // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
-            // trained bias) is a plain sum over dy, done by the hand kernel.
-            conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
-            if (dbp && !dwp) {
-              if (g.y_blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
-                db.copy_(sum(dy, {0, 2, 3}).reshape({g.k}));
-              else
-                conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
-            }
-            return;
-          }
-        }
-        if (dxp) conv2d_backward_data_cpu<T>(dy.data<T>(), wp, dxp, g);
-        if (dwp || dbp) conv2d_backward_weight_cpu<T>(xp, dy.data<T>(), dwp, dbp, g);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(dy.device().index);
-      dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-        T* dwp = dw.defined() ? dw.data<T>() : nullptr;
-        T* dbp = db.defined() ? db.data<T>() : nullptr;
-        const T* xp = x.defined() ? x.data<T>() : nullptr;
-        const T* wp = w.defined() ? w.data<T>() : nullptr;
+  on_device("conv2d_backward", dy.device(), [&] {
+    dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+      T* dwp = dw.defined() ? dw.data<T>() : nullptr;
+      T* dbp = db.defined() ? db.data<T>() : nullptr;
+      const T* xp = x.defined() ? x.data<T>() : nullptr;
+      const T* wp = w.defined() ? w.data<T>() : nullptr;
+      if constexpr (std::is_same_v<T, float>) {
         if (impl == Impl::Vendor) {
-          cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+          // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
+          // trained bias) is a plain sum over dy, done by the hand kernel.
+          conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
+          if (dbp && !dwp) {
+            if (g.y_blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
+              db.copy_(sum(dy, {0, 2, 3}).reshape({g.k}));
+            else
+              conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
+          }
           return;
         }
-        if (dxp) cuda::conv2d_backward_data_cuda<T>(dy.data<T>(), wp, dxp, g);
-        if (dwp || dbp) cuda::conv2d_backward_weight_cuda<T>(xp, dy.data<T>(), dwp, dbp, g);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("conv2d_backward");
-#endif
-  }
+      }
+      if (dxp) conv2d_backward_data_cpu<T>(dy.data<T>(), wp, dxp, g);
+      if (dwp || dbp) conv2d_backward_weight_cpu<T>(xp, dy.data<T>(), dwp, dbp, g);
+    });
+  }, [&] {
+    dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+      T* dwp = dw.defined() ? dw.data<T>() : nullptr;
+      T* dbp = db.defined() ? db.data<T>() : nullptr;
+      const T* xp = x.defined() ? x.data<T>() : nullptr;
+      const T* wp = w.defined() ? w.data<T>() : nullptr;
+      if (impl == Impl::Vendor) {
+        cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+        return;
+      }
+      if (dxp) cuda::conv2d_backward_data_cuda<T>(dy.data<T>(), wp, dxp, g);
+      if (dwp || dbp) cuda::conv2d_backward_weight_cuda<T>(xp, dy.data<T>(), dwp, dbp, g);
+    });
+  });
 }
 
 // (N, C, H, W), or (N, C/16, H, W, 16) in the blocked layout.

@@ -70,7 +70,6 @@ void conv2d_backward_dnnl(const float* x,   // x is (N, C, H, W)
 
 }  // namespace kiln
 
-#if KILN_WITH_CUDA
 // ---- CUDA (layers/conv2d_cuda.cu, layers/conv2d_cudnn.cu) -------------------------------------
 // The same contracts as the CPU kernels, with device pointers of the current device. Work is
 // queued on cuda::current_stream() (the op holds a cuda::DeviceGuard) and the calls return
@@ -131,4 +130,3 @@ void conv2d_backward_cudnn(const T* x,   // x is (N, C, H, W), or null when dw i
                            const ConvGeometry& g);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

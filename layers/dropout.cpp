@@ -8,9 +8,6 @@
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "layers/dropout_kernels.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace kiln {
 
@@ -65,35 +62,25 @@ Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale, uint64_t s
                   uint64_t base) {
   const char* op = pass == Pass::Forward ? "dropout" : "dropout_backward";
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
-  switch (in.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(in.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (pass == Pass::Backward)
-          dropout_backward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
-        else
-          dropout_forward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(in.device().index);
-      dispatch_floating(in.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (pass == Pass::Backward)
-          cuda::dropout_backward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
-                                         seed, base);
-        else
-          cuda::dropout_forward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
-                                        seed, base);
-      });
-      break;
-    }
-#else
-      no_cuda_backend(op);
-#endif
-  }
+  on_device(op, in.device(), [&] {
+    dispatch_floating(in.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (pass == Pass::Backward)
+        dropout_backward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+      else
+        dropout_forward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+    });
+  }, [&] {
+    dispatch_floating(in.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (pass == Pass::Backward)
+        cuda::dropout_backward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
+                                       seed, base);
+      else
+        cuda::dropout_forward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
+                                      seed, base);
+    });
+  });
   return out;
 }
 

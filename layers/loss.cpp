@@ -7,15 +7,11 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "layers/loss_kernels.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace kiln {
 
 namespace {
 
-#if KILN_WITH_CUDA
 // The incoming gradient of a scalar loss as the CUDA kernels read it: a device scalar of the
 // loss's dtype on the loss's device (converted only when the caller seeded backward otherwise).
 Tensor scalar_grad_like(const Tensor& g, const Tensor& like) {
@@ -24,7 +20,6 @@ Tensor scalar_grad_like(const Tensor& g, const Tensor& like) {
   if (s.device() != like.device()) s = s.to(like.device());
   return s;
 }
-#endif
 
 struct CrossEntropyBackward : Node {
   const char* name() const override { return "CrossEntropyBackward"; }
@@ -33,32 +28,21 @@ struct CrossEntropyBackward : Node {
     const Tensor& probs = saved[0];
     const Tensor& targets = saved[1];
     Tensor grad = Tensor::empty(probs.shape(), probs.dtype(), probs.device());
-    switch (probs.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cpu::cross_entropy_backward<T>(probs.data<T>(), targets.data<int64_t>(),
-                                         grad.data<T>(), probs.size(0), probs.size(1),
-                                         static_cast<T>(g.item()));
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(probs.device().index);
-        const Tensor gl = scalar_grad_like(g, probs);
-        dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cuda::cross_entropy_backward_cuda<T>(probs.data<T>(), targets.data<int64_t>(),
-                                               grad.data<T>(), probs.size(0), probs.size(1),
-                                               gl.data<T>());
-        });
-        break;
-      }
-#else
-        no_cuda_backend("cross_entropy_backward");
-#endif
-    }
+    on_device("cross_entropy_backward", probs.device(), [&] {
+      dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::cross_entropy_backward<T>(probs.data<T>(), targets.data<int64_t>(), grad.data<T>(),
+                                       probs.size(0), probs.size(1), static_cast<T>(g.item()));
+      });
+    }, [&] {
+      const Tensor gl = scalar_grad_like(g, probs);
+      dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::cross_entropy_backward_cuda<T>(probs.data<T>(), targets.data<int64_t>(),
+                                             grad.data<T>(), probs.size(0), probs.size(1),
+                                             gl.data<T>());
+      });
+    });
     return {grad, Tensor()};
   }
 };
@@ -77,40 +61,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   Tensor out;  // the loss, a scalar
   int64_t bad = -1;
-  switch (logits.device().type) {
-    case DeviceType::CPU: {
-      double loss = 0;
-      dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        loss = cpu::cross_entropy_forward<T>(logits.data<T>(), targets.data<int64_t>(),
-                                             probs.data<T>(), n, c, &bad);
-      });
-      out = Tensor::full({}, loss, logits.dtype(), logits.device());
-      break;
-    }
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      // The loss is computed and kept on the device; only the first bad row (or -1) comes
-      // back, so that a bad label throws here as on the CPU (see loss_cuda.cu for why).
-      cuda::DeviceGuard guard(logits.device().index);
-      out = Tensor::empty({}, logits.dtype(), logits.device());
-      Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
-      Tensor row_loss = Tensor::empty({n}, DType::F64, logits.device());  // workspace
-      dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::cross_entropy_forward_cuda<T>(logits.data<T>(), targets.data<int64_t>(),
-                                            probs.data<T>(), out.data<T>(),
-                                            bad_row.data<int64_t>(), row_loss.data<double>(), n,
-                                            c);
-      });
-      bad = static_cast<int64_t>(bad_row.item());  // waits for the kernels
-      break;
-    }
-#else
-      no_cuda_backend("cross_entropy");
-#endif
-  }
+  on_device("cross_entropy", logits.device(), [&] {
+    double loss = 0;
+    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      loss = cpu::cross_entropy_forward<T>(logits.data<T>(), targets.data<int64_t>(),
+                                           probs.data<T>(), n, c, &bad);
+    });
+    out = Tensor::full({}, loss, logits.dtype(), logits.device());
+  }, [&] {
+    // The loss is computed and kept on the device; only the first bad row (or -1) comes
+    // back, so that a bad label throws here as on the CPU (see loss_cuda.cu for why).
+    out = Tensor::empty({}, logits.dtype(), logits.device());
+    Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
+    Tensor row_loss = Tensor::empty({n}, DType::F64, logits.device());  // workspace
+    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::cross_entropy_forward_cuda<T>(logits.data<T>(), targets.data<int64_t>(),
+                                          probs.data<T>(), out.data<T>(), bad_row.data<int64_t>(),
+                                          row_loss.data<double>(), n, c);
+    });
+    bad = static_cast<int64_t>(bad_row.item());  // waits for the kernels
+  });
   KILN_CHECK_INPUT(bad < 0, "cross_entropy: target ", targets.to_vector<int64_t>()[bad],
                    " at row ", bad, " is outside [0, ", c, "): check the labels");
   if (any_requires_grad({&logits})) {
@@ -121,7 +93,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   return out;
 }
 
-#if KILN_WITH_CUDA
 namespace {
 
 // The fused CUDA mean squared error: one reduction in double instead of sub, square and mean
@@ -171,13 +142,13 @@ Tensor mse_loss_cuda(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
-#endif
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   check_same_shape(a, b, "mse_loss");
-#if KILN_WITH_CUDA
-  if (a.device().is_cuda() || b.device().is_cuda()) return mse_loss_cuda(a, b);
-#endif
+  // A build without a CUDA backend has no fused kernel: sub() says so for CUDA tensors.
+  if constexpr (kWithCuda) {
+    if (a.device().is_cuda() || b.device().is_cuda()) return mse_loss_cuda(a, b);
+  }
   return mean(square(sub(a, b)));
 }
 

@@ -18,7 +18,6 @@ void cross_entropy_backward(const T* probs, const int64_t* targets, T* grad_logi
 
 }  // namespace kiln::cpu
 
-#if KILN_WITH_CUDA
 // ---- CUDA (layers/loss_cuda.cu) --------------------------------------------------------------
 // Device pointers throughout; kernels launch on cuda::current_stream() and do not synchronise.
 // Scalars that flow between kernels (the loss, the incoming gradient of the loss, the row of a
@@ -54,4 +53,3 @@ void mse_loss_backward_cuda(const T* a, const T* b, const T* grad_loss, T* grad_
                             int64_t n);
 
 }  // namespace kiln::cuda
-#endif  // KILN_WITH_CUDA

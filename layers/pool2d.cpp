@@ -11,9 +11,6 @@
 #include "engine/error.h"
 #include "layers/layout.h"
 #include "layers/pool2d_kernels.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace kiln {
 
@@ -78,27 +75,17 @@ std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry&
              " elements is too large for int32 indices");
   Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device());
   Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device());
-  switch (x4.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::max_pool2d_forward_cpu<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(x4.device().index);
-      dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::max_pool2d_forward_cuda<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
-      });
-      break;
-    }
-#else
-      no_cuda_backend("max_pool2d");
-#endif
-  }
+  on_device("max_pool2d", x4.device(), [&] {
+    dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cpu::max_pool2d_forward_cpu<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+    });
+  }, [&] {
+    dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::max_pool2d_forward_cuda<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+    });
+  });
   return {y, idx};
 }
 
@@ -109,29 +96,19 @@ struct MaxPool2dBackward : Node {
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& idx = saved[0];  // (N, C, OH, OW) int32
     Tensor gx = Tensor::empty(in_shape(g), grad_out.dtype(), grad_out.device());
-    switch (grad_out.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cpu::max_pool2d_backward_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(),
-                                          gx.data<T>(), g);
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(grad_out.device().index);
-        dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cuda::max_pool2d_backward_cuda<T>(grad_out.data<T>(), idx.data<int32_t>(),
-                                            gx.data<T>(), g);
-        });
-        break;
-      }
-#else
-        no_cuda_backend("max_pool2d_backward");
-#endif
-    }
+    on_device("max_pool2d_backward", grad_out.device(), [&] {
+      dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cpu::max_pool2d_backward_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(), gx.data<T>(),
+                                        g);
+      });
+    }, [&] {
+      dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::max_pool2d_backward_cuda<T>(grad_out.data<T>(), idx.data<int32_t>(), gx.data<T>(),
+                                          g);
+      });
+    });
     return {gx};
   }
 };
@@ -167,45 +144,35 @@ Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeo
   const char* op = kind == AvgKind::Window ? (backward ? "avg_pool2d_backward" : "avg_pool2d")
                    : (backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d");
   Tensor out = Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device());
-  switch (in.device().type) {
-    case DeviceType::CPU:
-      dispatch_floating(in.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* src = in.data<T>();
-        T* dst = out.data<T>();
-        if (kind == AvgKind::Window && !backward)
-          cpu::avg_pool2d_forward_cpu<T>(src, dst, g, include_pad);
-        else if (kind == AvgKind::Window)
-          cpu::avg_pool2d_backward_cpu<T>(src, dst, g, include_pad);
-        else if (!backward)
-          cpu::adaptive_avg_pool2d_forward_cpu<T>(src, dst, g);
-        else
-          cpu::adaptive_avg_pool2d_backward_cpu<T>(src, dst, g);
-      });
-      break;
-    case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-    {
-      cuda::DeviceGuard guard(in.device().index);
-      dispatch_floating(in.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* src = in.data<T>();
-        T* dst = out.data<T>();
-        if (kind == AvgKind::Window && !backward)
-          cuda::avg_pool2d_forward_cuda<T>(src, dst, g, include_pad);
-        else if (kind == AvgKind::Window)
-          cuda::avg_pool2d_backward_cuda<T>(src, dst, g, include_pad);
-        else if (!backward)
-          cuda::adaptive_avg_pool2d_forward_cuda<T>(src, dst, g);
-        else
-          cuda::adaptive_avg_pool2d_backward_cuda<T>(src, dst, g);
-      });
-      break;
-    }
-#else
-      no_cuda_backend(op);
-#endif
-  }
+  on_device(op, in.device(), [&] {
+    dispatch_floating(in.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = in.data<T>();
+      T* dst = out.data<T>();
+      if (kind == AvgKind::Window && !backward)
+        cpu::avg_pool2d_forward_cpu<T>(src, dst, g, include_pad);
+      else if (kind == AvgKind::Window)
+        cpu::avg_pool2d_backward_cpu<T>(src, dst, g, include_pad);
+      else if (!backward)
+        cpu::adaptive_avg_pool2d_forward_cpu<T>(src, dst, g);
+      else
+        cpu::adaptive_avg_pool2d_backward_cpu<T>(src, dst, g);
+    });
+  }, [&] {
+    dispatch_floating(in.dtype(), op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = in.data<T>();
+      T* dst = out.data<T>();
+      if (kind == AvgKind::Window && !backward)
+        cuda::avg_pool2d_forward_cuda<T>(src, dst, g, include_pad);
+      else if (kind == AvgKind::Window)
+        cuda::avg_pool2d_backward_cuda<T>(src, dst, g, include_pad);
+      else if (!backward)
+        cuda::adaptive_avg_pool2d_forward_cuda<T>(src, dst, g);
+      else
+        cuda::adaptive_avg_pool2d_backward_cuda<T>(src, dst, g);
+    });
+  });
   return out;
 }
 

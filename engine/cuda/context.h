@@ -15,12 +15,14 @@
 // threads, or two devices, is ordered with an Event (record on one stream, wait from the other),
 // never with a device-wide synchronisation in the hot path.
 //
-// In a build without a CUDA backend only the availability functions exist (device_count() is 0),
-// so callers such as the apps' --device parsing need no #if.
+// In a build without a CUDA backend only the availability functions (device_count() is 0) and
+// the declarations of DeviceGuard and synchronize() exist, so callers such as the apps'
+// --device parsing need no #if.
 #pragma once
 
 #include <string>
 
+#include "engine/build_config.h"  // kWithCuda, cuda::kSimulated
 #if KILN_WITH_CUDA
 #include "engine/cuda/runtime.h"
 #else
@@ -43,25 +45,9 @@ void check_device(int index);
 
 int current_device();  // this host thread's current device (cudaGetDevice)
 
-// Makes `index` the current device of this host thread for the guard's scope, then restores the
-// previous one. Every op holds one for its tensors' device before it launches a kernel.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  int index_ = 0;
-};
-
 // This host thread's compute stream on the current device / on `device`. Created on first use.
 cudaStream_t current_stream();
 cudaStream_t current_stream(int device);
-// Blocks the host until the work queued so far on current_stream() has finished.
-void synchronize();
 
 // An event marks a point in a stream. Other streams (of any device) can wait for it without
 // blocking the host; the host can wait for it or poll it; two timing events give the GPU time
@@ -113,5 +99,26 @@ inline void check_device(int index) {
 }
 
 #endif
+
+// Makes `index` the current device of this host thread for the guard's scope, then restores the
+// previous one. Every op holds one for its tensors' device before it launches a kernel
+// (engine/dispatch.h, on_device). Declared in every build, defined in context.cpp, which only
+// a build with a CUDA backend compiles: other code names it only in branches that
+// `if constexpr (kWithCuda)` keeps out of a build without one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  int index_ = 0;
+};
+
+// Blocks the host until the work queued so far on current_stream() has finished. Declared in
+// every build, defined (context.cpp) only with a CUDA backend, as DeviceGuard.
+void synchronize();
 
 }  // namespace kiln::cuda

@@ -37,29 +37,19 @@ void Adadelta::step() {
     Tensor& p = params_[i];
     Tensor s = buffer(i, "square_avg");
     Tensor a = buffer(i, "acc_delta");
-    switch (p.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
-                               T(lr_), T(rho_), T(eps_), T(weight_decay_));
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(p.device().index);
-        dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cuda::adadelta_step_cuda<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(),
-                                      p.numel(), T(lr_), T(rho_), T(eps_), T(weight_decay_));
-        });
-        break;
-      }
-#else
-        no_cuda_backend("Adadelta");
-#endif
-    }
+    on_device("Adadelta", p.device(), [&] {
+      dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
+                             T(lr_), T(rho_), T(eps_), T(weight_decay_));
+      });
+    }, [&] {
+      dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::adadelta_step_cuda<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(),
+                                    p.numel(), T(lr_), T(rho_), T(eps_), T(weight_decay_));
+      });
+    });
     ++state_[i].step;
   }
   ++step_count_;

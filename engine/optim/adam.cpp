@@ -53,31 +53,21 @@ void Adam::step() {
     const double step_size = lr_ / bc1;
     const double decay = decoupled ? 1.0 - lr_ * weight_decay_ : 1.0;
     const double wd_l2 = decoupled ? 0.0 : weight_decay_;
-    switch (p.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(p.dtype(), name(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          adam_step_cpu<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
-                           T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
-                           T(decay), T(wd_l2));
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(p.device().index);
-        dispatch_floating(p.dtype(), name(), [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cuda::adam_step_cuda<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
-                                  T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
-                                  T(decay), T(wd_l2));
-        });
-        break;
-      }
-#else
-        no_cuda_backend(name());
-#endif
-    }
+    on_device(name(), p.device(), [&] {
+      dispatch_floating(p.dtype(), name(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        adam_step_cpu<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+                         T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
+                         T(decay), T(wd_l2));
+      });
+    }, [&] {
+      dispatch_floating(p.dtype(), name(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::adam_step_cuda<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+                                T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
+                                T(decay), T(wd_l2));
+      });
+    });
   }
   ++step_count_;
 }

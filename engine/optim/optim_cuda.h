@@ -11,8 +11,6 @@
 
 #include <cstdint>
 
-#if KILN_WITH_CUDA
-
 namespace kiln::cuda {
 
 // buf may be null when momentum == 0.
@@ -30,5 +28,3 @@ template <typename T>
 void adadelta_step_cuda(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd);
 
 }  // namespace kiln::cuda
-
-#endif  // KILN_WITH_CUDA

@@ -49,31 +49,21 @@ void SGD::step() {
     Tensor& p = params_[i];
     bool first = false;
     Tensor buf = momentum_ != 0 ? buffer(i, "momentum_buffer", &first) : Tensor();
-    switch (p.device().type) {
-      case DeviceType::CPU:
-        dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          sgd_step_cpu<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-                          p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
-                          nesterov_, first);
-        });
-        break;
-      case DeviceType::CUDA:
-#if KILN_WITH_CUDA
-      {
-        cuda::DeviceGuard guard(p.device().index);
-        dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          cuda::sgd_step_cuda<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-                                 p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
-                                 nesterov_, first);
-        });
-        break;
-      }
-#else
-        no_cuda_backend("SGD");
-#endif
-    }
+    on_device("SGD", p.device(), [&] {
+      dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        sgd_step_cpu<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+                        p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
+                        nesterov_, first);
+      });
+    }, [&] {
+      dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cuda::sgd_step_cuda<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+                               p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
+                               nesterov_, first);
+      });
+    });
     ++state_[i].step;
   }
   ++step_count_;
