@@ -24,13 +24,8 @@ double since(SteadyClock::time_point t) {
 
 // A tensor of `shape` that views `flat`'s storage from element `offset` on.
 Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = flat.impl()->storage;
-  impl->offset = flat.impl()->offset + offset;
-  impl->shape = shape;
-  impl->dtype = flat.dtype();
-  impl->numel = shape_numel(shape);
-  return Tensor(impl);
+  return Tensor::from_storage(flat.impl()->storage, shape, flat.dtype(),
+                              flat.impl()->offset + offset);
 }
 
 // The tensor's values on the host (itself when it is already there).

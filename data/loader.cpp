@@ -27,12 +27,7 @@ double seconds_since(Clock::time_point t0) {
 
 // A tensor over `storage` (which it shares ownership of through `owner`: see the lease below).
 Tensor tensor_over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(storage);
-  impl->shape = shape;
-  impl->dtype = dtype;
-  impl->numel = shape_numel(shape);
-  return Tensor(std::move(impl));
+  return Tensor::from_storage(std::move(storage), shape, dtype);
 }
 
 // A CPU tensor of `shape` in ordinary or page-locked (pinned) memory.

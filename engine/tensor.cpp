@@ -138,11 +138,18 @@ struct ReshapeBackward : Node {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (auto d : shape)
     KILN_CHECK(d >= 0, "Tensor::empty: negative dimension in shape ", shape_str(shape));
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return from_storage(std::make_shared<Storage>(nbytes, device), shape, dtype);
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
+                            int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape;
-  impl->dtype = dtype;
+  impl->storage = std::move(storage);
+  impl->offset = offset;
   impl->numel = shape_numel(shape);
-  impl->storage = std::make_shared<Storage>(static_cast<size_t>(impl->numel) * dtype_size(dtype), device);
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 
@@ -252,13 +259,7 @@ Tensor Tensor::clone() const {
 }
 
 Tensor Tensor::detach() const {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = impl_->storage;
-  impl->offset = impl_->offset;
-  impl->shape = impl_->shape;
-  impl->dtype = impl_->dtype;
-  impl->numel = impl_->numel;
-  return Tensor(std::move(impl));
+  return from_storage(impl_->storage, impl_->shape, impl_->dtype, impl_->offset);
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
@@ -317,12 +318,8 @@ Tensor Tensor::pin_memory() const {
     throw Error("pin_memory() of " + str() + ": only CPU tensors can be pinned", ErrorKind::Usage);
   }
   if (is_pinned()) return *this;
-  auto impl = std::make_shared<TensorImpl>();
-  impl->shape = shape();
-  impl->dtype = dtype();
-  impl->numel = numel();
-  impl->storage = std::make_shared<Storage>(nbytes(), device(), MemoryKind::PinnedHost);
-  Tensor out(std::move(impl));
+  Tensor out = from_storage(std::make_shared<Storage>(nbytes(), device(), MemoryKind::PinnedHost),
+                            shape(), dtype());
   out.copy_(*this);
   return out;
 }

@@ -70,6 +70,10 @@ class Tensor {
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
                             Device device = Device());
+  // A tensor of `shape` and `dtype` over existing memory: element 0 is element `offset` of
+  // `storage`, which the tensor shares (nothing is copied); its device is the storage's.
+  static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
+                             int64_t offset = 0);
 
   // ---- Metadata. ------------------------------------------------------------------------
   bool defined() const { return impl_ != nullptr; }
