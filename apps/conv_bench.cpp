@@ -42,12 +42,6 @@ using namespace kiln;
 
 namespace {
 
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;
-#else
-constexpr bool kSimulated = false;
-#endif
-
 struct ConvSpec {
   const char* name;
   int64_t c, hw, k, ksize, stride, pad;
@@ -165,7 +159,7 @@ int main(int argc, char** argv) {
                     ErrorKind::Usage);
       cuda::check_device(device.index);
     }
-    const bool simulated = on_gpu && kSimulated;
+    const bool simulated = on_gpu && cuda::kSimulated;
     if (batch == 0) batch = simulated ? 1 : shapes == "mnist" ? 128 : 32;
     if (iters == 0) iters = simulated ? 1 : 20;
     if (warmup < 0) warmup = simulated ? 0 : 3;

@@ -35,13 +35,7 @@ using namespace kiln;
 
 namespace {
 
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;
-const char* const kSimTag = "  SIMULATED";
-#else
-constexpr bool kSimulated = false;
-const char* const kSimTag = "";
-#endif
+const char* const kSimTag = cuda::kSimulated ? "  SIMULATED" : "";
 
 const Device kGpu(DeviceType::CUDA, 0);
 
@@ -82,7 +76,7 @@ int main(int argc, char** argv) {
   CLI::App app{"CUDA SGEMM: our kernels vs cuBLAS, GFLOP/s on square float matrices"};
   std::vector<int64_t> sizes;
   std::vector<std::string> kernels{"hand", "vendor"};
-  int iters = kSimulated ? 1 : 10, warmup = kSimulated ? 0 : 2;
+  int iters = cuda::kSimulated ? 1 : 10, warmup = cuda::kSimulated ? 0 : 2;
   std::string json_path;
   app.add_option("--sizes", sizes, "matrix sizes N (N x N x N products), comma-separated "
                                    "(default 1024,2048,4096,8192; 64,128 under the simulator)")
@@ -100,7 +94,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints --help, or the error and a hint
     return rc == 0 ? 0 : 2;
   }
-  if (sizes.empty()) sizes = kSimulated ? std::vector<int64_t>{64, 128}
+  if (sizes.empty()) sizes = cuda::kSimulated ? std::vector<int64_t>{64, 128}
                                         : std::vector<int64_t>{1024, 2048, 4096, 8192};
 
   try {
@@ -108,7 +102,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gemm_bench: %s\n", cuda::unavailable_reason().c_str());
       return 2;
     }
-    if (kSimulated)
+    if (cuda::kSimulated)
       std::printf("gemm_bench: SIMULATED: the CUDA simulator runs the kernels on the CPU; these "
                   "figures say nothing about a GPU\n");
     std::printf("gemm_bench: float32 C = A B on %s, %d timed iteration(s) after %d warm-up%s\n",
@@ -169,7 +163,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!json_path.empty()) {
-      nlohmann::json j{{"simulated", kSimulated}, {"device", kGpu.str()}, {"dtype", "f32"},
+      nlohmann::json j{{"simulated", cuda::kSimulated}, {"device", kGpu.str()}, {"dtype", "f32"},
                        {"iters", iters}, {"warmup", warmup}, {"results", results},
                        {"hand_over_vendor", ratios}};
       std::ofstream out(json_path);

@@ -78,12 +78,6 @@ using apps::seconds_since;
 
 namespace {
 
-#if KILN_CUDA_SIM
-constexpr bool kSimBuild = true;
-#else
-constexpr bool kSimBuild = false;
-#endif
-
 struct Options {
   std::string mode = "throughput";
   std::string dataset = "mnist-idx";
@@ -236,7 +230,7 @@ LoaderOptions loader_options(const Options& o, int workers, const Data& d, Devic
 int run_throughput(const Options& o) {
   const Data d = open_data(o);
   const std::vector<int> counts = o.workers.empty() ? std::vector<int>{0, 1, 2, 4, 8} : o.workers;
-  const bool simulated = kSimBuild && o.pin_memory;  // pinned staging is the CUDA path
+  const bool simulated = cuda::kSimulated && o.pin_memory;  // pinned staging is the CUDA path
   const char* tag = simulated ? "  SIMULATED" : "";
   CsvOut csv(o.csv, o.append,
              "dataset,workers,prefetch,pin_memory,batch_size,images_per_sec,seconds");
@@ -397,7 +391,7 @@ int run_train(const Options& o) {
   const Data d = open_data(o);
   const std::vector<int> counts = o.workers.empty() ? std::vector<int>{0, 2} : o.workers;
   const bool pinned = o.pin_memory || device.is_cuda();  // the Loader pins for a CUDA target
-  const bool simulated = kSimBuild && pinned;
+  const bool simulated = cuda::kSimulated && pinned;
   const char* tag = simulated ? "  SIMULATED" : "";
   CsvOut csv(o.csv, o.append,
              "dataset,workers,prefetch,pin_memory,batch_size,threads,steps,extra_decode_us,device,"
@@ -438,7 +432,7 @@ int run_h2d(const Options& o) {
                 ErrorKind::Usage);
   }
 #if KILN_WITH_CUDA
-  const char* tag = kSimBuild ? "  SIMULATED" : "";
+  const char* tag = cuda::kSimulated ? "  SIMULATED" : "";
   CsvOut csv(o.csv, o.append, "size_mb,pageable_gb_per_s,pinned_gb_per_s,ratio,simulated");
   cuda::DeviceGuard guard(device.index);
   std::printf("loader_bench h2d: Tensor::to(%s) from pageable vs pinned host memory, median of "
@@ -468,7 +462,7 @@ int run_h2d(const Options& o) {
     std::printf("%8d %14.2f %14.2f %7.2fx%s\n", mb, gbs[0], gbs[1], gbs[1] / gbs[0], tag);
     std::fflush(stdout);
     csv.row(std::to_string(mb) + "," + fmt("%.3f", gbs[0]) + "," + fmt("%.3f", gbs[1]) + "," +
-            fmt("%.3f", gbs[1] / gbs[0]) + "," + (kSimBuild ? "1" : "0"));
+            fmt("%.3f", gbs[1] / gbs[0]) + "," + (cuda::kSimulated ? "1" : "0"));
   }
   return 0;
 #else

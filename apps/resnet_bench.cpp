@@ -42,12 +42,6 @@
 namespace kiln::apps {
 namespace {
 
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;
-#else
-constexpr bool kSimulated = false;
-#endif
-
 struct Options {
   Workload workload;
   std::string modes = "single,model-parallel,pipeline";
@@ -278,7 +272,7 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
               o.schedule.c_str());
   std::printf("  step %.3f +- %.3f s   %.1f images/s%s\n", m, sd,
               static_cast<double>(o.workload.batch) / m,
-              any_cuda(devices) && kSimulated ? "   SIMULATED" : "");
+              any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "");
   for (int s = 0; s < p; ++s) {
     std::printf("  stage %d: gradient allreduce hidden behind computation %.0f%%\n", s,
                 100.0 * (s < static_cast<int>(r0.overlap.size()) ? r0.overlap[s] : 0.0));
@@ -318,7 +312,7 @@ int run(Options& o) {
   const bool cpu_devices = !any_cuda(devices);
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
-  const char* sim = any_cuda(devices) && kSimulated ? "   SIMULATED" : "";
+  const char* sim = any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "";
   // Under mpirun, rank 0 alone prints.
   if (launched_as_nonzero_rank()) std::freopen("/dev/null", "w", stdout);
 

@@ -36,12 +36,6 @@
 
 using namespace kiln;
 
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;  // CUDA runs on the simulator: its figures are no GPU's
-#else
-constexpr bool kSimulated = false;
-#endif
-
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
@@ -139,7 +133,7 @@ int main(int argc, char** argv) {
                 model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
                 tf32 ? "+tf32" : "", device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median,
-                on_cuda && kSimulated ? " SIMULATED" : "");
+                on_cuda && cuda::kSimulated ? " SIMULATED" : "");
   } catch (const Error& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return e.exit_code();

@@ -8,7 +8,7 @@ namespace kiln::apps::mnist {
 
 Device resolve_device(const std::string& spec) {
   if (spec == "auto") {
-    return !kSimulated && cuda::is_available() ? Device(DeviceType::CUDA, 0)
+    return !cuda::kSimulated && cuda::is_available() ? Device(DeviceType::CUDA, 0)
                                                : Device(DeviceType::CPU, 0);
   }
   Device d = parse_device(spec);

@@ -8,13 +8,6 @@
 
 namespace kiln::apps::mnist {
 
-// Whether CUDA tensors of this build run on the CUDA simulator (a test instrument, not a GPU).
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;
-#else
-constexpr bool kSimulated = false;
-#endif
-
 // "auto" -> cuda:0 when a real GPU is present, else the CPU (never the simulator: it is for
 // tests, not training); "cuda[:N]" -> that device, or a usage error saying why it is missing.
 Device resolve_device(const std::string& spec);

@@ -9,6 +9,7 @@
 #include "apps/common/progress.h"
 #include "apps/mnist/device.h"
 #include "engine/allocator.h"
+#include "engine/build_config.h"
 #include "engine/error.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/caching_allocator.h"
@@ -96,7 +97,7 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
   std::printf("mnist_train: %s (%lld parameters) on %s, %d threads%s, %s kernels, %s lr %g "
               "(x%g per epoch), batch %lld, %lld train / %lld test images, seed %llu\n",
               o.model.c_str(), static_cast<long long>(model.num_parameters()),
-              (device.str() + (kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
+              (device.str() + (cuda::kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
               o.threads, plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
               o.optimizer.c_str(),
               o.lr, o.gamma, static_cast<long long>(o.batch_size),
@@ -166,7 +167,7 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["pin_memory"] = o.pin_memory;
   j["format"] = o.format;
   j["seed"] = o.seed;
-  j["simulated"] = kSimulated && device.is_cuda();
+  j["simulated"] = cuda::kSimulated && device.is_cuda();
   add_data_parallel_fields(o, plan, traffic, replicas_equal, j);
   return j;
 }

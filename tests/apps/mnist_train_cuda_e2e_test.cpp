@@ -14,12 +14,6 @@
 
 namespace {
 
-#if KILN_CUDA_SIM
-constexpr bool kSimulated = true;
-#else
-constexpr bool kSimulated = false;
-#endif
-
 nlohmann::json train(const std::string& device, const std::string& json,
                      const std::string& kernels = "hand") {
   RunResult r = run_mnist_train({"--device", device, "--data", mnist_dir(), "--limit-train", "512",
@@ -35,7 +29,7 @@ TEST_F(MnistTrainTest, CudaTrainingMatchesCpuTraining) {
   const nlohmann::json gpu = train("cuda", path("cuda.json"));
   const nlohmann::json cpu = train("cpu", path("cpu.json"));
   EXPECT_EQ(gpu["device"], "cuda:0");
-  EXPECT_EQ(gpu["simulated"], kSimulated);
+  EXPECT_EQ(gpu["simulated"], kiln::cuda::kSimulated);
   EXPECT_EQ(gpu["kernels"], "hand");
   EXPECT_EQ(cpu["simulated"], false);
   const double gpu_loss = gpu["train_loss_per_epoch"][0].get<double>();
