@@ -1,7 +1,7 @@
 # KilnDNNL.cmake: the DNNL::dnnl target (oneDNN), used by Kiln's tree and by KilnConfig.cmake.
-# oneDNN's own CMake package where it is installed; otherwise (Debian's libdnnl-dev ships none)
-# an imported target over the library and header found on the system.
-include_guard(GLOBAL)
+# oneDNN's own CMake package where it is installed (Debian's libdnnl-dev has one); otherwise
+# an imported target over the library and header found on the system. No include guard: an
+# imported target is seen in its directory only, so each find_package(Kiln) scope defines it.
 if(NOT TARGET DNNL::dnnl)
   find_package(dnnl CONFIG QUIET)
   if(NOT TARGET DNNL::dnnl)
