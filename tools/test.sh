@@ -6,6 +6,10 @@
 #                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
 #   build-sim/   the CUDA sources compiled as C++ against the CUDA simulator: ctest -L sim.
+#                Then Kiln as a library: the tree is installed into a temporary prefix and
+#                examples/custom_layer (its own CMake project: find_package(Kiln), a Swish
+#                layer whose .cu file runs under the installed simulator) is configured
+#                against it, built, and its whole ctest run.
 #   build-asan/  the same under AddressSanitizer and UBSan's alignment check, in the simulator's
 #                shuffle mode (warps and lanes in a pseudo-random order between barriers,
 #                KILN_SIM_SHUFFLE=1): a missing barrier, a write past a buffer's end or a
@@ -18,7 +22,7 @@
 # Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan).
 #
 # KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
-# ctest call (e.g. -R Conv).
+# ctest call of the four trees (e.g. -R Conv); the out-of-tree example runs all of its tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 trees=${KILN_TEST_TREES:-default,sim,asan,tsan}
@@ -42,9 +46,26 @@ run_tree() {
   (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}" "${ctest_args[@]}")
 }
 
+# example_against_install <build dir>: installs that tree's libraries, headers and CMake package
+# into a temporary prefix, then builds and tests examples/custom_layer against it, as a user
+# of Kiln would (docs/using_kiln.md).
+example_against_install() {
+  local dir=$1
+  echo "== test.sh: out-of-tree example against an installed Kiln (examples/custom_layer, Kiln from $dir)"
+  local tmp
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-install.XXXXXX")
+  cmake --build "$dir" -j "$jobs" --target kiln_engine kiln_layers kiln_data kiln_comm kiln_models kiln_pipeline
+  cmake --install "$dir" --prefix "$tmp/prefix" >/dev/null
+  cmake -S "$root/examples/custom_layer" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+  cmake --build "$tmp/build" -j "$jobs"
+  (cd "$tmp/build" && ctest --output-on-failure --timeout 600)
+  rm -rf "$tmp"
+}
+
 has() { [[ ",$trees," == *",$1,"* ]]; }
 has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
 has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
+has sim && example_against_install "$root/build-sim"
 # ASan at -O1 with frame pointers: fast enough to run every simulated kernel test.
 has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled" "$root/build-asan" sim kiln_tests_sim asan
 # TSan: the loader's workers, queue and shutdown paths, comm/'s threads, and the simulator (its

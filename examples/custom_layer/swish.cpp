@@ -1,0 +1,134 @@
+// swish.cpp: the swish op (checks, CPU kernels, device dispatch, autograd node) and the Swish
+// module. The CUDA kernels are in swish_cuda.cu (declared in swish_kernels.h).
+#include "swish.h"
+
+#include <memory>
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/dtype.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "swish_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
+
+namespace swish_example {
+
+using kiln::Tensor;
+
+namespace {
+
+// ---- CPU kernels --------------------------------------------------------------------------
+// OpenMP threads only where there is enough work to pay for waking them.
+constexpr int64_t kParallelMin = 1 << 16;
+
+template <typename T>
+void swish_forward_cpu(const T* x, const T* beta, T* y, int64_t n) {
+  const T b = *beta;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = swish_value(x[i], b);
+}
+
+template <typename T>
+void swish_backward_cpu(const T* x, const T* beta, const T* gy, T* gx, T* gbeta, int64_t n) {
+  const T b = *beta;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) swish_grads(x[i], b, gy[i], gx[i], gbeta[i]);
+}
+
+[[noreturn]] void no_cuda(const char* op) {
+  throw kiln::Error(std::string(op) + ": this build of Kiln has no CUDA backend; use the CPU",
+                    kiln::ErrorKind::Usage);
+}
+
+// ---- Device dispatch ----------------------------------------------------------------------
+Tensor forward_on_device(const Tensor& x, const Tensor& beta) {
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.device().is_cpu()) {
+    kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      swish_forward_cpu<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
+    });
+    return y;
+  }
+#if KILN_WITH_CUDA
+  kiln::cuda::DeviceGuard guard(x.device().index);
+  kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::swish_forward_cuda<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
+  });
+  return y;
+#else
+  no_cuda("swish");
+#endif
+}
+
+// Returns {gx, per-element gbeta}.
+std::pair<Tensor, Tensor> backward_on_device(const Tensor& x, const Tensor& beta,
+                                             const Tensor& gy) {
+  Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor gbeta = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.device().is_cpu()) {
+    kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      swish_backward_cpu<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
+                            gbeta.data<T>(), x.numel());
+    });
+    return {gx, gbeta};
+  }
+#if KILN_WITH_CUDA
+  kiln::cuda::DeviceGuard guard(x.device().index);
+  kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::swish_backward_cuda<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
+                                 gbeta.data<T>(), x.numel());
+  });
+  return {gx, gbeta};
+#else
+  no_cuda("swish_backward");
+#endif
+}
+
+// ---- Autograd -----------------------------------------------------------------------------
+// Saves x and beta (Node::saved, released after it runs); returns one gradient per input,
+// in the order given to set_history: {x, beta}.
+struct SwishBackward : kiln::Node {
+  std::vector<Tensor> apply(const Tensor& grad_out) override {
+    const Tensor& x = saved[0];
+    const Tensor& beta = saved[1];
+    auto [gx, gbeta] = backward_on_device(x, beta, grad_out);
+    return {gx, kiln::sum(gbeta).reshape(beta.shape())};  // beta: one value, its gradient the sum
+  }
+  const char* name() const override { return "SwishBackward"; }
+};
+
+}  // namespace
+
+Tensor swish(const Tensor& x, const Tensor& beta) {
+  KILN_CHECK(x.defined() && beta.defined(), "swish: an input is undefined");
+  KILN_CHECK(kiln::is_floating(x.dtype()), "swish: expected an f32 or f64 tensor, got ", x.str());
+  KILN_CHECK(beta.numel() == 1 && beta.dtype() == x.dtype() && beta.device() == x.device(),
+             "swish: beta must be one element of x's dtype on x's device, got ", beta.str(),
+             " for x ", x.str());
+  Tensor y = forward_on_device(x, beta);
+  if (kiln::any_requires_grad({&x, &beta})) {
+    auto node = std::make_shared<SwishBackward>();
+    node->saved = {x, beta};
+    kiln::set_history(y, node, {x, beta});
+  }
+  return y;
+}
+
+Swish::Swish(double beta) {
+  beta_ = register_parameter("beta", Tensor::full({1}, beta));
+}
+
+std::string Swish::extra_repr() const {
+  std::ostringstream os;
+  os << "beta=" << beta_.detach().to(kiln::Device()).item();
+  return os.str();
+}
+
+}  // namespace swish_example
