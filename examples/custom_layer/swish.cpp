@@ -6,13 +6,11 @@
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/dispatch.h"  // on_device, dispatch_floating
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "swish_kernels.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
 
 namespace swish_example {
 
@@ -38,31 +36,23 @@ void swish_backward_cpu(const T* x, const T* beta, const T* gy, T* gx, T* gbeta,
   for (int64_t i = 0; i < n; ++i) swish_grads(x[i], b, gy[i], gx[i], gbeta[i]);
 }
 
-[[noreturn]] void no_cuda(const char* op) {
-  throw kiln::Error(std::string(op) + ": this build of Kiln has no CUDA backend; use the CPU",
-                    kiln::ErrorKind::Usage);
-}
-
 // ---- Device dispatch ----------------------------------------------------------------------
+// on_device runs the CPU lambda for a CPU tensor and the CUDA one (under a DeviceGuard) for a
+// CUDA tensor; in a Kiln built without CUDA a CUDA tensor gets a clear error instead.
 Tensor forward_on_device(const Tensor& x, const Tensor& beta) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cpu()) {
+  kiln::on_device("swish", x.device(), [&] {
     kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
       using T = typename decltype(tag)::type;
       swish_forward_cpu<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
     });
-    return y;
-  }
-#if KILN_WITH_CUDA
-  kiln::cuda::DeviceGuard guard(x.device().index);
-  kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    cuda::swish_forward_cuda<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
+  }, [&] {
+    kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::swish_forward_cuda<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
+    });
   });
   return y;
-#else
-  no_cuda("swish");
-#endif
 }
 
 // Returns {gx, per-element gbeta}.
@@ -70,25 +60,20 @@ std::pair<Tensor, Tensor> backward_on_device(const Tensor& x, const Tensor& beta
                                              const Tensor& gy) {
   Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor gbeta = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (x.device().is_cpu()) {
+  kiln::on_device("swish_backward", x.device(), [&] {
     kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
       swish_backward_cpu<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
                             gbeta.data<T>(), x.numel());
     });
-    return {gx, gbeta};
-  }
-#if KILN_WITH_CUDA
-  kiln::cuda::DeviceGuard guard(x.device().index);
-  kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    cuda::swish_backward_cuda<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
-                                 gbeta.data<T>(), x.numel());
+  }, [&] {
+    kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      cuda::swish_backward_cuda<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
+                                   gbeta.data<T>(), x.numel());
+    });
   });
   return {gx, gbeta};
-#else
-  no_cuda("swish_backward");
-#endif
 }
 
 // ---- Autograd -----------------------------------------------------------------------------

@@ -15,32 +15,26 @@
 
 #include <string>
 
+#include "engine/host_device.h"  // KILN_HOST_DEVICE: host and device under nvcc
 #include "engine/tensor.h"
 #include "layers/module.h"
-
-// Host and device under nvcc; plain functions on the host compiler and under the simulator.
-#if defined(__CUDACC__)
-#define SWISH_HOST_DEVICE __host__ __device__
-#else
-#define SWISH_HOST_DEVICE
-#endif
 
 namespace swish_example {
 
 template <typename T>
-SWISH_HOST_DEVICE inline T swish_sigmoid(T z) {
+KILN_HOST_DEVICE inline T swish_sigmoid(T z) {
   return T(1) / (T(1) + exp(-z));
 }
 
 // y for one element.
 template <typename T>
-SWISH_HOST_DEVICE inline T swish_value(T x, T beta) {
+KILN_HOST_DEVICE inline T swish_value(T x, T beta) {
   return x * swish_sigmoid(beta * x);
 }
 
 // The two gradients of one element: gx = gy * dy/dx, gbeta = gy * dy/dbeta.
 template <typename T>
-SWISH_HOST_DEVICE inline void swish_grads(T x, T beta, T gy, T& gx, T& gbeta) {
+KILN_HOST_DEVICE inline void swish_grads(T x, T beta, T gy, T& gx, T& gbeta) {
   const T s = swish_sigmoid(beta * x);
   const T ds = s * (T(1) - s);
   gx = gy * (s + beta * x * ds);

@@ -1,11 +1,11 @@
 // swish_kernels.h: the CUDA kernels of swish.h (swish_cuda.cu), declared for swish.cpp.
-// Only with a CUDA backend (real or simulated): a CPU-only Kiln leaves the .cu file out
-// (kiln_add_cuda_sources) and KILN_WITH_CUDA undefined.
+// Declared in every build: a CPU-only Kiln leaves the .cu file out (kiln_add_cuda_sources),
+// and swish.cpp names these functions only in on_device's CUDA branch, which such a build
+// never compiles into a call.
 #pragma once
 
 #include <cstdint>
 
-#if KILN_WITH_CUDA
 namespace swish_example::cuda {
 
 // x, y are (n) device arrays, beta points at one device value: y[i] = swish_value(x[i], *beta).
@@ -19,4 +19,3 @@ template <typename T>
 void swish_backward_cuda(const T* x, const T* beta, const T* gy, T* gx, T* gbeta, int64_t n);
 
 }  // namespace swish_example::cuda
-#endif  // KILN_WITH_CUDA

@@ -11,9 +11,7 @@
 #include "engine/ops.h"
 #include "spirals.h"
 #include "swish.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/context.h"
-#endif
+#include "engine/cuda/context.h"  // cuda::is_available() (false in a build without CUDA)
 
 using kiln::Tensor;
 using swish_example::swish;
@@ -41,13 +39,7 @@ double loss_value(const std::vector<double>& x, double beta, const Tensor& w) {
   return kiln::sum(y * w).item();
 }
 
-bool cuda_device_present() {
-#if KILN_WITH_CUDA
-  return kiln::cuda::is_available();
-#else
-  return false;
-#endif
-}
+bool cuda_device_present() { return kiln::cuda::is_available(); }
 
 }  // namespace
 
