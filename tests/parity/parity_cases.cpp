@@ -115,7 +115,7 @@ Inputs Case::build(DType dtype) const {
   if (make) return make(dtype);
   Inputs out;
   for (size_t i = 0; i < inputs.size(); ++i)
-    out.push_back(inputs[i].gen(dtype, seed + 101 * static_cast<uint32_t>(i)));
+    out.push_back(inputs[i].gen(dtype, seed + static_cast<uint32_t>(i)));
   return out;
 }
 
