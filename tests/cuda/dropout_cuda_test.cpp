@@ -1,89 +1,25 @@
-// dropout_cuda_test.cpp: dropout on cuda:0 draws the SAME mask as on the CPU, bit for bit: for
-// the same generator state the outputs and the gradients are identical (compared as bytes),
-// in float and double, for p = 0.25 and 0.5 and sizes that leave a partial group of 4 (1, 3,
-// 5, 273, ...), with and without a nonzero starting offset. Also: two consecutive calls draw
-// different masks and advance the generator as the CPU does; restoring the generator state
-// reproduces a mask (resume); a tensor large enough that the kernel's grid-stride loop wraps.
-//
-// Exact comparison is right here: the mask is a pure function of (seed, counter, element),
-// uniform01 is exact in float on both devices, and a kept element is the single product
-// x * scale in T on both: no tolerance is needed, so none is allowed.
+// dropout_cuda_test.cpp: dropout on cuda:0 beyond the parity table (tests/parity, where the
+// mask is bit-identical to the CPU's for the same generator state, forward and backward, on
+// sizes that leave a partial group of 4, with and without a starting offset): the kept
+// fraction follows p, two consecutive calls draw different masks and advance the generator as
+// the CPU does, restoring the generator state reproduces a mask (resume), and eval or p = 0 is
+// the identity.
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <string>
 #include <vector>
 
-#include "engine/autograd.h"
 #include "layers/dropout.h"
+#include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
 namespace {
 
+using testing::bit_identical;
+using testing::kCpu;
+using testing::kCuda;
 using testing::random_tensor;
-
-const Device kCpu(DeviceType::CPU, 0);
-const Device kCuda(DeviceType::CUDA, 0);
-
-// Byte equality of two tensors of one dtype, wherever they live; names the first difference.
-::testing::AssertionResult bit_identical(const std::string& what, const Tensor& got,
-                                         const Tensor& want) {
-  if (got.shape() != want.shape() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << what << ": " << got.str() << " vs " << want.str();
-  const Tensor g = got.to(kCpu), w = want.to(kCpu);
-  const size_t bytes = static_cast<size_t>(w.numel()) * dtype_size(w.dtype());
-  if (bytes == 0 || std::memcmp(g.raw_data(), w.raw_data(), bytes) == 0)
-    return ::testing::AssertionSuccess();
-  const std::vector<double> gv = g.to_vector<double>(), wv = w.to_vector<double>();
-  for (size_t i = 0; i < wv.size(); ++i)
-    if (std::memcmp(&gv[i], &wv[i], sizeof(double)) != 0)
-      return ::testing::AssertionFailure() << what << ": element " << i << " is " << gv[i]
-                                           << " on CUDA, " << wv[i] << " on the CPU";
-  return ::testing::AssertionFailure() << what << ": bytes differ";
-}
-
-Tensor leaf(const Tensor& t, Device device) {
-  Tensor out = t.to(device).detach();
-  out.set_requires_grad(true);
-  return out;
-}
-
-// Dropout of the same x with two generators in the same state, one per device; forward and
-// backward must agree bit for bit, and both generators must have moved on alike.
-void check_same_mask(const Shape& shape, DType dtype, double p, uint64_t seed, uint64_t skip) {
-  SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + shape_str(shape) +
-               " p=" + std::to_string(p) + " offset " + std::to_string(skip));
-  // Values away from 0, so a dropped element (0) never equals a kept one by accident.
-  const Tensor x = random_tensor(shape, static_cast<uint32_t>(seed), 0.5, 2.0, dtype);
-  const Tensor gy = random_tensor(shape, static_cast<uint32_t>(seed + 1), -1.0, 1.0, dtype);
-  Generator gen_cpu(seed), gen_gpu(seed);
-  gen_cpu.reserve(skip);
-  gen_gpu.reserve(skip);
-  Tensor x_cpu = leaf(x, kCpu), x_gpu = leaf(x, kCuda);
-  const Tensor y_cpu = dropout(x_cpu, p, true, gen_cpu);
-  const Tensor y_gpu = dropout(x_gpu, p, true, gen_gpu);
-  ASSERT_TRUE(y_gpu.device() == kCuda);
-  EXPECT_EQ(gen_gpu.offset(), gen_cpu.offset());
-  EXPECT_TRUE(bit_identical("y", y_gpu, y_cpu));
-  backward(y_cpu, gy);
-  backward(y_gpu, gy.to(kCuda));
-  EXPECT_TRUE(bit_identical("grad x", x_gpu.grad(), x_cpu.grad()));
-}
-
-TEST(DropoutCuda, MaskBitIdenticalToCpu) {
-  KILN_SKIP_WITHOUT_CUDA();
-  const std::vector<Shape> shapes = {{1}, {3}, {4}, {5}, {3, 7, 13}, {2, 1, 1, 1}, {1027},
-                                     {4, 33, 65}};
-  uint64_t seed = 1;
-  for (DType dtype : {DType::F32, DType::F64})
-    for (double p : {0.25, 0.5})
-      for (const Shape& shape : shapes) {
-        check_same_mask(shape, dtype, p, ++seed, 0);
-        check_same_mask(shape, dtype, p, ++seed, 7);  // a base that is not a multiple of 4
-      }
-}
 
 // The kept fraction is what p says (a sanity check that the mask is not all ones or zeros).
 TEST(DropoutCuda, KeptFractionFollowsP) {
@@ -123,13 +59,6 @@ TEST(DropoutCuda, RestoredGeneratorStateReproducesTheMask) {
   Generator cpu_gen(0);
   cpu_gen.set_state(saved_seed, saved_offset);
   EXPECT_TRUE(bit_identical("resumed on the CPU", dropout(x.to(kCpu), 0.5, true, cpu_gen), first));
-}
-
-// 4 * 256 * 4096 + 5 elements: more groups of 4 than the capped grid has threads, so the
-// grid-stride loop takes a second lap (and the last group is partial).
-TEST(DropoutCuda, LargeTensorGridStride) {
-  KILN_SKIP_WITHOUT_CUDA();
-  check_same_mask({4 * 256 * 4096 + 5}, DType::F32, 0.5, 77, 3);
 }
 
 TEST(DropoutCuda, EvalAndZeroPAreTheIdentity) {

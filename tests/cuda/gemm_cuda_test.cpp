@@ -5,7 +5,7 @@
 // that are not 16-byte aligned (the register-blocked kernel's scalar path), K = 0, and float
 // and double. cuBLAS is the simulated one under the simulator (engine/cuda/sim/cublas.h).
 //
-// Tolerance: relative to the scale of C (engine_parity.h: near): the GPU sums the K products
+// Tolerance: relative to the scale of C (parity/parity_harness.h: near): the GPU sums the K products
 // in another order than OpenBLAS, so results differ by rounding: 2e-5 in float, 1e-12 in double.
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 #include "engine/ops_cuda.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
-#include "engine_parity.h"
+#include "parity/parity_harness.h"
 
 namespace kiln {
 namespace {

@@ -20,7 +20,7 @@
 #include "engine/optim/sgd.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
-#include "engine_parity.h"
+#include "parity/parity_harness.h"
 
 namespace kiln {
 namespace {

@@ -27,7 +27,7 @@
 //   float, ResNet-18: logits 3.9e-3, loss 5e-4, running stats 1e-3, gradients 6.6e-2. The
 //     CPU's own float gradients differ from its double ones by up to 1.2e-2: float carries
 //     only one or two digits of these gradients.
-// The bounds (engine_parity.h's near: |error| <= rtol * (|want| + max|want|)) leave a margin of
+// The bounds (parity/parity_harness.h's near: |error| <= rtol * (|want| + max|want|)) leave a margin of
 // 3x to 50x over those for a GPU's different summation orders (cuDNN picks its own). The double
 // run is the sharp check; the float one checks the float kernels end to end, where a wrong
 // kernel (a lost mask, a wrong channel or stride) gives errors of the size of the values.
@@ -44,7 +44,7 @@
 #include "models/resnet.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
-#include "engine_parity.h"
+#include "parity/parity_harness.h"
 
 namespace kiln {
 namespace {

@@ -60,15 +60,6 @@ TEST(Layout, RoundTripAndChannelOrder) {
   EXPECT_THROW(to_channel_blocks(random_tensor({1, 20, 2, 2}, 2)), Error);
 }
 
-TEST(Layout, ConversionsAreDifferentiable) {
-  Tensor x = with_grad(random_tensor({1, 16, 2, 3}, 3));
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return to_channel_blocks(in[0]); },
-                        {x}));
-  Tensor y = with_grad(random_tensor({2, 1, 3, 2, 16}, 4));
-  EXPECT_TRUE(gradcheck([](const std::vector<Tensor>& in) { return from_channel_blocks(in[0]); },
-                        {y}));
-}
-
 TEST(Layout, PreferredLayoutIsBlockedOnlyWhereItPays) {
   Tensor f32 = Tensor::zeros({1, 16, 2, 2});
   {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/engine_parity.h"
+#include "parity/parity_harness.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/philox.h"

@@ -1,0 +1,130 @@
+// parity_cases.h: the parity table of Kiln's ops and layers. One row (a Case) is an op or layer
+// with its parameters bound, its inputs (shapes, value ranges, which require grad), how its
+// results compare, and which suites run it (tests/parity/parity_test.cpp):
+//
+//   kGradcheck      finite differences in double on the CPU           (parity_test: unit, gradcheck)
+//   kVendorCpu      hand kernels == oneDNN on the CPU, in float       (parity_test)
+//   kDevice         CPU == cuda:0, forward and every gradient,        (parity_cuda_test: sim, gpu)
+//                   in each dtype of `dtypes`, under each Variant
+//   kGradcheckCuda  finite differences in double through cuda:0       (parity_cuda_test)
+//   kVendorCuda     hand kernels == cuBLAS/cuDNN on cuda:0            (parity_cuda_test)
+//
+// Adding a layer's tests = adding rows to parity_cases.cpp, e.g.
+//
+//   add(Case("mylayer_2x3x5x5_k3")                      // the test's name (letters, digits, _)
+//           .in(uniform({2, 3, 5, 5}))                    // x in [-1, 1), requires grad
+//           .in(uniform({3}, 0.5, 1.5))                   // a parameter
+//           .fn([](const Inputs& v) { return Outputs{mylayer(v[0], v[1], 3)}; })
+//           .tol(DTol::rel(2e-5, 1e-12))                  // forward and backward, per dtype
+//           .suites(kGradcheck | kDevice));
+//
+// fn returns the outputs: the first is differentiated (the harness backpropagates a fixed
+// random dy through it), every output is compared (running statistics, indices, a generator's
+// offset). Inputs come from generators (uniform, away_from_zero, ties, ...) or one `make`
+// function when values depend on each other; an undefined Tensor() stands for an absent
+// optional input. Keep gradcheck inputs off kinks (ReLU at 0, max-pool ties) and small: the
+// check costs two forwards per input element.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "parity/parity_harness.h"
+
+namespace kiln::parity {
+
+using testing::DTol;
+using testing::Tol;
+using Inputs = std::vector<Tensor>;
+using Outputs = std::vector<Tensor>;
+using Fn = std::function<Outputs(const Inputs&)>;
+
+enum Suite : unsigned {
+  kGradcheck = 1,
+  kVendorCpu = 2,
+  kDevice = 4,
+  kGradcheckCuda = 8,
+  kVendorCuda = 16,
+};
+
+// A CPU tensor of the given dtype (generators that make integers ignore it).
+using Gen = std::function<Tensor(DType dtype, uint32_t seed)>;
+
+struct Input {
+  Gen gen;
+  bool grad = true;
+};
+
+// Uniform in [lo, hi) (testing::random_tensor).
+Input uniform(const Shape& shape, double lo = -1.0, double hi = 1.0, bool grad = true);
+// Magnitudes in [0.5, 2), alternating in sign: safe divisors.
+Input away_from_zero(const Shape& shape, bool grad = true);
+// floor(uniform(lo, hi)): few distinct values, many ties.
+Input ties(const Shape& shape, double lo, double hi, bool grad = true);
+// Distinct values in [-1, 1), shuffled: no max-pool window has a tie.
+Input distinct(const Shape& shape, bool grad = true);
+// These exact values (as double, then the dtype).
+Input values(const std::vector<double>& v, const Shape& shape, bool grad = true);
+// (N) int64 class indices in [0, classes), never requiring grad.
+Input targets(int64_t n, int64_t classes);
+// An absent optional input (Tensor()).
+Input absent();
+// Moves every element of a tensor `margin` further from 0 (keeps ReLU inputs off the kink).
+Input off_zero(Input in, double margin);
+
+// Something set up around a run on CUDA (a kernel choice): enter before, leave after.
+struct Variant {
+  std::string name;
+  std::function<void()> enter, leave;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Input> inputs;
+  // Instead of inputs' generators: all inputs at once (for values that depend on each other).
+  std::function<Inputs(DType)> make;
+  Fn f;
+  unsigned suite_mask = 0;
+  std::vector<DType> dtype_list = {DType::F32, DType::F64};
+  DTol fwd, bwd;              // CPU vs CUDA
+  DTol vendor_tol;            // hand vs vendor
+  std::vector<Variant> variant_list;  // kDevice, kGradcheckCuda, kVendorCuda: each runs alone
+  uint32_t seed = 1;
+  // kDevice extras:
+  bool reference_f64 = false;  // the CPU reference runs in double, rounded to the dtype
+  DTol same_dtype_fwd;         // ... and output 0 against the CPU in the dtype itself
+  bool has_same_dtype_fwd = false;
+  Fn same_bits;                // on cuda:0, must give fn's bits (a fused op vs its composition)
+  // Absolute slack for input 0's gradient: rtol * grad0_scale(cpu inputs, dy) (a cancelling
+  // sum whose terms are larger than its result).
+  std::function<double(const Inputs&, const Tensor& dy)> grad0_scale;
+  // A check of the CPU outputs (that the inputs exercise what the row is about).
+  std::function<::testing::AssertionResult(const Outputs&)> sanity;
+
+  explicit Case(std::string n) : name(std::move(n)) {}
+  Case& in(Input i) { inputs.push_back(std::move(i)); return *this; }
+  Case& fn(Fn g) { f = std::move(g); return *this; }
+  Case& suites(unsigned s) { suite_mask = s; return *this; }
+  Case& dtypes(std::vector<DType> d) { dtype_list = std::move(d); return *this; }
+  Case& tol(DTol both) { fwd = bwd = both; return *this; }
+  Case& tol(DTol f, DTol b) { fwd = f; bwd = b; return *this; }
+  Case& vendor(DTol t) { vendor_tol = t; return *this; }
+  Case& variants(std::vector<Variant> v) { variant_list = std::move(v); return *this; }
+  Case& with_seed(uint32_t s) { seed = s; return *this; }
+  bool has(Suite s) const { return (suite_mask & s) != 0; }
+  // The inputs of one run: CPU tensors in dtype.
+  Inputs build(DType dtype) const;
+  // Which inputs require grad (make: set by the caller in `grads`).
+  std::vector<bool> grads;
+  bool requires_grad(size_t i) const;
+};
+
+// The table.
+const std::vector<Case>& cases();
+// Its rows that run in suite s.
+std::vector<Case> cases_in(Suite s);
+
+}  // namespace kiln::parity

@@ -1,0 +1,249 @@
+// parity_test.cpp: the suites that run the parity table (parity_cases.cpp), one GoogleTest
+// test per row and suite, named after the row (e.g. Table/DeviceParity.Run/conv2d_...).
+//
+// Built twice from this source (tests/parity/CMakeLists.txt):
+//   parity_test       (labels unit, gradcheck)  Gradcheck.Double, VendorCpu.HandMatchesOneDnn
+//   parity_cuda_test  (label sim or gpu; KILN_PARITY_CUDA) DeviceParity.Run,
+//                     GradcheckCuda.Double, VendorCuda.HandMatchesVendor; they skip, saying
+//                     why, where no CUDA device exists.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/impl.h"
+#include "parity/parity_cases.h"
+#include "parity/parity_harness.h"
+#include "support/gradcheck.h"
+#if KILN_PARITY_CUDA
+#include "support/cuda_skip.h"
+#endif
+
+namespace kiln::parity {
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+namespace {
+
+using testing::bit_identical;
+using testing::kCpu;
+using testing::kCuda;
+using testing::leaf_on;
+using testing::matches;
+using testing::random_tensor;
+
+bool is_float(const Tensor& t) {
+  return t.defined() && (t.dtype() == DType::F32 || t.dtype() == DType::F64);
+}
+
+std::string test_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string out;
+  for (char ch : info.param.name)
+    out += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return out;
+}
+
+// The row under each of its variants (or once, without any).
+template <typename Run>
+void for_each_variant(const Case& c, Run run) {
+  if (c.variant_list.empty()) {
+    run();
+    return;
+  }
+  for (const Variant& v : c.variant_list) {
+    SCOPED_TRACE("variant " + v.name);
+    if (v.enter) v.enter();
+    run();
+    if (v.leave) v.leave();
+  }
+}
+
+// Fresh leaves on `device` (inputs that require grad per the row); undefined stay undefined.
+Inputs leaves(const Case& c, const Inputs& x, Device device, bool in_f64 = false) {
+  Inputs out;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].defined()) {
+      out.emplace_back();
+      continue;
+    }
+    const Tensor v = in_f64 && is_float(x[i]) ? x[i].to(DType::F64) : x[i];
+    out.push_back(leaf_on(v, device, c.requires_grad(i) && is_float(v)));
+  }
+  return out;
+}
+
+bool any_grad(const Case& c, const Inputs& x) {
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].defined() && c.requires_grad(i) && is_float(x[i])) return true;
+  return false;
+}
+
+// ---- (a) finite differences in double, on the CPU (and through cuda:0) -------------------
+
+void gradcheck_row(const Case& c, bool through_cuda) {
+  Inputs x = c.build(DType::F64);
+  // gradcheck takes the double inputs; the others (class indices, absent ones) stay bound.
+  std::vector<size_t> checked;
+  Inputs args;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].defined() || x[i].dtype() != DType::F64) continue;
+    if (c.requires_grad(i)) x[i].set_requires_grad(true);
+    checked.push_back(i);
+    args.push_back(x[i]);
+  }
+  auto f = [&](const Inputs& v) -> Tensor {
+    Inputs all = x;
+    for (size_t j = 0; j < checked.size(); ++j) all[checked[j]] = v[j];
+    if (!through_cuda) return c.f(all)[0];
+    for (Tensor& t : all)
+      if (t.defined()) t = t.to(kCuda);
+    return c.f(all)[0].to(kCpu);
+  };
+  EXPECT_TRUE(testing::gradcheck(f, args));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].defined() && !c.requires_grad(i)) {
+      EXPECT_FALSE(x[i].grad().defined()) << "input " << i << " needs no gradient";
+    }
+}
+
+// ---- (c) hand kernels against the vendor's, on one device ----------------------------------
+
+struct Run {
+  Outputs y;
+  Inputs x;
+};
+
+Run run_with(const Case& c, Impl impl, Device device, DType dt) {
+  testing::ImplScope scope(impl);
+  Run r;
+  r.x = leaves(c, c.build(dt), device);
+  r.y = c.f(r.x);
+  if (any_grad(c, r.x))
+    backward(r.y[0], random_tensor(r.y[0].shape(), c.seed + 1000, -1.0, 1.0, dt).to(device));
+  return r;
+}
+
+void hand_vs_vendor(const Case& c, Device device, DType dt) {
+  SCOPED_TRACE(std::string(dtype_name(dt)) + " on " + device.str());
+  const Run hand = run_with(c, Impl::Hand, device, dt);
+  const Run vendor = run_with(c, Impl::Vendor, device, dt);
+  const Tol& tol = c.vendor_tol(dt);
+  for (size_t k = 0; k < hand.y.size(); ++k)
+    EXPECT_TRUE(matches(tol, "output " + std::to_string(k), vendor.y[k], hand.y[k]));
+  for (size_t i = 0; i < hand.x.size(); ++i)
+    if (hand.x[i].defined() && hand.x[i].requires_grad()) {
+      EXPECT_TRUE(matches(tol, "grad of input " + std::to_string(i), vendor.x[i].grad(),
+                          hand.x[i].grad()));
+    }
+}
+
+class Gradcheck : public ::testing::TestWithParam<Case> {};
+class VendorCpu : public ::testing::TestWithParam<Case> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Gradcheck);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VendorCpu);
+
+#if !KILN_PARITY_CUDA
+TEST_P(Gradcheck, Double) { gradcheck_row(GetParam(), false); }
+
+// oneDNN is float only (double always runs the hand kernels).
+TEST_P(VendorCpu, HandMatchesOneDnn) { hand_vs_vendor(GetParam(), kCpu, DType::F32); }
+
+INSTANTIATE_TEST_SUITE_P(Table, Gradcheck, ::testing::ValuesIn(cases_in(kGradcheck)), test_name);
+INSTANTIATE_TEST_SUITE_P(Table, VendorCpu, ::testing::ValuesIn(cases_in(kVendorCpu)), test_name);
+#endif
+
+#if KILN_PARITY_CUDA
+// ---- (b) the CPU against cuda:0, forward and backward ---------------------------------------
+
+void device_parity(const Case& c, DType dt) {
+  SCOPED_TRACE(dtype_name(dt));
+  const Inputs x = c.build(dt);
+  Inputs on_cpu = leaves(c, x, kCpu, c.reference_f64), on_cuda = leaves(c, x, kCuda);
+  const Outputs yc = c.f(on_cpu), yg = c.f(on_cuda);
+  ASSERT_EQ(yg.size(), yc.size());
+  ASSERT_TRUE(yg[0].device() == kCuda) << "output on " << yg[0].device().str();
+  if (c.sanity) {
+    EXPECT_TRUE(c.sanity(yc));
+  }
+  auto in_dt = [&](const Tensor& t) { return c.reference_f64 && is_float(t) ? t.to(dt) : t; };
+  for (size_t k = 0; k < yc.size(); ++k)
+    EXPECT_TRUE(matches(c.fwd(dt), "output " + std::to_string(k), yg[k], in_dt(yc[k])));
+  if (c.has_same_dtype_fwd) {
+    NoGradGuard no_grad;
+    EXPECT_TRUE(matches(c.same_dtype_fwd(dt), "output 0 vs the CPU in the dtype", yg[0],
+                        c.f(x)[0]));
+  }
+  const bool grads = any_grad(c, on_cuda);
+  const Tensor dy = random_tensor(yc[0].shape(), c.seed + 1000, -1.0, 1.0, dt);
+  if (grads) {
+    backward(yc[0], c.reference_f64 ? dy.to(DType::F64) : dy);
+    backward(yg[0], dy.to(kCuda));
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!x[i].defined()) continue;
+      const std::string what = "grad of input " + std::to_string(i);
+      if (!on_cuda[i].requires_grad()) {
+        EXPECT_FALSE(on_cuda[i].grad().defined()) << what;
+        continue;
+      }
+      ASSERT_TRUE(on_cuda[i].grad().defined()) << what << ": none";
+      const Tol& tol = c.bwd(dt);
+      const double extra = i == 0 && c.grad0_scale ? tol.bound * c.grad0_scale(x, dy) : 0.0;
+      EXPECT_TRUE(matches(tol, what, on_cuda[i].grad(), in_dt(on_cpu[i].grad()), extra));
+    }
+  }
+  if (c.same_bits) {
+    Inputs again = leaves(c, x, kCuda);
+    const Outputs ys = c.same_bits(again);
+    for (size_t k = 0; k < ys.size() && k < yg.size(); ++k)
+      EXPECT_TRUE(matches(Tol::exact(), "composed output " + std::to_string(k), ys[k], yg[k]));
+    if (grads) {
+      backward(ys[0], dy.to(kCuda));
+      for (size_t i = 0; i < x.size(); ++i)
+        if (again[i].defined() && again[i].requires_grad()) {
+          EXPECT_TRUE(bit_identical("composed grad of input " + std::to_string(i),
+                                    again[i].grad(), on_cuda[i].grad()));
+        }
+    }
+  }
+}
+
+class DeviceParity : public ::testing::TestWithParam<Case> {};
+class GradcheckCuda : public ::testing::TestWithParam<Case> {};
+class VendorCuda : public ::testing::TestWithParam<Case> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DeviceParity);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GradcheckCuda);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VendorCuda);
+
+TEST_P(DeviceParity, Run) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  for_each_variant(c, [&] {
+    for (DType dt : c.dtype_list) device_parity(c, dt);
+  });
+}
+
+TEST_P(GradcheckCuda, Double) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  for_each_variant(c, [&] { gradcheck_row(c, true); });
+}
+
+// cuBLAS/cuDNN: the simulated stand-ins under the simulator.
+TEST_P(VendorCuda, HandMatchesVendor) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  for (DType dt : c.dtype_list) hand_vs_vendor(c, kCuda, dt);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, DeviceParity, ::testing::ValuesIn(cases_in(kDevice)), test_name);
+INSTANTIATE_TEST_SUITE_P(Table, GradcheckCuda, ::testing::ValuesIn(cases_in(kGradcheckCuda)),
+                         test_name);
+INSTANTIATE_TEST_SUITE_P(Table, VendorCuda, ::testing::ValuesIn(cases_in(kVendorCuda)),
+                         test_name);
+#endif
+
+}  // namespace
+}  // namespace kiln::parity
