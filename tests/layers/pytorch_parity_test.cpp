@@ -38,6 +38,7 @@
 #include "engine/optim/sgd.h"
 #include "layers/batchnorm2d.h"
 #include "layers/conv2d.h"
+#include "layers/leaky_relu.h"
 #include "layers/linear.h"
 #include "layers/loss.h"
 #include "layers/pool2d.h"
@@ -105,6 +106,18 @@ TEST_P(LinearParity, ForwardBackward) {
 INSTANTIATE_TEST_SUITE_P(PyTorch, LinearParity,
                          ::testing::Values("linear", "linear_batch1_nobias"),
                          case_name);
+
+// ---- LeakyReLU -------------------------------------------------------------------------------
+
+// One multiplication per element on both sides: the same bits as PyTorch's.
+TEST(LeakyReluParity, ForwardBackward) {
+  Fixture f("leaky_relu");
+  Tensor x = f.leaf("x");
+  Tensor y = leaky_relu(x, f.real("negative_slope"));
+  y.backward(f.tensor("grad_out"));
+  EXPECT_TRUE(close("leaky_relu y", y, f.tensor("y"), 0.0));
+  EXPECT_TRUE(close("leaky_relu grad_x", x.grad(), f.tensor("grad_x"), 0.0));
+}
 
 // ---- Conv2d, under both kernel implementations -----------------------------------------------
 

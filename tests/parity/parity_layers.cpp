@@ -15,6 +15,7 @@
 #include "layers/conv2d.h"
 #include "layers/dropout.h"
 #include "layers/layout.h"
+#include "layers/leaky_relu.h"
 #include "layers/linear.h"
 #include "layers/loss.h"
 #include "layers/pool2d.h"
@@ -588,6 +589,28 @@ void small_layer_rows(std::vector<Case>& rows) {
                      .suites(kGradcheck));
 }
 
+// ---- LeakyReLU (docs/adding_a_layer.md builds it step by step) -----------------------------
+
+void leaky_relu_rows(std::vector<Case>& rows) {
+  // Odd shapes, batch 1, 1x1 images, a flat vector; slopes below and above 1. The rule is one
+  // comparison and one multiplication on both devices: bit-identical. Gradcheck inputs keep
+  // 0.05 away from the kink at 0.
+  for (const Shape& s : {Shape{2, 3, 5, 7}, Shape{1, 4, 1, 1}, Shape{1, 1, 3, 3}, Shape{1031}})
+    for (double slope : {0.01, 0.2, 1.5}) {
+      const std::string name = "leaky_relu_" + dims(s) + "_slope" +
+                               std::to_string(static_cast<int>(slope * 100));
+      rows.push_back(Case(name).in(off_zero(uniform(s), 0.05)).with_seed(11)
+                         .fn([slope](const Inputs& v) { return one(leaky_relu(v[0], slope)); })
+                         .tol(DTol::exact())
+                         .suites(kGradcheck | kDevice));
+    }
+  rows.push_back(Case("leaky_relu_module_2x3")
+                     .in(values({-0.7, 0.3, 1.1, -2.2, 0.9, -0.4}, {2, 3}))
+                     .fn([](const Inputs& v) { LeakyReLU m(0.1); return one(m(v[0])); })
+                     .tol(DTol::exact())
+                     .suites(kGradcheck | kDevice));
+}
+
 }  // namespace
 
 void add_layer_rows(std::vector<Case>& rows) {
@@ -597,6 +620,7 @@ void add_layer_rows(std::vector<Case>& rows) {
   loss_rows(rows);
   dropout_rows(rows);
   small_layer_rows(rows);
+  leaky_relu_rows(rows);
 }
 
 }  // namespace kiln::parity

@@ -103,6 +103,18 @@ def linear_case(case, seed, n, fin, fout, bias=True):
     return write_fixture(case, rec)
 
 
+def leaky_relu_case(case, seed, x_shape, negative_slope):
+    torch.manual_seed(seed)
+    x = torch.randn(*x_shape)
+    x[0].view(-1)[0] = 0.0  # one exact zero: backward takes the slope there
+    x = leaf(x)
+    y = F.leaky_relu(x, negative_slope)
+    g = torch.randn_like(y)
+    y.backward(g)
+    return write_fixture(case, [("x", x), ("negative_slope", float(negative_slope)), ("y", y),
+                                ("grad_out", g), ("grad_x", x.grad)])
+
+
 def conv2d_case(case, seed, x_shape, w_shape, stride, padding, bias=True, dtype=torch.float32):
     torch.manual_seed(seed)
     fan_in = w_shape[1] * w_shape[2] * w_shape[3]
@@ -228,6 +240,8 @@ def main():
     sizes["linear"] = linear_case("linear", 1, n=3, fin=7, fout=5)
     sizes["linear_batch1_nobias"] = linear_case("linear_batch1_nobias", 2, n=1, fin=11, fout=3,
                                                 bias=False)
+
+    sizes["leaky_relu"] = leaky_relu_case("leaky_relu", 3, (2, 3, 4, 5), 0.2)
 
     # Conv2d: (N, C, H, W), (K, C, R, S), stride, padding.
     sizes["conv2d_s1_p0"] = conv2d_case("conv2d_s1_p0", 10, (2, 3, 7, 6), (4, 3, 3, 3), 1, 0)
