@@ -217,7 +217,8 @@ std::string app_context(const std::vector<std::string>& args) {
 RunResult run_mpirun_command(const std::string& rest) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  return run_shell(std::string("timeout 300 '") + KILN_MPIEXEC + "' " + rest + " 2>&1");
+  return kiln::testing::run_command(std::string("timeout 300 '") + KILN_MPIEXEC + "' " + rest +
+                                    " 2>&1");
 }
 
 // `mpirun -np <np> mnist_train <args>`.

@@ -3,43 +3,27 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "support/run_command.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs a shell command line and captures its stdout and stderr (the command adds 2>&1).
-RunResult run_shell(const std::string& cmd) {
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using kiln::testing::RunResult;
 
 // Runs mnist_train with `args` (each single-quoted for the shell) and captures its output.
 RunResult run_mnist_train(const std::vector<std::string>& args) {
   std::string cmd = std::string("'") + KILN_MNIST_TRAIN + "'";
   for (const std::string& a : args) cmd += " '" + a + "'";
-  return run_shell(cmd + " 2>&1");
+  return kiln::testing::run_command(cmd + " 2>&1");
 }
 
 std::string mnist_dir() { return std::string(KILN_SOURCE_DIR) + "/datasets/mnist"; }

@@ -1,16 +1,18 @@
 # transport_tests.cmake: tests of the transports (local threads, MPI, NCCL), their failure
 # paths and timeouts, and kiln_mpi_test(), which the other comm/ test files use too.
 
-# kiln_mpi_test(<name> NP 2 [3 4 ...] SOURCES a.cpp ... LIBS kiln_comm ... [TIMEOUT s])
+# kiln_mpi_test(<name> NP 2 [3 4 ...] SOURCES a.cpp ... LIBS kiln_comm ... [TIMEOUT s]
+#               [LABELS gpu ...])
 #
 # One executable (the sources + mpi_test_main.cpp, which initialises MPI), and one ctest test
 # per NP value, <name>_np<n>, that runs the whole executable under mpirun on n ranks:
 #   mpirun -n <n> --oversubscribe <exe>
 # --oversubscribe lets 4 ranks run on a 2-core machine. Root may run mpirun only with
 # OMPI_ALLOW_RUN_AS_ROOT*; no MCA flags are needed here (shared-memory and self transports
-# are picked by default). Label: mpi; build them all with the kiln_tests_mpi target.
+# are picked by default). Label: mpi, and any LABELS given; build them all with the
+# kiln_tests_mpi target.
 function(kiln_mpi_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "NP;SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT" "NP;SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_NP)
     message(FATAL_ERROR "kiln_mpi_test(${name}): give at least one NP <ranks>")
   endif()
@@ -20,19 +22,13 @@ function(kiln_mpi_test name)
   add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/comm/mpi_test_main.cpp)
   target_link_libraries(${name} PRIVATE ${T_LIBS} kiln_test_support GTest::gtest MPI::MPI_CXX)
   foreach(np ${T_NP})
-    add_test(NAME ${name}_np${np}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
-                     ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
-    set_tests_properties(${name}_np${np} PROPERTIES
-      LABELS mpi
-      TIMEOUT ${T_TIMEOUT}
-      PROCESSORS ${np}
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    kiln_test_run(${name}_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS}
+      LABELS mpi ${T_LABELS}
+      ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+      PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${np})
   endforeach()
-  if(NOT TARGET kiln_tests_mpi)
-    add_custom_target(kiln_tests_mpi)
-  endif()
-  add_dependencies(kiln_tests_mpi ${name})
 endfunction()
 
 # The local transport (threads): matching, failure propagation, timeouts.
@@ -46,10 +42,9 @@ get_target_property(kiln_comm_defs kiln_comm INTERFACE_COMPILE_DEFINITIONS)
 if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1")
   if(KILN_CUDA_SIM)
     kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS sim LIBS kiln_comm)
-    add_test(NAME nccl_transport_test_3_ranks COMMAND nccl_transport_test
-             --gtest_filter=-*FewerGpus*)
-    set_tests_properties(nccl_transport_test_3_ranks PROPERTIES LABELS sim TIMEOUT 600
-      ENVIRONMENT "KILN_SIM_DEVICES=3;KILN_TEST_NCCL_RANKS=3")
+    kiln_test_run(nccl_transport_test_3_ranks
+      COMMAND nccl_transport_test --gtest_filter=-*FewerGpus*
+      LABELS sim ENVIRONMENT KILN_SIM_DEVICES=3 KILN_TEST_NCCL_RANKS=3 PROPERTIES TIMEOUT 600)
   else()
     kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS gpu LIBS kiln_comm)
   endif()
@@ -72,30 +67,18 @@ kiln_mpi_test(mpi_algorithms_test NP 2 3 4 SOURCES mpi_algorithms_test.cpp LIBS 
 add_executable(mpi_rank_dies mpi_rank_dies.cpp)
 target_link_libraries(mpi_rank_dies PRIVATE kiln_comm MPI::MPI_CXX)
 foreach(mode kill abort)
-  add_test(NAME mpi_rank_dies_${mode}
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_dies_test.sh ${MPIEXEC_EXECUTABLE}
-                   $<TARGET_FILE:mpi_rank_dies> ${mode})
-  set_tests_properties(mpi_rank_dies_${mode} PROPERTIES
+  kiln_test_run(mpi_rank_dies_${mode}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_dies_test.sh ${MPIEXEC_EXECUTABLE}
+            $<TARGET_FILE:mpi_rank_dies> ${mode}
     LABELS mpi
-    TIMEOUT 90
-    PROCESSORS 2
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    ENVIRONMENT OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    PROPERTIES TIMEOUT 90 PROCESSORS 2)
 endforeach()
-if(NOT TARGET kiln_tests_mpi)
-  add_custom_target(kiln_tests_mpi)
-endif()
-add_dependencies(kiln_tests_mpi mpi_rank_dies)
 
 # NCCL under mpirun, one process per GPU: a real CUDA build with NCCL only (the simulator's NCCL
 # connects threads, not processes). NP 2 needs two GPUs on this host and skips on one.
 if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1" AND NOT KILN_CUDA_SIM)
   kiln_mpi_test(nccl_transport_mpi_test NP 1 2 SOURCES nccl_transport_test.cpp LIBS kiln_comm
-                TIMEOUT 120)
+                TIMEOUT 120 LABELS gpu)
   target_compile_definitions(nccl_transport_mpi_test PRIVATE KILN_NCCL_TEST_MPI=1)
-  set_property(TEST nccl_transport_mpi_test_np1 nccl_transport_mpi_test_np2 APPEND PROPERTY
-               LABELS gpu)
-  if(NOT TARGET kiln_tests_gpu)
-    add_custom_target(kiln_tests_gpu)
-  endif()
-  add_dependencies(kiln_tests_gpu nccl_transport_mpi_test)
 endif()

@@ -5,10 +5,8 @@ kiln_test(resnet_cuda_test SOURCES resnet_cuda_test.cpp
 # Under the simulator, ResNet-18 once more through the simulated cuBLAS and cuDNN
 # (engine/cuda/sim): the vendor paths' descriptors, algorithm choice and workspaces, end to end.
 if(KILN_CUDA_SIM)
-  add_test(NAME resnet_cuda_test_vendor
-           COMMAND resnet_cuda_test --gtest_filter=ResNetCuda.ResNet18*)
-  set_tests_properties(resnet_cuda_test_vendor PROPERTIES LABELS sim
-    ENVIRONMENT "KILN_KERNELS=vendor;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  kiln_test_run(resnet_cuda_test_vendor COMMAND resnet_cuda_test --gtest_filter=ResNetCuda.ResNet18*
+    LABELS sim ENVIRONMENT KILN_KERNELS=vendor)
 endif()
 # Pipelines over cuda:0 / cuda:1 (and one GPU, and mixed CPU/GPU stages) against one CPU device.
 kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
@@ -16,7 +14,6 @@ kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
 # The same with a random delay before every stream operation: a missing wait between a stage's
 # copy and its neighbour's use of the tensor shows as wrong values, not by luck of timing.
 if(KILN_CUDA_SIM)
-  add_test(NAME pipeline_cuda_test_delayed COMMAND pipeline_cuda_test --gtest_repeat=3)
-  set_tests_properties(pipeline_cuda_test_delayed PROPERTIES LABELS sim
-    ENVIRONMENT "KILN_SIM_DELAY_US=300;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  kiln_test_run(pipeline_cuda_test_delayed COMMAND pipeline_cuda_test --gtest_repeat=3
+    LABELS sim ENVIRONMENT KILN_SIM_DELAY_US=300)
 endif()

@@ -30,6 +30,7 @@
 #include "engine/cuda/dnn.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
 
 namespace kiln {
@@ -40,25 +41,8 @@ const Device kCuda0(DeviceType::CUDA, 0);
 const Device kCuda1(DeviceType::CUDA, 1);
 const DType kAllDTypes[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::U8};
 
-// Byte equality of two tensors (brought to the host), naming the first differing element.
-::testing::AssertionResult same_bytes(const Tensor& got, const Tensor& want) {
-  if (got.shape() != want.shape() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << got.str() << " vs " << want.str();
-  const Tensor g = got.to(kCpu), w = want.to(kCpu);
-  if (w.nbytes() == 0 || std::memcmp(g.raw_data(), w.raw_data(), w.nbytes()) == 0)
-    return ::testing::AssertionSuccess();
-  const size_t es = dtype_size(w.dtype());
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    const char* a = static_cast<const char*>(g.raw_data()) + i * es;
-    const char* b = static_cast<const char*>(w.raw_data()) + i * es;
-    if (std::memcmp(a, b, es) != 0)
-      return ::testing::AssertionFailure()
-             << got.str() << " differs from " << want.str() << " at element " << i << ": "
-             << g.to_vector<double>()[static_cast<size_t>(i)] << " vs "
-             << w.to_vector<double>()[static_cast<size_t>(i)];
-  }
-  return ::testing::AssertionSuccess();
-}
+// Copies are compared byte for byte (parity_harness.h), naming the first differing element.
+using kiln::testing::bit_identical;
 
 // A host tensor of random bytes: every bit pattern, NaN payloads included, must survive a copy.
 Tensor random_bytes(const Shape& shape, DType dtype, uint32_t seed) {
@@ -195,14 +179,15 @@ TEST(TensorCuda, RoundTripEveryDtypeIsBitExact) {
   for (DType dtype : kAllDTypes) {
     for (const Shape& shape : std::vector<Shape>{{0}, {1}, {3, 5}, {257}, {1 << 17, 3}}) {
       const Tensor host = random_bytes(shape, dtype, ++seed);
+      const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(shape);
       const Tensor on0 = host.to(kCuda0);
       EXPECT_EQ(on0.device(), kCuda0);
-      EXPECT_TRUE(same_bytes(on0.to(kCpu), host)) << dtype_name(dtype) << " " << shape_str(shape);
+      EXPECT_TRUE(bit_identical(what + " (host -> cuda:0 -> host)", on0.to(kCpu), host));
       if (!two) continue;
       const Tensor on1 = on0.to(kCuda1);
       EXPECT_EQ(on1.device(), kCuda1);
-      EXPECT_TRUE(same_bytes(on1.to(kCpu), host)) << dtype_name(dtype) << " " << shape_str(shape);
-      EXPECT_TRUE(same_bytes(on1.to(kCuda0).to(kCpu), host)) << "cuda:1 -> cuda:0";
+      EXPECT_TRUE(bit_identical(what + " (cuda:1 -> host)", on1.to(kCpu), host));
+      EXPECT_TRUE(bit_identical(what + " (cuda:1 -> cuda:0)", on1.to(kCuda0).to(kCpu), host));
     }
   }
 }
@@ -221,21 +206,21 @@ TEST(TensorCuda, ConversionOnDeviceEqualsHostConversion) {
       // On one device: to(dtype).
       const Tensor on_device = src0.to(to);
       EXPECT_EQ(on_device.device(), kCuda0);
-      EXPECT_TRUE(same_bytes(on_device, want)) << pair << " (to(dtype) on cuda:0)";
+      EXPECT_TRUE(bit_identical(pair + " (to(dtype) on cuda:0)", on_device, want));
       // Host -> device with conversion.
       Tensor h2d = Tensor::empty({n}, to, kCuda0);
       h2d.copy_(src);
-      EXPECT_TRUE(same_bytes(h2d, want)) << pair << " (host -> cuda:0)";
+      EXPECT_TRUE(bit_identical(pair + " (host -> cuda:0)", h2d, want));
       // Device -> host with conversion.
       Tensor d2h = Tensor::empty({n}, to, kCpu);
       d2h.copy_(src0);
-      EXPECT_TRUE(same_bytes(d2h, want)) << pair << " (cuda:0 -> host)";
+      EXPECT_TRUE(bit_identical(pair + " (cuda:0 -> host)", d2h, want));
       // to_vector converts too.
       EXPECT_EQ(src0.to_vector<double>(), src.to_vector<double>()) << pair;
       if (!two) continue;
       Tensor peer = Tensor::empty({n}, to, kCuda1);
       peer.copy_(src0);
-      EXPECT_TRUE(same_bytes(peer, want)) << pair << " (cuda:0 -> cuda:1)";
+      EXPECT_TRUE(bit_identical(pair + " (cuda:0 -> cuda:1)", peer, want));
     }
   }
 }
@@ -254,7 +239,9 @@ TEST(TensorCuda, FillEveryDtypeLikeTheHost) {
         t.fill_(v);
         Tensor want = Tensor::empty({n}, dtype, kCpu);
         want.fill_(v);
-        EXPECT_TRUE(same_bytes(t, want)) << dtype_name(dtype) << " fill " << v << " n " << n;
+        EXPECT_TRUE(bit_identical(std::string(dtype_name(dtype)) + " fill " +
+                                      ::testing::PrintToString(v) + " n " + std::to_string(n),
+                                  t, want));
       }
     }
   }
@@ -319,14 +306,14 @@ TEST(TensorCuda, PinMemory) {
   const Tensor pinned = host.pin_memory();
   EXPECT_TRUE(pinned.is_pinned());
   EXPECT_EQ(pinned.device(), kCpu);  // pinned tensors are CPU tensors
-  EXPECT_TRUE(same_bytes(pinned, host));
+  EXPECT_TRUE(bit_identical("pin_memory()", pinned, host));
   EXPECT_TRUE(pinned.pin_memory().same(pinned));  // already pinned: itself
   EXPECT_TRUE(pinned_allocator::owns(pinned.raw_data()));
   MemoryStats during = pinned_allocator::stats();
   EXPECT_EQ(during.current_bytes - before.current_bytes,
             static_cast<int64_t>(pinned_allocator::round_size(4000)));
   // Plain host ops work on pinned tensors.
-  EXPECT_TRUE(same_bytes(pinned.clone(), host));
+  EXPECT_TRUE(bit_identical("clone() of pinned", pinned.clone(), host));
   EXPECT_FALSE(pinned.clone().is_pinned());
   // Freed blocks are reused for the same size: the second pair needs no new cudaHostAlloc.
   { Tensor a = host.pin_memory(), b = host.pin_memory(); EXPECT_NE(a.raw_data(), b.raw_data()); }
@@ -346,8 +333,8 @@ TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   const Tensor on_device = pinned.to(kCuda0, /*non_blocking=*/true);
   const Tensor doubled = on_device.to(DType::F32);  // queued after the copy on the same stream
   cuda::synchronize();
-  EXPECT_TRUE(same_bytes(on_device, host));
-  EXPECT_TRUE(same_bytes(doubled, host.to(DType::F32)));
+  EXPECT_TRUE(bit_identical("pinned -> cuda:0, non_blocking", on_device, host));
+  EXPECT_TRUE(bit_identical("to(F32) after the copy", doubled, host.to(DType::F32)));
 
   // Device -> pinned host: asynchronous; read after an event.
   Tensor back = Tensor::empty(host.shape(), DType::F64, kCpu).pin_memory();
@@ -355,7 +342,7 @@ TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   cuda::Event done;
   done.record(cuda::current_stream(0));
   done.synchronize();
-  EXPECT_TRUE(same_bytes(back, host));
+  EXPECT_TRUE(bit_identical("cuda:0 -> pinned, non_blocking", back, host));
 
   // A pinned source freed right after an asynchronous copy: its block is not handed out again
   // (and overwritten) before the copy has read it. A host function holds the stream, so the
@@ -379,11 +366,13 @@ TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   const Tensor reuse = random_bytes(host.shape(), DType::F64, 13).pin_memory();
   open = 1;
   cuda::synchronize();
-  EXPECT_TRUE(same_bytes(copied, random_bytes(host.shape(), DType::F64, 12)));
-  EXPECT_TRUE(same_bytes(reuse, random_bytes(host.shape(), DType::F64, 13)));
+  EXPECT_TRUE(bit_identical("copy of a freed pinned source", copied,
+                            random_bytes(host.shape(), DType::F64, 12)));
+  EXPECT_TRUE(bit_identical("pinned block allocated after it", reuse,
+                            random_bytes(host.shape(), DType::F64, 13)));
 
   // non_blocking without pinned memory is synchronous: the data is there on return.
-  EXPECT_TRUE(same_bytes(host.to(kCuda0, true), host));
+  EXPECT_TRUE(bit_identical("unpinned -> cuda:0, non_blocking", host.to(kCuda0, true), host));
   const Tensor to_host = on_device.to(kCpu, true);
   EXPECT_FALSE(to_host.is_pinned());
   EXPECT_EQ(std::memcmp(to_host.raw_data(), host.raw_data(), host.nbytes()), 0);
@@ -392,8 +381,8 @@ TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   as_f32.copy_(on_device, true);
   const Tensor f32_device = pinned.to(kCuda0, true).to(DType::F32);
   cuda::synchronize();
-  EXPECT_TRUE(same_bytes(as_f32, host.to(DType::F32)));
-  EXPECT_TRUE(same_bytes(f32_device, host.to(DType::F32)));
+  EXPECT_TRUE(bit_identical("cuda:0 -> pinned F32", as_f32, host.to(DType::F32)));
+  EXPECT_TRUE(bit_identical("pinned -> cuda:0, then to(F32)", f32_device, host.to(DType::F32)));
 }
 
 TEST(TensorCuda, PeerCopiesFollowTheProducer) {

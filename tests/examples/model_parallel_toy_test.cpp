@@ -1,29 +1,18 @@
 // model_parallel_toy_test: the model-parallel toy example runs, and its two runs agree.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
+
+#include "support/run_command.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using kiln::testing::RunResult;
 
 // Runs the example with `args` (already quoted for the shell) and captures its output.
 RunResult run_toy(const std::string& args) {
-  RunResult r;
-  const std::string cmd = std::string("'") + KILN_MODEL_PARALLEL_TOY + "' " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return kiln::testing::run_command(std::string("'") + KILN_MODEL_PARALLEL_TOY + "' " + args +
+                                    " 2>&1");
 }
 
 TEST(ModelParallelToy, ByHandAndByPipelineGiveTheSameLosses) {

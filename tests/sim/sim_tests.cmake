@@ -6,23 +6,21 @@ kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_eng
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for
 # every launch (tests that need order mode turn the shuffle off themselves).
-add_test(NAME sim_kernel_test_ucontext_shuffle
-         COMMAND sim_kernel_test --gtest_filter=-*MillionElement*)
-set_tests_properties(sim_kernel_test_ucontext_shuffle PROPERTIES LABELS sim
-  ENVIRONMENT "KILN_SIM_UCONTEXT=1;KILN_SIM_THREADS=1;KILN_SIM_SHUFFLE=1;KILN_SIM_SHUFFLE_SEED=99")
+kiln_test_run(sim_kernel_test_ucontext_shuffle
+  COMMAND sim_kernel_test --gtest_filter=-*MillionElement*
+  LABELS sim
+  ENVIRONMENT KILN_SIM_UCONTEXT=1 KILN_SIM_THREADS=1 KILN_SIM_SHUFFLE=1 KILN_SIM_SHUFFLE_SEED=99)
 
 # A machine without a GPU: KILN_SIM_DEVICES=0.
-add_test(NAME sim_runtime_test_no_device
-         COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*)
-set_tests_properties(sim_runtime_test_no_device PROPERTIES LABELS sim ENVIRONMENT "KILN_SIM_DEVICES=0")
+kiln_test_run(sim_runtime_test_no_device COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*
+  LABELS sim ENVIRONMENT KILN_SIM_DEVICES=0)
 
 # The simulator's NCCL (engine/cuda/sim/nccl.h), ranks as threads; the three-rank cases need a
 # third device, so they run once more with four.
 kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim LIBS kiln_engine)
-add_test(NAME sim_nccl_test_4_devices
-         COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup)
-set_tests_properties(sim_nccl_test_4_devices PROPERTIES LABELS sim
-  ENVIRONMENT "KILN_SIM_DEVICES=4")
+kiln_test_run(sim_nccl_test_4_devices
+  COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup
+  LABELS sim ENVIRONMENT KILN_SIM_DEVICES=4)
 # The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
 kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
@@ -36,14 +34,14 @@ kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln
 # passes only if TSan reports it, naming the kernel and both GPU threads. Elsewhere: skipped.
 add_executable(sim_race_detection sim_race_detection.cpp)
 target_link_libraries(sim_race_detection PRIVATE kiln_engine)
-add_dependencies(kiln_tests_sim sim_race_detection)
-foreach(race syncthreads generation warp-generation subset-mask global)
-  add_test(NAME sim_race_detection_${race} COMMAND sim_race_detection ${race})
-  set_tests_properties(sim_race_detection_${race} PROPERTIES LABELS sim SKIP_RETURN_CODE 77)
-  if(KILN_SANITIZE MATCHES "thread")
-    set_tests_properties(sim_race_detection_${race} PROPERTIES
-      ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1"
-      PASS_REGULAR_EXPRESSION
+set(tsan_environment)
+set(tsan_report)
+if(KILN_SANITIZE MATCHES "thread")
+  set(tsan_environment TSAN_OPTIONS=halt_on_error=1)
+  set(tsan_report PASS_REGULAR_EXPRESSION
       "WARNING: ThreadSanitizer: data race.*race_[a-z_]*_kernel.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'")
-  endif()
+endif()
+foreach(race syncthreads generation warp-generation subset-mask global)
+  kiln_test_run(sim_race_detection_${race} COMMAND sim_race_detection ${race} LABELS sim
+    ENVIRONMENT ${tsan_environment} PROPERTIES SKIP_RETURN_CODE 77 ${tsan_report})
 endforeach()
