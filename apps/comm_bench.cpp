@@ -8,8 +8,9 @@
 //   mpirun -np 5 --oversubscribe build/apps/comm_bench --transport mpi --ps-scaling 4
 //
 // Sweep (the default mode). For every size from --min-bytes to --max-bytes (times --step-factor)
-// and every algorithm of --algorithms (ring, hd = halving-doubling, ps = parameter server,
-// native = MPI_Allreduce / ncclAllReduce where the transport has one), on every member rank:
+// and every algorithm of --algorithms (ring, hd = halving-doubling, bb = binary blocks,
+// ps = parameter server, native = MPI_Allreduce / ncclAllReduce where the transport has one),
+// on every member rank:
 //   check   each rank fills the buffer with small integers that depend on its rank and the
 //           element index, one allreduce (sum), and every element is compared with the exact
 //           sum (small integers add exactly in f32 and f16, in any order). A wrong element fails
@@ -160,8 +161,8 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Allreduce benchmark, like nccl-tests: time, algbw, busbw and bytes sent per "
-               "rank for ring, halving-doubling, parameter server and the library's own "
-               "allreduce, over threads (local:N), MPI or NCCL"};
+               "rank for ring, halving-doubling, binary blocks, parameter server and the "
+               "library's own allreduce, over threads (local:N), MPI or NCCL"};
   Options o;
   add_flags(app, o);
   try {

@@ -224,7 +224,8 @@ void print_bytes_vs_model(const std::vector<Algorithm>& algs, const std::vector<
       continue;
     }
     // The busiest rank: an algorithm can send 2(N-1)K in total yet load one rank more (hd's
-    // folded ranks for a non-power-of-two N; ring chunks of unequal size).
+    // folded ranks for a non-power-of-two N, up to 3K; bb's middle blocks, 2K; ring chunks of
+    // unequal size).
     const std::string uneven =
         busiest > hi * 1.01 ? fmt("; the busiest rank sent up to %.2fx the model", busiest)
                             : std::string();
