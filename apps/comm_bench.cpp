@@ -24,7 +24,8 @@
 //   algbw   = size / time;   busbw = algbw * 2(N-1)/N: the bandwidth each rank's link carries
 //           for a bandwidth-optimal allreduce, comparable across N (nccl-tests' definition).
 //   bytes   Transport::bytes_sent() over the timed loop / iterations: the bytes each rank put
-//           on the wire per allreduce (mean over ranks; the table says when ranks differ), next
+//           on the wire per allreduce (mean over ranks; the table says when ranks differ, and
+//           what the busiest rank sent: hd's folding ranks, bb's middle blocks), next
 //           to the ring's model 2(N-1)K/N (Patarasuk and Yuan 2009). native: not counted (the library moves
 //           its own bytes).
 // The timed allreduces run on zeros (a sum of zeros stays zero, so repeated in-place sums never
