@@ -8,8 +8,9 @@
 //   mpirun -np 5 --oversubscribe build/apps/comm_bench --transport mpi --ps-scaling 4
 //
 // Sweep (the default mode). For every size from --min-bytes to --max-bytes (times --step-factor)
-// and every algorithm of --algorithms (ring, hd = halving-doubling, ps = parameter server,
-// native = MPI_Allreduce / ncclAllReduce where the transport has one), on every member rank:
+// and every algorithm of --algorithms (ring, hd = halving-doubling, bb = binary blocks,
+// ps = parameter server, native = MPI_Allreduce / ncclAllReduce where the transport has one),
+// on every member rank:
 //   check   each rank fills the buffer with small integers that depend on its rank and the
 //           element index, one allreduce (sum), and every element is compared with the exact
 //           sum (small integers add exactly in f32 and f16, in any order). A wrong element fails
@@ -23,7 +24,8 @@
 //   algbw   = size / time;   busbw = algbw * 2(N-1)/N: the bandwidth each rank's link carries
 //           for a bandwidth-optimal allreduce, comparable across N (nccl-tests' definition).
 //   bytes   Transport::bytes_sent() over the timed loop / iterations: the bytes each rank put
-//           on the wire per allreduce (mean over ranks; the table says when ranks differ), next
+//           on the wire per allreduce (mean over ranks; the table says when ranks differ, and
+//           what the busiest rank sent: hd's folding ranks, bb's middle blocks), next
 //           to the ring's model 2(N-1)K/N (Patarasuk and Yuan 2009). native: not counted (the library moves
 //           its own bytes).
 // The timed allreduces run on zeros (a sum of zeros stays zero, so repeated in-place sums never
@@ -160,8 +162,8 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Allreduce benchmark, like nccl-tests: time, algbw, busbw and bytes sent per "
-               "rank for ring, halving-doubling, parameter server and the library's own "
-               "allreduce, over threads (local:N), MPI or NCCL"};
+               "rank for ring, halving-doubling, binary blocks, parameter server and the "
+               "library's own allreduce, over threads (local:N), MPI or NCCL"};
   Options o;
   add_flags(app, o);
   try {

@@ -164,9 +164,9 @@ void add_flags(CLI::App& app, Options& o) {
                  "rank per GPU, under mpirun) | nccl:N (N ranks as threads of this process on "
                  "cuda:0..N-1; the form the CUDA simulator runs)")->capture_default_str();
   app.add_option("--allreduce", o.allreduce, "how gradients are averaged: ring | hd "
-                 "(halving-doubling) | ps (parameter server) | native (MPI_Allreduce / "
+                 "(halving-doubling) | bb (binary blocks) | ps (parameter server) | native (MPI_Allreduce / "
                  "ncclAllReduce; mpi and nccl only)")
-      ->check(CLI::IsMember({"ring", "hd", "ps", "native"}))->capture_default_str();
+      ->check(CLI::IsMember({"ring", "hd", "bb", "ps", "native"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "with --allreduce ps: dedicated server ranks, the "
                  "last S ranks (0: one shard on every worker rank)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

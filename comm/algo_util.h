@@ -28,6 +28,7 @@ enum Tag : int {
   kTagPsHeader,     // parameter server, dedicated servers: fixed-size header (any source)
   kTagPsPayload,    // ... the payload that follows a header, from the same source
   kTagPsReply,      // ... the server's answer to a worker
+  kTagBinaryBlocks,
 };
 
 // Chunk c of K elements cut into n balanced chunks: the first K % n chunks hold one element

@@ -11,6 +11,11 @@
 //   halving_doubling_allreduce  recursive vector halving + distance doubling (Rabenseifner):
 //                               log2(N) steps instead of 2(N-1), so better for small messages;
 //                               a non-power-of-two N first folds the extra ranks into partners.
+//   binary_blocks_allreduce     halving-doubling for any N without the fold (Rabenseifner and
+//                               Träff 2004): N = 4 + 2 + 1 ranks form blocks of 4, 2 and 1, each
+//                               halves and doubles inside itself, and the blocks pass partial
+//                               sums up the chain and results back. No rank idles, none sends
+//                               more than 2K; a power of two is exactly halving-doubling.
 //   ps_allreduce                the parameter-server pattern (Dean et al. 2012): workers push their
 //                               shard to the server that owns it, the server sums and sends the
 //                               result back. Servers co-located (one shard per rank) or dedicated
@@ -25,6 +30,7 @@ namespace kiln::comm {
 void ring_allreduce(Transport& t, int n, const Buffer& buf, ReduceOp op,
                     const AlgorithmOptions& options);
 void halving_doubling_allreduce(Transport& t, int n, const Buffer& buf, ReduceOp op);
+void binary_blocks_allreduce(Transport& t, int n, const Buffer& buf, ReduceOp op);
 void ps_allreduce(Transport& t, int n, const Buffer& buf, ReduceOp op,
                   const AlgorithmOptions& options);
 

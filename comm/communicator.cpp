@@ -16,6 +16,7 @@ const char* algorithm_name(Algorithm a) {
   switch (a) {
     case Algorithm::Ring: return "ring";
     case Algorithm::HalvingDoubling: return "hd";
+    case Algorithm::BinaryBlocks: return "bb";
     case Algorithm::ParameterServer: return "ps";
     case Algorithm::Native: return "native";
   }
@@ -25,10 +26,11 @@ const char* algorithm_name(Algorithm a) {
 Algorithm parse_algorithm(const std::string& name) {
   if (name == "ring") return Algorithm::Ring;
   if (name == "hd") return Algorithm::HalvingDoubling;
+  if (name == "bb") return Algorithm::BinaryBlocks;
   if (name == "ps") return Algorithm::ParameterServer;
   if (name == "native") return Algorithm::Native;
-  throw Error("unknown allreduce algorithm '" + name + "': use ring, hd (halving-doubling), ps "
-              "(parameter server) or native (MPI_Allreduce / ncclAllReduce)", ErrorKind::Usage);
+  throw Error("unknown allreduce algorithm '" + name + "': use ring, hd (halving-doubling), bb "
+              "(binary blocks), ps (parameter server) or native (MPI_Allreduce / ncclAllReduce)", ErrorKind::Usage);
 }
 
 // ---- Work ----------------------------------------------------------------------------------
@@ -149,6 +151,7 @@ void Communicator::allreduce_now(const Buffer& buf, ReduceOp op, Algorithm alg) 
   switch (alg) {
     case Algorithm::Ring: ring_allreduce(*transport_, members_, buf, op, options_); return;
     case Algorithm::HalvingDoubling: halving_doubling_allreduce(*transport_, members_, buf, op); return;
+    case Algorithm::BinaryBlocks: binary_blocks_allreduce(*transport_, members_, buf, op); return;
     case Algorithm::ParameterServer: ps_allreduce(*transport_, members_, buf, op, options_); return;
     case Algorithm::Native:
       KILN_CHECK(members_ == transport_->size(), "allreduce 'native' runs over every rank; with "

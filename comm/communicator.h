@@ -48,9 +48,9 @@
 namespace kiln::comm {
 
 // How an allreduce is computed (comm/algorithms.h). Native: the transport's own.
-enum class Algorithm : uint8_t { Ring, HalvingDoubling, ParameterServer, Native };
-const char* algorithm_name(Algorithm a);  // "ring", "hd", "ps", "native"
-// "ring" | "hd" | "ps" | "native"; anything else is a Usage error listing these.
+enum class Algorithm : uint8_t { Ring, HalvingDoubling, BinaryBlocks, ParameterServer, Native };
+const char* algorithm_name(Algorithm a);  // "ring", "hd", "bb", "ps", "native"
+// "ring" | "hd" | "bb" | "ps" | "native"; anything else is a Usage error listing these.
 Algorithm parse_algorithm(const std::string& name);
 
 // Tuning shared by the algorithms.

@@ -4,14 +4,17 @@
 #   tools/comm_experiment.sh      (about 3 min on the quiet 2-core dev VM)
 #
 # 1. builds comm_bench (in $KILN_BUILD_DIR, default build/);
-# 2. the sweep: ring vs native (MPI_Allreduce) vs hd (halving-doubling) vs ps (parameter
-#    server, one shard per rank) under `mpirun -np 2`, 4 KiB .. 256 MiB  -> out/comm/mpi2.csv
+# 2. the sweep: ring vs native (MPI_Allreduce) vs hd (halving-doubling) vs bb (binary blocks)
+#    vs ps (parameter server, one shard per rank) under `mpirun -np 2`, 4 KiB .. 256 MiB
+#                                                        -> out/comm/mpi2.csv
 # 3. the bytes check: the same algorithms over local:4 and local:3 threads (3: counts not
-#    divisible by N, a non-power-of-two for hd)          -> out/comm/local4.csv, local3.csv
+#    divisible by N, a non-power-of-two for hd and bb)   -> out/comm/local4.csv, local3.csv
+#    and ring vs hd vs bb at one size (4 MiB) over N = 2..16 threads: the bytes of the busiest
+#    rank, where hd's fold and bb's blocks differ        -> out/comm/ranks.csv
 # 4. the parameter-server bottleneck: ring over W ranks vs PS with W workers + 1 dedicated
 #    server, W = 1, 2, 4, 8 on local threads and W = 1, 2, 3 under mpirun -np W+1
 #                                                        -> out/comm/ps_scaling_{local,mpi}.csv
-# 5. charts (tools/plot.py)                               -> out/comm/*.png; mpi2 and
+# 5. charts (tools/plot.py)                               -> out/comm/*.png; mpi2, ranks and
 #    ps_scaling copied to docs/img/comm_*.png (COMM_DOCS_IMG=0: not copied)
 # and prints our targets next to what was measured: ring busbw / MPI_Allreduce busbw at
 # >= 16 MiB with 2 ranks (target >= 0.9), and bytes per rank = 2(N-1)K/N exactly.
@@ -41,22 +44,29 @@ fi
 cmake --build "$build" -j "$(nproc)" --target comm_bench
 bench=$build/apps/comm_bench
 mkdir -p "$out"
-rm -f "$out"/mpi2.csv "$out"/local4.csv "$out"/local3.csv "$out"/ps_scaling_local.csv \
+rm -f "$out"/mpi2.csv "$out"/local4.csv "$out"/local3.csv "$out"/ranks.csv "$out"/ps_scaling_local.csv \
   "$out"/ps_scaling_mpi.csv
 # Timings are only as good as the machine is quiet: say how busy it was.
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
 echo
-echo "== comm_experiment: 2 MPI ranks, ring vs native vs hd vs ps, 4 KiB .. $max_bytes"
-mpirun -np 2 "$bench" --transport mpi --algorithms ring,native,hd,ps --min-bytes 4K \
+echo "== comm_experiment: 2 MPI ranks, ring vs native vs hd vs bb vs ps, 4 KiB .. $max_bytes"
+mpirun -np 2 "$bench" --transport mpi --algorithms ring,native,hd,bb,ps --min-bytes 4K \
   --max-bytes "$max_bytes" --iters "$iters" --max-seconds "$max_seconds" --csv "$out/mpi2.csv"
 
 echo
 echo "== comm_experiment: bytes per rank vs 2(N-1)K/N, local:4 and local:3 threads"
-"$bench" --transport local:4 --algorithms ring,hd,ps --min-bytes 4K --max-bytes 16M \
+"$bench" --transport local:4 --algorithms ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
   --iters 5 --csv "$out/local4.csv"
-"$bench" --transport local:3 --algorithms ring,hd,ps --min-bytes 4K --max-bytes 16M \
+"$bench" --transport local:3 --algorithms ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
   --iters 5 --csv "$out/local3.csv"
+
+echo
+echo "== comm_experiment: ring vs hd vs bb, 4 MiB, N = 2..16 threads (the busiest rank's bytes)"
+for n in $(seq 2 16); do
+  "$bench" --transport "local:$n" --algorithms ring,hd,bb --min-bytes 4M --max-bytes 4M \
+    --iters 20 --csv "$out/ranks.csv" $([[ $n == 2 ]] || echo --append) | grep ' ok$'
+done
 
 echo
 echo "== comm_experiment: parameter server bottleneck, W workers + 1 server"
@@ -73,12 +83,15 @@ echo "== comm_experiment: charts"
   --title "Allreduce over 2 MPI ranks on one host (shared memory), f32"
 "$python" "$root/tools/plot.py" --csv "$out/local4.csv" --out "$out/local4.png" \
   --title "Allreduce over 4 threads (local:4), f32"
+"$python" "$root/tools/plot.py" --csv "$out/ranks.csv" --out "$out/ranks.png" \
+  --title "Ring vs halving-doubling vs binary blocks, 4 MiB f32, N threads (local:N)"
 "$python" "$root/tools/plot.py" --csv "$out/ps_scaling_local.csv" --csv "$out/ps_scaling_mpi.csv" \
   --out "$out/ps_scaling.png"
 if [[ "$docs_img" == 1 ]]; then
   cp "$out/mpi2.png" "$root/docs/img/comm_mpi2.png"
   cp "$out/ps_scaling.png" "$root/docs/img/comm_ps_scaling.png"
-  echo "copied to docs/img/comm_mpi2.png and docs/img/comm_ps_scaling.png"
+  cp "$out/ranks.png" "$root/docs/img/comm_ranks.png"
+  echo "copied to docs/img/comm_mpi2.png, comm_ps_scaling.png and comm_ranks.png"
 fi
 
 echo
@@ -109,7 +122,7 @@ END {
   else printf "ring / MPI_Allreduce busbw at >= 16 MiB, worst size: %.3f (target >= 0.9): %s; " \
               "from medians: %.3f\n", worst, (worst >= 0.9 ? "met" : "NOT met"), worst_med
 }'
-for f in "$out/mpi2.csv" "$out/local4.csv" "$out/local3.csv"; do
+for f in "$out/mpi2.csv" "$out/local4.csv" "$out/local3.csv" "$out/ranks.csv"; do
   awk -F, -v file="$(basename "$f")" 'NR > 1 && $13 != "" {
     key = $5; total[key]++
     # Exact: the sum over ranks is 2(N-1)K to the byte (the mean is then 2(N-1)K/N).

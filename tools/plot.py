@@ -5,6 +5,7 @@ files, and Gantt charts of Kiln's Chrome traces (PNG, matplotlib).
     tools/plot.py --csv out/loader/throughput.csv --out out/loader/throughput.png
     tools/plot.py --csv out/loader/train.csv --out out/loader/train.png
     tools/plot.py --csv out/comm/mpi2.csv --out out/comm/mpi2.png
+    tools/plot.py --csv out/comm/ranks.csv --out docs/img/comm_ranks.png   (one size, N = 2..16)
     tools/plot.py --csv a.csv --csv b.csv --out both.png      (rows of several files together)
     tools/plot.py --trace run.json --out gantt.png [--step K]  (mnist_train --trace run.json)
 
@@ -14,9 +15,13 @@ The kind of chart follows from the CSV's columns (loader_bench writes three kind
   train       (loader_wait_fraction): two panels vs workers: the loader wait fraction (%)
               and the median step time (ms), one line per (dataset, extra decode us);
   h2d         (pinned_gb_per_s): host-to-device GB/s vs copy size, pageable and pinned.
-and comm_bench two:
+and comm_bench three:
   comm sweep  (busbw_gbs): two panels vs message size (log 2 x axis): busbw (GB/s) and time
               per allreduce (us, log), one line per (transport, ranks, algorithm, dtype);
+  comm ranks  (busbw_gbs, one message size, several rank counts: comm_bench runs appended into
+              one CSV): two panels vs ranks N: the bytes the busiest rank sent, in units of
+              the message size K, with the mean over ranks 2(N-1)/N that every algorithm
+              shares; and the median time per allreduce (ms), one line per algorithm;
   ps scaling  (server_bytes_received): two panels vs workers W: time per allreduce of the ring
               and of the parameter server with one dedicated server, and the bytes a ring rank
               sends, a PS worker sends and the PS server receives per allreduce.
@@ -204,6 +209,39 @@ def plot_comm_sweep(rows, title):
     r0 = rows[0]
     fig.suptitle(title or "Allreduce (sum, %s) over %s ranks, transport %s" %
                  (r0["dtype"], r0["members"], r0["transport"]))
+    return fig
+
+
+def plot_comm_ranks(rows, title):
+    fig, (ax_b, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
+    groups = OrderedDict()
+    for r in rows:
+        groups.setdefault(r["algorithm"], []).append(r)
+    markers = {"ring": "o", "hd": "s", "bb": "^", "ps": "D"}
+    for alg, rs in groups.items():
+        rs.sort(key=lambda r: int(r["members"]))
+        n = [int(r["members"]) for r in rs]
+        if all(r["bytes_per_rank_max"] for r in rs):
+            ax_b.plot(n, [float(r["bytes_per_rank_max"]) / int(r["bytes"]) for r in rs],
+                      marker=markers.get(alg, "o"), label=alg + ": busiest rank")
+        ax_t.plot(n, [float(r["median_us"]) / 1e3 for r in rs], marker=markers.get(alg, "o"),
+                  label=alg)
+    ns = sorted({int(r["members"]) for r in rows})
+    ax_b.plot(ns, [2.0 * (x - 1) / x for x in ns], linestyle="--", color="gray",
+              label="mean over ranks, every algorithm: 2(N-1)/N")
+    for ax in (ax_b, ax_t):
+        ax.set_xlabel("ranks N")
+        ax.set_xticks(ns)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_b.set_ylabel("bytes sent per allreduce / K")
+    ax_b.set_title("Bytes sent by the busiest rank (measured)")
+    ax_t.set_ylabel("median time per allreduce (ms)")
+    ax_t.set_title("Time of the slowest rank")
+    r0 = rows[0]
+    fig.suptitle(title or "Allreduce of %siB (%s) over N ranks, transport %s" %
+                 (size_label(int(r0["bytes"])), r0["dtype"], r0["transport"]))
     return fig
 
 
@@ -438,6 +476,9 @@ def main():
     columns, rows = read_rows(a.csv)
     if "micro_batches" in columns:
         fig = plot_model_parallel(rows, a.title)
+    elif "busbw_gbs" in columns and len({r["members"] for r in rows}) > 1 and \
+            len({r["bytes"] for r in rows}) == 1:
+        fig = plot_comm_ranks(rows, a.title)
     elif "busbw_gbs" in columns:
         fig = plot_comm_sweep(rows, a.title)
     elif "server_bytes_received" in columns:

@@ -18,7 +18,7 @@ void add_flags(CLI::App& app, Options& o) {
                  "mpi (under mpirun; the default there) | nccl (under mpirun, one GPU per rank)")
       ->capture_default_str();
   app.add_option("--algorithms", o.algorithms, "comma-separated: ring, hd (halving-doubling), "
-                 "ps (parameter server), native (MPI_Allreduce / ncclAllReduce; skipped where "
+                 "bb (binary blocks), ps (parameter server), native (MPI_Allreduce / ncclAllReduce; skipped where "
                  "the transport has none)")
       ->delimiter(',')->capture_default_str();
   app.add_option("--min-bytes", o.min_bytes, "smallest message, bytes (K, M, G suffixes: "

@@ -19,7 +19,7 @@ namespace kiln::apps::comm_bench {
 
 struct Options {
   std::string transport = "local:2";
-  std::vector<std::string> algorithms{"ring", "hd", "ps", "native"};
+  std::vector<std::string> algorithms{"ring", "hd", "bb", "ps", "native"};
   std::string min_bytes = "4K", max_bytes = "256M";
   int step_factor = 2;
   int iters = 20, warmup = 5;

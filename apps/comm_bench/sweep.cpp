@@ -110,10 +110,11 @@ void print_sweep_header(const Transport& t, const Options& o, const SweepShape& 
               "median: of the iterations' slowest-rank times (robust to a busy machine)\n",
               o.iters, o.warmup, o.max_seconds);
   std::printf("bytes/rank: sent per rank per allreduce, measured by the transport (mean over "
-              "ranks; '*' = ranks differ); model: the ring's 2(N-1)K/N\n");
-  std::printf("%10s %11s %-6s %6s %11s %11s %10s %10s %14s %14s  %s\n", "size", "count",
+              "ranks; '*' = ranks differ); busiest: the rank that sent the most; model: the "
+              "ring's 2(N-1)K/N\n");
+  std::printf("%10s %11s %-6s %6s %11s %11s %10s %10s %14s %14s %14s  %s\n", "size", "count",
               "alg", "iters", "time us", "median us", "algbw GB/s", "busbw GB/s", "bytes/rank",
-              "2(N-1)K/N", "check");
+              "busiest", "2(N-1)K/N", "check");
   std::fflush(stdout);
 }
 
@@ -147,11 +148,12 @@ void report_row(const Transport& t, const Options& o, const SweepShape& s, const
   const bool differ = row.has_bytes && row.max_bytes != row.bytes_per_rank;
   const std::string per_rank_s =
       row.has_bytes ? bytes_str(row.bytes_per_rank) + (differ ? "*" : " ") : "-";
-  std::printf("%10s %11lld %-6s %6d %11.1f %11.1f %10.3f %10.3f %14s %14s  %s\n",
+  const std::string busiest_s = row.has_bytes ? bytes_str(row.max_bytes) + " " : "-";
+  std::printf("%10s %11lld %-6s %6d %11.1f %11.1f %10.3f %10.3f %14s %14s %14s  %s\n",
               human_bytes(static_cast<double>(row.bytes)).c_str(),
               static_cast<long long>(row.count), row.alg.c_str(), row.iters, row.time * 1e6,
               row.median_time * 1e6, row.algbw, row.busbw, per_rank_s.c_str(),
-              bytes_str(row.model).c_str(), row.all_ok ? "ok" : "WRONG");
+              busiest_s.c_str(), bytes_str(row.model).c_str(), row.all_ok ? "ok" : "WRONG");
   std::fflush(stdout);
   report.csv.row(std::string(t.name()) + "," + std::to_string(s.world) + "," +
                  std::to_string(s.n) + "," + std::to_string(s.servers) + "," + row.alg + "," +
@@ -224,7 +226,8 @@ void print_bytes_vs_model(const std::vector<Algorithm>& algs, const std::vector<
       continue;
     }
     // The busiest rank: an algorithm can send 2(N-1)K in total yet load one rank more (hd's
-    // folded ranks for a non-power-of-two N; ring chunks of unequal size).
+    // folded ranks for a non-power-of-two N, up to 3K; bb's middle blocks, 2K; ring chunks of
+    // unequal size).
     const std::string uneven =
         busiest > hi * 1.01 ? fmt("; the busiest rank sent up to %.2fx the model", busiest)
                             : std::string();

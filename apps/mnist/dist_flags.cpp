@@ -53,7 +53,7 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) 
   }
   if (o.allreduce == "native" && (d.kind == "local" || d.kind == "none")) {
     throw Error("--allreduce native is MPI_Allreduce / ncclAllReduce: use it with --dist mpi or "
-                "nccl; local ranks use ring, hd or ps", ErrorKind::Usage);
+                "nccl; local ranks use ring, hd, bb or ps", ErrorKind::Usage);
   }
   if (o.fp16_allreduce && o.ps_async) {
     throw Error("--fp16-allreduce compresses allreduced gradients; the asynchronous parameter "

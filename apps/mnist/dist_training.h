@@ -7,7 +7,7 @@
 //
 // A worker rank's DistTraining, built once its model and optimizer exist, owns what talks to
 // the other ranks, and hides the three ways a step can go:
-//   synchronous (ring, hd, ps, native)  comm::DataParallel averages the gradients in buckets
+//   synchronous (ring, hd, bb, ps, native)  comm::DataParallel averages the gradients in buckets
 //                                       while backward runs; every rank applies the same update
 //   asynchronous (--ps-async)           comm::AsyncPsWorker pushes the gradient to the servers,
 //                                       which apply it, and pulls the current parameters

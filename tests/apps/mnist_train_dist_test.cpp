@@ -148,6 +148,22 @@ TEST_F(MnistTrainTest, SynchronousPsFp16SmallBucketsAndTheLargeMinibatchRecipeKe
   }
 }
 
+// --allreduce bb on 3 ranks (blocks of 2 and 1): every replica ends equal to rank 0's.
+TEST_F(MnistTrainTest, BinaryBlocksOnThreeRanksKeepsReplicasEqual) {
+  SKIP_WITHOUT_MNIST();
+  const std::string json = path("bb.json");
+  RunResult r = run_mnist_train(short_run({"--dist", "local:3", "--allreduce", "bb",
+                                           "--batch-size", "96", "--json", json}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank)
+    EXPECT_TRUE(contains(r.output, "rank " + std::to_string(rank) + ": weights equal rank 0's"))
+        << r.output;
+  const nlohmann::json j = read_json(json);
+  EXPECT_EQ(j["allreduce"], "bb");
+  EXPECT_EQ(j["world_size"], 3);
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.5);
+}
+
 TEST_F(MnistTrainTest, AsyncParameterServerConverges) {
   SKIP_WITHOUT_MNIST();
   const std::string json = path("async.json");
@@ -185,6 +201,8 @@ TEST_F(MnistTrainTest, BadDistributedFlagsExit2SayingWhatToDo) {
       {{"--dist", "local:2", "--allreduce", "native"}, "--dist mpi or nccl"},
       {{"--dist", "local:2", "--warmup-epochs", "1"}, "add --batch-per-rank"},
       {{"--allreduce", "hd"}, "add --dist local:N"},
+      {{"--allreduce", "bb"}, "add --dist local:N"},
+      {{"--dist", "local:2", "--allreduce", "rabenseifner"}, "ring"},
       {{"--dist", "local:3", "--allreduce", "ps", "--ps-servers", "1", "--ps-async",
         "--fp16-allreduce"}, "drop one of the two"},
       {{"--dist", "local:3", "--allreduce", "ps", "--ps-servers", "1", "--ps-async",

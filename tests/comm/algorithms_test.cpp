@@ -1,4 +1,5 @@
-// The allreduce algorithms (ring, halving-doubling, parameter server), the other collectives and
+// The allreduce algorithms (ring, halving-doubling, binary blocks, parameter server), the other
+// collectives and
 // the f16 conversions, over the local transport (ranks as threads).
 //
 // Every allreduce case runs N = 1..8 ranks on counts 0, 1, N - 1, N + 1, 1000 and 100003 (fewer
@@ -96,13 +97,14 @@ std::string check_result(const HostBuf& got, int n, ReduceOp op) {
 
 // ---- the algorithms under test ---------------------------------------------------------------
 
-enum class Alg { Ring, RingSmallSub, HalvingDoubling, PsColocated, Ps1Server, Ps2Servers };
+enum class Alg { Ring, RingSmallSub, HalvingDoubling, BinaryBlocks, PsColocated, Ps1Server, Ps2Servers };
 
 const char* alg_name(Alg a) {
   switch (a) {
     case Alg::Ring: return "Ring";
     case Alg::RingSmallSub: return "RingSubchunk12B";
     case Alg::HalvingDoubling: return "HalvingDoubling";
+    case Alg::BinaryBlocks: return "BinaryBlocks";
     case Alg::PsColocated: return "PsColocated";
     case Alg::Ps1Server: return "Ps1Server";
     case Alg::Ps2Servers: return "Ps2Servers";
@@ -121,6 +123,7 @@ void run_allreduce(Alg a, Transport& t, int n, const Buffer& b, ReduceOp op) {
       ring_allreduce(t, n, b, op, o);
       return;
     case Alg::HalvingDoubling: halving_doubling_allreduce(t, n, b, op); return;
+    case Alg::BinaryBlocks: binary_blocks_allreduce(t, n, b, op); return;
     case Alg::PsColocated:
     case Alg::Ps1Server:
     case Alg::Ps2Servers:
@@ -189,7 +192,7 @@ TEST_P(Allreduce, MatchesReferenceOnEveryRankBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(
     AllAlgorithms, Allreduce,
     ::testing::Combine(::testing::Values(Alg::Ring, Alg::RingSmallSub, Alg::HalvingDoubling,
-                                         Alg::PsColocated, Alg::Ps1Server, Alg::Ps2Servers),
+                                         Alg::BinaryBlocks, Alg::PsColocated, Alg::Ps1Server, Alg::Ps2Servers),
                        ::testing::Range(1, 9)),
     [](const auto& info) {
       return std::string(alg_name(std::get<0>(info.param))) + "_N" +
@@ -259,6 +262,71 @@ TEST(AllreduceBytes, HalvingDoublingAndColocatedPsMatchTheModel) {
   EXPECT_EQ(sent[0], 2 * K * 4);
   EXPECT_EQ(sent[1], K * 4);
   EXPECT_EQ(sent[2], K * 4);
+}
+
+// Elements rank r sends in a binary-blocks allreduce of K over N when every block size divides
+// K (the cost model of comm/binary_blocks.cpp): the blocks are N's binary digits, largest first
+// on the lowest ranks; a rank of a block of b sends (1 - 1/b) K in each in-block phase, plus
+// K/b up (every block but the largest) and K/b down (every block but the smallest).
+int64_t binary_blocks_elems_sent(int64_t K, int n, int r) {
+  std::vector<int> sizes;
+  for (int k = 30; k >= 0; --k)
+    if ((n >> k) & 1) sizes.push_back(1 << k);
+  size_t j = 0;
+  int first = 0;
+  while (r >= first + sizes[j]) first += sizes[j++];
+  const int64_t b = sizes[j];
+  int64_t e = 2 * (K - K / b);
+  if (j > 0) e += K / b;                 // up, to the next larger block
+  if (j + 1 < sizes.size()) e += K / b;  // down, to the next smaller block
+  return e;
+}
+
+// Binary blocks: the model on every rank for every N (N = 3, 5, 6, 7 are the non-powers of two
+// that show all three kinds of block: largest, middle, smallest), every type; and for counts
+// not divisible by the blocks, 2 (N - 1) K over all ranks, like the ring, with no rank above 2K
+// but for the odd elements that round up (at most one per step, 2 floor(log2 N) + 2 steps).
+TEST(AllreduceBytes, BinaryBlocksMatchesItsCostModel) {
+  for (int n = 1; n <= 8; ++n) {
+    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16}) {
+      const int64_t K = 1000 * 8;  // divisible by every block size up to 8
+      const std::vector<uint64_t> sent = measure_bytes(Alg::BinaryBlocks, n, K, type);
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(sent[r], binary_blocks_elems_sent(K, n, r) * elem_size(type))
+            << "N=" << n << " " << elem_name(type) << " rank " << r;
+    }
+    for (int64_t K : {int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{100003}}) {
+      const std::vector<uint64_t> sent = measure_bytes(Alg::BinaryBlocks, n, K, ElemType::F32);
+      int log2n = 0;
+      while ((2 << log2n) <= n) ++log2n;
+      uint64_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        total += sent[r];
+        EXPECT_LE(sent[r], static_cast<uint64_t>((2 * K + 2 * log2n + 2) * 4))
+            << "N=" << n << " K=" << K << " rank " << r;
+      }
+      EXPECT_EQ(total, static_cast<uint64_t>(2 * (n - 1) * K * 4)) << "N=" << n << " K=" << K;
+    }
+  }
+  // The figures of the cost model, spelled out (K = 4096 f32):
+  const int64_t K = 4096;
+  auto in_k = [](uint64_t bytes) { return bytes / 4.0 / 4096; };  // in units of K
+  // N = 3 = 2 + 1: ranks 0-1 send K/2 (halving) + K/2 (down to rank 2) + K/2 (doubling);
+  // rank 2 sends K (up) and nothing else.
+  std::vector<uint64_t> s = measure_bytes(Alg::BinaryBlocks, 3, K, ElemType::F32);
+  EXPECT_EQ(in_k(s[0]), 1.5); EXPECT_EQ(in_k(s[1]), 1.5); EXPECT_EQ(in_k(s[2]), 1.0);
+  // N = 5 = 4 + 1: ranks 0-3 send 2K - K/4; rank 4 K (up), nothing else.
+  s = measure_bytes(Alg::BinaryBlocks, 5, K, ElemType::F32);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(in_k(s[r]), 1.75) << "N=5 rank " << r;
+  EXPECT_EQ(in_k(s[4]), 1.0);
+  // N = 6 = 4 + 2: ranks 0-3 send 2K - K/4; ranks 4-5 2K - K/2.
+  s = measure_bytes(Alg::BinaryBlocks, 6, K, ElemType::F32);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(in_k(s[r]), 1.75) << "N=6 rank " << r;
+  EXPECT_EQ(in_k(s[4]), 1.5); EXPECT_EQ(in_k(s[5]), 1.5);
+  // N = 7 = 4 + 2 + 1: ranks 0-3 2K - K/4; the middle block 2K; rank 6 K.
+  s = measure_bytes(Alg::BinaryBlocks, 7, K, ElemType::F32);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(in_k(s[r]), 1.75) << "N=7 rank " << r;
+  EXPECT_EQ(in_k(s[4]), 2.0); EXPECT_EQ(in_k(s[5]), 2.0); EXPECT_EQ(in_k(s[6]), 1.0);
 }
 
 // ---- the other collectives ------------------------------------------------------------------
@@ -379,7 +447,7 @@ TEST(AllreduceErrors, NativeOverLocalIsAUsageError) {
 
 // Ranks that disagree on the count fail with an error naming the problem instead of hanging.
 TEST(AllreduceErrors, MismatchedCountsFailClearly) {
-  for (Alg alg : {Alg::Ring, Alg::HalvingDoubling, Alg::PsColocated}) {
+  for (Alg alg : {Alg::Ring, Alg::HalvingDoubling, Alg::BinaryBlocks, Alg::PsColocated}) {
     try {
       run_local(2, [&](std::shared_ptr<Transport> t) {
         t->set_timeout_seconds(20);

@@ -3,8 +3,8 @@
 //   1. THE equivalence that proves data parallelism right: N = 2, 3, 4 ranks with batch B/N
 //      each, after k steps of SGD with momentum, hold the same weights as 1 rank with batch B
 //      (within 2e-6 relative: only the order of the additions differs; measured < 1e-7; a
-//      gradient off by 0.1% already moves the weights by 2.7e-5), for ring, halving-doubling
-//      and the parameter server (co-located shards and a dedicated server rank), with buckets
+//      gradient off by 0.1% already moves the weights by 2.7e-5), for ring, halving-doubling,
+//      binary blocks and the parameter server (co-located shards and a dedicated server rank), with buckets
 //      of a few hundred bytes (many buckets) and one 25 MiB bucket; an MLP and a small CNN,
 //      no dropout. The ranks start from DIFFERENT initialisations: the constructor's broadcast
 //      is what makes them agree. Every rank ends bit-identical to rank 0.
@@ -247,11 +247,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Net::Mlp, Algorithm::Ring, size_t{25} << 20, 0},
                       Case{Net::Mlp, Algorithm::HalvingDoubling, 512, 0},
                       Case{Net::Mlp, Algorithm::HalvingDoubling, size_t{25} << 20, 0},
+                      Case{Net::Mlp, Algorithm::BinaryBlocks, 512, 0},
+                      Case{Net::Mlp, Algorithm::BinaryBlocks, size_t{25} << 20, 0},
                       Case{Net::Mlp, Algorithm::ParameterServer, 512, 0},
                       Case{Net::Mlp, Algorithm::ParameterServer, size_t{25} << 20, 0},
                       Case{Net::Mlp, Algorithm::ParameterServer, 512, 1},
                       Case{Net::Cnn, Algorithm::Ring, 256, 0},
                       Case{Net::Cnn, Algorithm::HalvingDoubling, size_t{25} << 20, 0},
+                      Case{Net::Cnn, Algorithm::BinaryBlocks, 256, 0},
                       Case{Net::Cnn, Algorithm::ParameterServer, 256, 0}),
     case_name);
 

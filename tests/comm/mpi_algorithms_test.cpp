@@ -1,5 +1,6 @@
 // Every allreduce algorithm over the MPI transport, run under mpirun on 2, 3 and 4 ranks
-// (kiln_mpi_test): ring, halving-doubling (3 ranks: the non-power-of-two fold), parameter
+// (kiln_mpi_test; binary blocks also on 5, 6 and 7): ring, halving-doubling (3 ranks: the
+// non-power-of-two fold), binary blocks (3 = 2 + 1 ranks: two blocks), parameter
 // server with co-located and with dedicated server ranks, and MPI's own (native); the other
 // collectives through the Communicator's worker thread.
 //
@@ -119,7 +120,8 @@ TEST_P(MpiAlgorithms, AllreduceMatchesTheReferenceOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, MpiAlgorithms,
                          ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
-                                           Algorithm::ParameterServer, Algorithm::Native),
+                                           Algorithm::BinaryBlocks, Algorithm::ParameterServer,
+                                           Algorithm::Native),
                          [](const ::testing::TestParamInfo<Algorithm>& info) {
                            return std::string(algorithm_name(info.param));
                          });
@@ -137,6 +139,31 @@ TEST(MpiRing, SendsExactly2NMinus1OverNOfTheBuffer) {
     comm.allreduce_now(Buffer{bytes.data(), K, type, Device()}, ReduceOp::Sum, Algorithm::Ring);
     const uint64_t want = 2ull * (n - 1) * (K / n) * elem_size(type);
     EXPECT_EQ(t.bytes_sent() - before, want) << "rank " << t.rank() << ", " << elem_name(type);
+  }
+}
+
+// Binary blocks' traffic is its cost model (comm/binary_blocks.cpp) when every block divides
+// K: a rank of a block of b sends (1 - 1/b) K in each in-block phase, plus K/b up to the next
+// larger block (all but the largest) and K/b down to the next smaller one (all but the smallest).
+TEST(MpiBinaryBlocks, SendsItsCostModel) {
+  Transport& t = *mpi();
+  Communicator comm(mpi());
+  const int n = comm.size(), r = comm.rank();
+  std::vector<int> sizes;  // the blocks, largest first on the lowest ranks
+  for (int k = 30; k >= 0; --k)
+    if ((n >> k) & 1) sizes.push_back(1 << k);
+  size_t j = 0;
+  for (int first = 0; r >= first + sizes[j];) first += sizes[j++];
+  for (ElemType type : {ElemType::F32, ElemType::F64}) {
+    const int64_t K = int64_t{64} * 1001;  // divisible by every block up to 64 ranks
+    const int64_t b = sizes[j];
+    const int64_t elems = 2 * (K - K / b) + (j > 0 ? K / b : 0) + (j + 1 < sizes.size() ? K / b : 0);
+    std::vector<char> bytes(static_cast<size_t>(K) * elem_size(type), 0);
+    const uint64_t before = t.bytes_sent();
+    comm.allreduce_now(Buffer{bytes.data(), K, type, Device()}, ReduceOp::Sum,
+                       Algorithm::BinaryBlocks);
+    EXPECT_EQ(t.bytes_sent() - before, static_cast<uint64_t>(elems) * elem_size(type))
+        << "rank " << r << " of " << n << " (block of " << b << "), " << elem_name(type);
   }
 }
 

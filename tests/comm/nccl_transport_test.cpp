@@ -158,7 +158,7 @@ TEST(NcclTransport, EveryAlgorithmThroughTheCommunicator) {
   on_every_rank([](const std::shared_ptr<Transport>& tp) {
     Communicator comm(tp);
     const int n = comm.size();
-    for (Algorithm alg : {Algorithm::Ring, Algorithm::HalvingDoubling,
+    for (Algorithm alg : {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::BinaryBlocks,
                           Algorithm::ParameterServer, Algorithm::Native}) {
       for (int64_t count : {int64_t{1}, int64_t{n + 1}, (int64_t{1} << 20) + 7}) {
         std::vector<float> host(count);

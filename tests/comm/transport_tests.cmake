@@ -60,6 +60,19 @@ endif()
 kiln_mpi_test(mpi_transport_test NP 2 4 SOURCES mpi_transport_test.cpp LIBS kiln_comm TIMEOUT 120)
 kiln_mpi_test(mpi_algorithms_test NP 2 3 4 SOURCES mpi_algorithms_test.cpp LIBS kiln_comm
               TIMEOUT 300)
+# Binary blocks on the other non-powers of two up to 7 (5 = 4 + 1, 6 = 4 + 2, 7 = 4 + 2 + 1):
+# its tests only, oversubscribed like the others.
+foreach(np 5 6 7)
+  add_test(NAME mpi_algorithms_test_bb_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+                   ${MPIEXEC_PREFLAGS} $<TARGET_FILE:mpi_algorithms_test> ${MPIEXEC_POSTFLAGS}
+                   --gtest_filter=*MpiAlgorithms*/bb:MpiBinaryBlocks.*)
+  set_tests_properties(mpi_algorithms_test_bb_np${np} PROPERTIES
+    LABELS mpi
+    TIMEOUT 300
+    PROCESSORS ${np}
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endforeach()
 
 # A rank that leaves the job while rank 0 waits for it, killed (SIGKILL) or by abort(): the
 # whole job must end quickly, with a non-zero exit code and a message. mpi_rank_dies_test.sh
