@@ -6,10 +6,21 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/host_device.h"
 
 namespace kiln {
 
-enum class DType : uint8_t { F32, F64, I32, I64, U8 };
+// The numbers are a file-format contract: checkpoints and test fixtures record a dtype by its
+// value, so new dtypes go at the end and existing ones never move.
+//   F16   IEEE 754 binary16 (element type Half, engine/host_device.h)
+//   BF16  bfloat16, the top half of an f32 (element type BFloat16)
+// F16 and BF16 are storage formats for now: tensors of them can be created, filled, printed,
+// copied, reshaped, saved, loaded and converted (to(DType)), but compute ops have no kernels for
+// them yet and say so (dispatch_floating); convert to f32 first.
+enum class DType : uint8_t { F32, F64, I32, I64, U8, F16, BF16 };
+
+// The largest dtype code this build knows (checkpoint readers validate against it).
+constexpr uint8_t kLastDType = static_cast<uint8_t>(DType::BF16);
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -18,6 +29,8 @@ inline size_t dtype_size(DType t) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::U8: return 1;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -29,11 +42,25 @@ inline const char* dtype_name(DType t) {
     case DType::I32: return "i32";
     case DType::I64: return "i64";
     case DType::U8: return "u8";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
   }
   return "?";
 }
 
+// The floating dtypes Kiln computes in: f32 and f64, the ones dispatch_floating instantiates
+// kernels for and autograd differentiates. f16 and bf16 are not among them (yet): an op's
+// is_floating check refuses them rather than letting one reach an f32 kernel.
 inline bool is_floating(DType t) { return t == DType::F32 || t == DType::F64; }
+
+// The 16-bit floating formats (storage and conversion only, see DType).
+inline bool is_low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+// The error for a compute op given an f16 or bf16 tensor.
+inline std::string low_precision_unsupported(const char* op, DType t) {
+  return std::string(op) + ": " + dtype_name(t) +
+         " tensors are not supported yet; convert with .to(DType::F32)";
+}
 
 // The C++ type of each dtype, and back.
 template <typename T> struct dtype_of;
@@ -42,11 +69,13 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::F64;
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
+template <> struct dtype_of<Half> { static constexpr DType value = DType::F16; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BF16; };
 
 template <typename T> struct TypeTag { using type = T; };
 
 // Calls fn(TypeTag<float>{}) or fn(TypeTag<double>{}): the one place floating kernels are
-// instantiated. Other dtypes are an error naming the op.
+// instantiated. Other dtypes are an error naming the op; f16 and bf16 one that says to convert.
 template <typename Fn>
 decltype(auto) dispatch_floating(DType t, const char* op, Fn&& fn) {
   switch (t) {
@@ -54,7 +83,24 @@ decltype(auto) dispatch_floating(DType t, const char* op, Fn&& fn) {
     case DType::F64: return fn(TypeTag<double>{});
     default: break;
   }
+  if (is_low_precision(t)) throw Error(low_precision_unsupported(op, t));
   throw Error(std::string(op) + ": expected a floating tensor (f32 or f64), got " + dtype_name(t));
+}
+
+// Calls fn(TypeTag<T>{}) with the element type of any dtype: for code that only moves or
+// converts elements (fill, copy, dtype conversion), never for arithmetic.
+template <typename Fn>
+decltype(auto) dispatch_any(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: return fn(TypeTag<float>{});
+    case DType::F64: return fn(TypeTag<double>{});
+    case DType::I32: return fn(TypeTag<int32_t>{});
+    case DType::I64: return fn(TypeTag<int64_t>{});
+    case DType::U8: return fn(TypeTag<uint8_t>{});
+    case DType::F16: return fn(TypeTag<Half>{});
+    case DType::BF16: return fn(TypeTag<BFloat16>{});
+  }
+  throw Error("unknown dtype code " + std::to_string(static_cast<int>(t)));
 }
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -107,7 +108,11 @@ void read_at(int fd, void* p, size_t n, uint64_t offset, const std::string& path
   }
 }
 
-bool valid_dtype(uint8_t d) { return d <= static_cast<uint8_t>(DType::U8); }
+// The largest dtype code of each format version, and the version a dtype needs.
+uint8_t last_dtype_of_version(uint32_t version) {
+  return version >= 2 ? kLastDType : static_cast<uint8_t>(DType::U8);
+}
+uint32_t version_for(DType t) { return is_low_precision(t) ? 2 : 1; }
 
 // Closes a file descriptor on scope exit.
 struct Fd {
@@ -175,9 +180,13 @@ void write_checkpoint(const std::string& path, const std::map<std::string, Tenso
     offset += len;
   }
 
+  // The oldest version that can hold every dtype written (see serialize.h).
+  uint32_t version = kCheckpointMinVersion;
+  for (const auto& [name, t] : host) version = std::max(version, version_for(t.dtype()));
+
   std::vector<char> header;
   put_bytes(header, kMagic, 8);
-  put<uint32_t>(header, kCheckpointVersion);
+  put<uint32_t>(header, version);
   put<uint32_t>(header, static_cast<uint32_t>(meta.size()));
   put<uint32_t>(header, static_cast<uint32_t>(host.size()));
   put<uint32_t>(header, crc32(table.data(), table.size()));
@@ -228,9 +237,10 @@ Checkpoint read_checkpoint(const std::string& path) {
                    "' is not a Kiln checkpoint (bad magic; expected \"KILNCKPT\")");
   Cursor hc{header, 8, path};
   const uint32_t version = hc.get<uint32_t>("header");
-  KILN_CHECK_INPUT(version == kCheckpointVersion, "checkpoint '", path, "' has format version ",
-                   version, " but this build reads version ", kCheckpointVersion,
-                   ": re-save it with a matching Kiln");
+  KILN_CHECK_INPUT(version >= kCheckpointMinVersion && version <= kCheckpointVersion,
+                   "checkpoint '", path, "' has format version ", version,
+                   " but this build reads versions ", kCheckpointMinVersion, " to ",
+                   kCheckpointVersion, ": re-save it with a matching Kiln");
   const uint32_t num_meta = hc.get<uint32_t>("header");
   const uint32_t num_records = hc.get<uint32_t>("header");
   const uint32_t table_crc = hc.get<uint32_t>("header");
@@ -266,7 +276,11 @@ Checkpoint read_checkpoint(const std::string& path) {
     const uint8_t dt = c.get<uint8_t>("a record");
     const uint8_t ndim = c.get<uint8_t>("a record");
     c.get<uint16_t>("a record");
-    KILN_CHECK_INPUT(valid_dtype(dt), where, " is corrupt: unknown dtype code ", int(dt));
+    KILN_CHECK_INPUT(dt <= last_dtype_of_version(version), where, " has dtype code ", int(dt),
+                     ", which format version ", version, " does not define (it knows 0..",
+                     int(last_dtype_of_version(version)),
+                     "): the file is corrupt, or was written by a newer Kiln; load it with that "
+                     "Kiln, or re-save its tensors converted to f32 there");
     KILN_CHECK_INPUT(ndim <= kMaxDims, where, " is corrupt: ", int(ndim), " dims");
     const DType dtype = static_cast<DType>(dt);
     Shape shape(ndim);

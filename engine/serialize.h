@@ -3,7 +3,7 @@
 // Layout (little-endian; offsets in bytes):
 //   header (40 bytes)
 //     0  char[8] magic "KILNCKPT"
-//     8  u32     format version (kCheckpointVersion)
+//     8  u32     format version (1, or 2 when a tensor is f16 or bf16; see below)
 //    12  u32     number of meta entries
 //    16  u32     number of tensor records
 //    20  u32     CRC32 of the table
@@ -12,7 +12,7 @@
 //    36  u32     CRC32 of bytes 0..35
 //   table (at 40)
 //     per meta entry: u32 key length, key, u32 value length, value
-//     per record:     u32 name length, name, u8 dtype, u8 ndim, u16 reserved,
+//     per record:     u32 name length, name, u8 dtype (DType's value), u8 ndim, u16 reserved,
 //                     i64 dims[ndim], u64 payload offset, u64 payload length, u32 payload CRC32
 //   payloads: raw contiguous element bytes, each starting at a multiple of 64
 //
@@ -32,7 +32,13 @@
 
 namespace kiln {
 
-constexpr uint32_t kCheckpointVersion = 1;
+// Format versions. Version 2 is version 1 plus the dtypes F16 and BF16 (codes 5 and 6): a file
+// is written as version 2 only when it holds such a tensor, so checkpoints of f32/f64/integer
+// tensors stay readable by every Kiln, and a Kiln too old for f16/bf16 refuses a version-2 file
+// by its version ("re-save it with a matching Kiln") instead of meeting an unknown dtype code.
+// This build reads both.
+constexpr uint32_t kCheckpointVersion = 2;       // the newest version this build reads and writes
+constexpr uint32_t kCheckpointMinVersion = 1;    // the oldest it reads
 
 struct Checkpoint {
   std::map<std::string, Tensor> tensors;

@@ -6,6 +6,7 @@
 
 #include "engine/allocator.h"
 #include "engine/autograd.h"
+#include "engine/convert_cpu.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/tensor_copy.h"
@@ -86,34 +87,9 @@ Storage::~Storage() {
 
 namespace {
 
-template <typename Dst>
-void convert_from(const void* src, DType src_type, Dst* dst, int64_t n) {
-  auto run = [&](auto* s) {
-#pragma omp parallel for if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<Dst>(s[i]);
-  };
-  switch (src_type) {
-    case DType::F32: return run(static_cast<const float*>(src));
-    case DType::F64: return run(static_cast<const double*>(src));
-    case DType::I32: return run(static_cast<const int32_t*>(src));
-    case DType::I64: return run(static_cast<const int64_t*>(src));
-    case DType::U8: return run(static_cast<const uint8_t*>(src));
-  }
-}
-
 // Copies n elements between host buffers of possibly different dtypes.
 void convert_copy(const void* src, DType st, void* dst, DType dt, int64_t n) {
-  if (st == dt) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(st));
-    return;
-  }
-  switch (dt) {
-    case DType::F32: return convert_from(src, st, static_cast<float*>(dst), n);
-    case DType::F64: return convert_from(src, st, static_cast<double*>(dst), n);
-    case DType::I32: return convert_from(src, st, static_cast<int32_t*>(dst), n);
-    case DType::I64: return convert_from(src, st, static_cast<int64_t*>(dst), n);
-    case DType::U8: return convert_from(src, st, static_cast<uint8_t*>(dst), n);
-  }
+  cpu::convert(src, st, dst, dt, n);
 }
 
 // The gradient of t.to(device) is grad.to(source device).
@@ -352,19 +328,13 @@ void Tensor::fill_(double value) {
     }
     return;
   }
-  auto run = [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    T v = static_cast<T>(value);
+  dispatch_any(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(raw_data());
+    const T v = convert_elem<T>(value);  // the rule of to(DType): f16 and bf16 round to nearest
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) p[i] = v;
-  };
-  switch (dtype()) {
-    case DType::F32: return run(data<float>());
-    case DType::F64: return run(data<double>());
-    case DType::I32: return run(data<int32_t>());
-    case DType::I64: return run(data<int64_t>());
-    case DType::U8: return run(data<uint8_t>());
-  }
+  });
 }
 
 void Tensor::set_data(const Tensor& other) {
@@ -443,6 +413,8 @@ KILN_INSTANTIATE(double)
 KILN_INSTANTIATE(int32_t)
 KILN_INSTANTIATE(int64_t)
 KILN_INSTANTIATE(uint8_t)
+KILN_INSTANTIATE(Half)
+KILN_INSTANTIATE(BFloat16)
 #undef KILN_INSTANTIATE
 
 }  // namespace kiln

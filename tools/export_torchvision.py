@@ -46,7 +46,8 @@ tensors and meta entries, byte for byte. Layout (little-endian; offsets in bytes
     payloads: raw contiguous element bytes, each starting at a multiple of 64 (zero padding)
 
 Meta entries and records are in byte order of their keys (C++ std::map order). dtype codes
-follow kiln::DType: 0 f32, 1 f64, 2 i32, 3 i64, 4 u8. CRC32 is IEEE 802.3 (zlib.crc32 equals
+follow kiln::DType: 0 f32, 1 f64, 2 i32, 3 i64, 4 u8 (and 5 f16, 6 bf16 in format version 2,
+which this script never writes). CRC32 is IEEE 802.3 (zlib.crc32 equals
 kiln::crc32). BatchNorm's num_batches_tracked, a 0-d i64 tensor in PyTorch, is written with
 shape [1], as Kiln stores it. Meta entries: "format" ("torchvision"), "model",
 "num_classes", "torchvision" (the version that built the model).

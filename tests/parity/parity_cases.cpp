@@ -508,6 +508,62 @@ void matmul_transpose_softmax(Table& t) {
 }  // namespace
 
 // Defined in parity_layers.cpp.
+// dtype conversion into and out of f16 and bf16 (Tensor::to, fill): one integer rule per element
+// on both devices (engine/host_device.h), so the CPU (vectorised) and cuda:0 give the same bits,
+// NaN payloads included. The f64 runs take the double -> f16/bf16 path (rounded once).
+void dtype_conversions(Table& t) {
+  auto all = [](const Tensor& x) {
+    const DType dt = x.dtype();
+    return Outputs{x.to(DType::F16),
+                   x.to(DType::BF16),
+                   x.to(DType::F16).to(dt),
+                   x.to(DType::BF16).to(dt),
+                   x.to(DType::F16).to(DType::BF16),
+                   x.to(DType::BF16).to(DType::F16)};
+  };
+  // 70000: the grid-stride loop; odd lengths: the vector loops' scalar tails.
+  for (const Shape& s : {Shape{7}, Shape{33, 5}, Shape{70000}}) {
+    t.add(Case("to_f16_bf16_" + dims(s))
+              .in(uniform(s, -2.0, 2.0, /*grad=*/false))
+              .fn([all](const Inputs& v) { return all(v[0]); })
+              .tol(DTol::exact())
+              .suites(kDevice));
+    t.add(Case("to_f16_bf16_wide_" + dims(s))  // past f16's range: infinities
+              .in(uniform(s, -1e5, 1e5, /*grad=*/false))
+              .fn([all](const Inputs& v) { return all(v[0]); })
+              .tol(DTol::exact())
+              .suites(kDevice));
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  t.add(Case("to_f16_bf16_specials")
+            .in(values({0.0, -0.0, 1.0, -1.0, 1.0 + 0x1p-11, 1.0 + 3 * 0x1p-11,
+                        1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, 65504.0, 65519.0,
+                        65520.0, -70000.0, 0x1p-14, 0x1p-24, 0x1p-25, 3 * 0x1p-25, 1e-40, -1e-39,
+                        0x1p-133, 3.3e38, 3.4e38, 1e300, inf, -inf,
+                        std::numeric_limits<double>::quiet_NaN()},
+                       {26}, /*grad=*/false))
+            .fn([all](const Inputs& v) {
+              Outputs out = all(v[0]);
+              const Device d = v[0].device();
+              out.push_back(Tensor::full({5}, 0.1, DType::F16, d));
+              out.push_back(Tensor::full({5}, -0.0, DType::BF16, d));
+              out.push_back(Tensor::full({3}, 1e6, DType::F16, d));
+              out.push_back(Tensor::zeros({3}, DType::BF16, d));
+              return out;
+            })
+            .tol(DTol::exact())
+            .suites(kDevice));
+  t.add(Case("i64_to_f16_bf16")
+            .in(targets(300, 70000))
+            .fn([](const Inputs& v) {
+              return Outputs{v[0].to(DType::F16), v[0].to(DType::BF16),
+                             v[0].to(DType::BF16).to(DType::I64)};
+            })
+            .tol(DTol::exact())
+            .dtypes({DType::F32})
+            .suites(kDevice));
+}
+
 void add_layer_rows(std::vector<Case>& rows);
 
 const std::vector<Case>& cases() {
@@ -517,6 +573,7 @@ const std::vector<Case>& cases() {
     fused_add_relu(t);
     reductions(t);
     matmul_transpose_softmax(t);
+    dtype_conversions(t);
     add_layer_rows(t.rows);
     return t.rows;
   }();

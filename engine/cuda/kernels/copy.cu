@@ -3,9 +3,11 @@
 // Parallelisation: one thread per element, blocks of 256 threads, consecutive threads on
 // consecutive elements (coalesced). The grid is capped at kMaxBlocks; each thread then walks
 // the buffer with a grid-stride loop, so one launch covers any n.
-// A conversion is one static_cast per element, the same expression the CPU evaluates, so the
-// results are bit-identical to the host conversion (both round to nearest where rounding
-// happens, e.g. f64 -> f32 and i64 -> f32, and truncate toward zero for float -> integer).
+// A conversion is one convert_elem per element (engine/host_device.h), the same function the
+// CPU evaluates, so the results are bit-identical to the host conversion: static_cast between
+// the built-in types (to nearest where rounding happens, e.g. f64 -> f32 and i64 -> f32,
+// toward zero for float -> integer), and Kiln's integer rules into and out of f16 and bf16
+// (not the GPU's own cvt instructions, which agree on f16 but might not on every NaN payload).
 #include "engine/cuda/runtime.h"
 
 #include <algorithm>
@@ -41,31 +43,18 @@ template <typename Src, typename Dst>
 __global__ void convert_kernel(const Src* __restrict__ src, Dst* __restrict__ dst, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    dst[i] = static_cast<Dst>(src[i]);
-}
-
-// Calls fn(TypeTag<T>{}) with the C++ type of any dtype.
-template <typename Fn>
-void with_type(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::F32: return fn(TypeTag<float>{});
-    case DType::F64: return fn(TypeTag<double>{});
-    case DType::I32: return fn(TypeTag<int32_t>{});
-    case DType::I64: return fn(TypeTag<int64_t>{});
-    case DType::U8: return fn(TypeTag<uint8_t>{});
-  }
+    dst[i] = convert_elem<Dst>(src[i]);
 }
 
 }  // namespace
 
 void fill(void* data, DType dtype, int64_t n, double value) {
   if (n <= 0) return;
-  with_type(dtype, [&](auto tag) {
+  dispatch_any(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T v = static_cast<T>(value);
-    // A value whose bits are all zero (0, but not the float -0.0) is a memset: no kernel.
-    const bool zero_bits = v == T(0) && !(std::is_floating_point_v<T> && std::signbit(value));
-    if (zero_bits) {
+    const T v = convert_elem<T>(value);
+    // 0 (but not -0.0) has all bits zero in every dtype: a memset, no kernel.
+    if (value == 0.0 && !std::signbit(value)) {
       KILN_CUDA_CHECK(cudaMemsetAsync(data, 0, static_cast<size_t>(n) * sizeof(T), current_stream()));
     } else {
       launch(fill_kernel<T>, config_for(n), static_cast<T*>(data), n, v);
@@ -80,9 +69,9 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t
                                     cudaMemcpyDeviceToDevice, current_stream()));
     return;
   }
-  with_type(src_type, [&](auto src_tag) {
+  dispatch_any(src_type, [&](auto src_tag) {
     using Src = typename decltype(src_tag)::type;
-    with_type(dst_type, [&](auto dst_tag) {
+    dispatch_any(dst_type, [&](auto dst_tag) {
       using Dst = typename decltype(dst_tag)::type;
       launch(convert_kernel<Src, Dst>, config_for(n), static_cast<const Src*>(src),
              static_cast<Dst*>(dst), n);

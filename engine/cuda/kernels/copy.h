@@ -10,11 +10,11 @@
 
 namespace kiln::cuda {
 
-// data[0..n) = value converted to `dtype` (static_cast, as Tensor::fill_ on the CPU).
+// data[0..n) = value converted to `dtype` (convert_elem, as Tensor::fill_ on the CPU).
 void fill(void* data, DType dtype, int64_t n, double value);
 
-// dst[i] = static_cast<dst_type>(src[i]) for i in [0, n): any pair of F32 F64 I32 I64 U8, each
-// element converted exactly as the CPU converts it. As on the CPU, a value the destination
+// dst[i] = convert_elem<dst_type>(src[i]) for i in [0, n): any pair of dtypes (F16 and BF16
+// included), each element converted exactly as the CPU converts it (engine/host_device.h). As on the CPU, a value the destination
 // cannot represent (a negative or > 255 value into U8, a NaN or huge float into an integer) has
 // no defined result. Equal dtypes are a plain device-to-device copy.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n);
