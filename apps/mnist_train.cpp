@@ -181,6 +181,8 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--fp16-allreduce", o.fp16_allreduce, "send gradients as IEEE half (half the bytes "
                "on the wire)");
+  app.add_flag("--no-bucket-view", o.no_bucket_view, "copy gradients into the allreduce buckets "
+               "and back instead of letting each .grad be a view into its bucket");
   app.add_flag("--batch-per-rank", o.batch_per_rank, "Horovod's recipe: --batch-size is per worker "
                "rank (the global batch grows with the ranks) and the learning rate is multiplied "
                "by the number of workers after a linear warm-up (--warmup-epochs)");

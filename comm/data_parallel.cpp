@@ -92,6 +92,20 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tenso
     b.flat = Tensor::zeros({b.count}, b.dtype, dev);
     if (options_.fp16) b.wire = Tensor::zeros({2 * b.count}, DType::U8, dev);
   }
+  // Gradients as bucket views: each .grad is written by backward straight into its slot of the
+  // flat buffer. Not with fp16 (the wire holds halves, not the gradient) nor for a parameter
+  // on another device than the transport's (its .grad cannot live in the bucket).
+  grad_view_.resize(params_.size());
+  if (options_.grad_as_bucket_view && !options_.fp16) {
+    for (const Bucket& b : buckets_) {
+      for (size_t s = 0; s < b.params.size(); ++s) {
+        Tensor& p = params_[b.params[s]];
+        if (!(p.device() == dev)) continue;
+        grad_view_[b.params[s]] = view_of(b.flat, b.offset[s], p.shape());
+        p.set_grad_buffer(grad_view_[b.params[s]]);
+      }
+    }
+  }
   reset_pass();
 
   if (options_.broadcast_from_rank0) broadcast_parameters();
@@ -113,6 +127,13 @@ DataParallel::~DataParallel() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->dp = nullptr;
+  }
+  // Backward allocates the parameters' gradients again (a .grad that is a view keeps its
+  // bucket's storage alive until it is dropped).
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (grad_view_[k].defined() && params_[k].grad_buffer().same(grad_view_[k])) {
+      params_[k].set_grad_buffer(Tensor());
+    }
   }
   // Never leave an allreduce running on buffers we are about to free.
   for (Bucket& b : buckets_) {
@@ -159,8 +180,17 @@ void DataParallel::reset_pass() {
   next_launch_ = 0;
 }
 
-// Copies parameter k's gradient (or zeros) into its slot of the bucket's flat/wire buffer.
+// Copies parameter k's gradient (or zeros) into its slot of the bucket's flat/wire buffer;
+// nothing to do for a gradient that already is its bucket view.
 void DataParallel::pack(size_t k, const Tensor* grad) {
+  if (grad_view_[k].defined()) {
+    if (grad == nullptr) {
+      grad_view_[k].zero_();
+    } else if (!grad->same(grad_view_[k])) {
+      grad_view_[k].copy_(*grad);  // a .grad set otherwise (before construction, set_grad)
+    }
+    return;
+  }
   Bucket& b = buckets_[bucket_of_[k]];
   size_t slot = 0;
   while (b.params[slot] != k) ++slot;
@@ -295,6 +325,11 @@ void DataParallel::synchronize() {
     }
     for (size_t s = 0; s < b.params.size(); ++s) {
       Tensor& p = params_[b.params[s]];
+      const Tensor& bucket_view = grad_view_[b.params[s]];
+      if (bucket_view.defined()) {  // the average is already the gradient
+        if (!p.grad().same(bucket_view)) p.set_grad(bucket_view);
+        continue;
+      }
       const Tensor view = view_of(b.flat, b.offset[s], p.shape());
       Tensor g = p.grad();
       if (!g.defined()) {

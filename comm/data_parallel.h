@@ -14,7 +14,7 @@
 //     Tensor loss = cross_entropy(model(x), y);
 //     opt.zero_grad();
 //     loss.backward();      // grad-ready hooks start bucket allreduces as gradients appear
-//     dp.synchronize();     // waits for them, averages, writes the result into each .grad
+//     dp.synchronize();     // waits for them and averages: each .grad holds the average
 //     opt.step();
 //   }
 //
@@ -25,10 +25,10 @@
 // order: backward produces the last layer's gradients first, so the first bucket fills first.
 //
 // Overlap. Each parameter has a grad-ready hook (engine/autograd.h) that the engine calls once
-// its gradient for this backward pass is complete. The hook copies the gradient into its
-// bucket's flat buffer; when the bucket's last parameter is in, the bucket's allreduce is
-// submitted to the Communicator's worker thread and runs WHILE backward goes on computing the
-// gradients of earlier layers. synchronize() then only waits for what is left. Buckets are
+// its gradient for this backward pass is complete. By then the gradient is in its bucket's
+// flat buffer (a bucket view, below; else the hook copies it there); when the bucket's last
+// parameter is in, the bucket's allreduce is submitted to the Communicator's worker thread and
+// runs WHILE backward goes on computing the gradients of earlier layers. synchronize() then only waits for what is left. Buckets are
 // submitted strictly in bucket order (bucket k waits for buckets < k), so every rank submits
 // the same collectives in the same order even if its gradients arrive in another order.
 // A bucket overlaps only if it closes before backward ends: a model smaller than one bucket
@@ -36,6 +36,26 @@
 // mnist_train uses 1 MiB buckets). Stats: comm_seconds is the time the allreduces ran,
 // exposed_seconds the time synchronize() had to wait; overlap_fraction = 1 - exposed / comm is
 // the share hidden behind backward.
+//
+// Gradients as bucket views (PyTorch DDP's gradient_as_bucket_view; Li et al., VLDB 2020).
+// Each parameter's .grad is a view into its bucket's flat buffer, so the allreduce works on
+// the gradients themselves: no copy into the bucket before it, no copy back after it. The
+// constructor makes each view (Tensor::from_storage on the bucket's storage) the parameter's
+// grad buffer (Tensor::set_grad_buffer, engine/tensor.h): when .grad is undefined, backward
+// writes the gradient into the view (the copy it would otherwise make into a fresh tensor) and
+// .grad becomes the view; when .grad is the view (no_sync accumulation), backward adds into it
+// in place. So zero_grad() keeps dropping .grad as it always did, and the next backward puts
+// the gradient back into the bucket; nothing has to re-attach views or zero them. The average
+// is computed in place in the buckets, and synchronize() only makes sure every .grad is its
+// view (a parameter without a gradient in this pass gets its view, holding the average of the
+// others' gradients, as it got a zero-filled .grad before). A .grad that is not the view (one
+// set before the constructor, or by set_grad) is copied into the bucket, and the view then
+// replaces it. Consequences: a .grad read after a step is overwritten by the next backward
+// (clone() it to keep it); a second backward before synchronize() is still an error, found
+// only after it added into a bucket whose allreduce may be running (the step is lost either
+// way); a parameter on another device than the transport's, and fp16 compression (the wire
+// holds halves, which must be converted), keep the copies.
+// grad_as_bucket_view = false keeps the copies for every parameter (for comparison).
 //
 // fp16 compression halves the bytes on the wire: gradients are rounded to IEEE half in the
 // bucket, summed in f32 by the reduction (comm/algorithms.h reduce_into) and rounded again;
@@ -66,6 +86,9 @@ struct DataParallelOptions {
   Algorithm algorithm = Algorithm::Ring;
   bool fp16 = false;                // compress gradients to IEEE half on the wire
   bool broadcast_from_rank0 = true; // constructor broadcasts parameters and buffers
+  // Each .grad is a view into its bucket (no copies in or out); false: the gradients are
+  // copied into the buckets and the averages back into each .grad.
+  bool grad_as_bucket_view = true;
 };
 
 struct DataParallelStats {
@@ -94,8 +117,9 @@ class DataParallel {
   void broadcast_parameters();
 
   // Call after backward, before the optimizer step: launches the buckets not launched yet
-  // (parameters without a gradient contribute zeros), waits for all, and writes the average
-  // over the ranks into each parameter's .grad. Under no_sync() it does nothing.
+  // (parameters without a gradient contribute zeros), waits for all, and leaves the average
+  // over the ranks in each parameter's .grad (its bucket view, or copied there). Under
+  // no_sync() it does nothing.
   void synchronize();
 
   // RAII: while one lives, backward passes only accumulate gradients locally.
@@ -118,6 +142,9 @@ class DataParallel {
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // The parameter indices (into `params`) of bucket b, in the order they fill it.
   const std::vector<size_t>& bucket_params(int b) const { return buckets_.at(b).params; }
+  // Bucket b's flat buffer (count elements of the parameters' dtype on the transport's device):
+  // with grad_as_bucket_view, the storage the parameters' .grad views share.
+  const Tensor& bucket_buffer(int b) const { return buckets_.at(b).flat; }
   // Called on the backward thread each time a bucket is submitted (tests, tracing).
   void set_launch_observer(std::function<void(int bucket, bool from_hook)> fn) {
     observer_ = std::move(fn);
@@ -150,6 +177,7 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;  // per parameter
   std::vector<char> ready_;     // per parameter, this pass
+  std::vector<Tensor> grad_view_;  // per parameter: its slot of the bucket (undefined: copies)
   size_t next_launch_ = 0;
   int no_sync_depth_ = 0;
   DataParallelStats stats_;

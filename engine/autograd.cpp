@@ -23,8 +23,20 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& grad_out) {
   auto impl = leaf.lock();
   if (!impl) return {};  // the leaf is gone; nothing to accumulate into
   Tensor t(impl);
-  // First gradient: own a private copy (grad_out may alias another tensor). Later ones add.
-  impl->grad = impl->grad.defined() ? add(impl->grad, grad_out) : grad_out.clone();
+  Tensor buffer = impl->grad_buffer;
+  if (buffer.defined() && (!impl->grad.defined() || impl->grad.same(buffer))) {
+    // The gradient lives in a buffer set by the leaf's owner (see Tensor::set_grad_buffer):
+    // written in place, first by a copy, later ones added into it.
+    if (impl->grad.defined()) {
+      buffer.copy_(add(buffer, grad_out));
+    } else {
+      buffer.copy_(grad_out);
+      impl->grad = buffer;
+    }
+  } else {
+    // First gradient: own a private copy (grad_out may alias another tensor). Later ones add.
+    impl->grad = impl->grad.defined() ? add(impl->grad, grad_out) : grad_out.clone();
+  }
   for (auto& hook : impl->grad_ready_hooks) hook(impl->grad);
   return {};
 }

@@ -10,7 +10,9 @@
 //  3. After a node ran, its saved tensors are released, so activation memory is freed while
 //     backward proceeds. Running backward twice through the same graph is an error.
 //  4. AccumulateGrad adds into the leaf's .grad, then calls the leaf's grad-ready hooks:
-//     DataParallel uses them to start a bucket's allreduce while backward continues.
+//     DataParallel uses them to start a bucket's allreduce while backward continues. A leaf
+//     with a grad buffer (Tensor::set_grad_buffer) gets its gradient written into that buffer
+//     in place; DataParallel uses it to make each .grad a view into its bucket.
 // Grad mode is thread-local, so many threads can train independent graphs at once.
 #pragma once
 

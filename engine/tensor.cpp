@@ -345,6 +345,7 @@ void Tensor::set_data(const Tensor& other) {
   impl_->dtype = other.impl_->dtype;
   impl_->numel = other.impl_->numel;
   impl_->grad = Tensor();
+  impl_->grad_buffer = Tensor();  // on the old device or of the old shape
 }
 
 // ---- Autograd ---------------------------------------------------------------------------------
@@ -368,6 +369,14 @@ void Tensor::set_grad(const Tensor& grad) {
              " does not match ", str());
   impl_->grad = grad;
 }
+void Tensor::set_grad_buffer(const Tensor& buffer) {
+  KILN_CHECK(defined(), "set_grad_buffer on an undefined tensor");
+  KILN_CHECK(!buffer.defined() || (buffer.shape() == shape() && buffer.dtype() == dtype() &&
+                                   buffer.device() == device()),
+             "set_grad_buffer: buffer ", buffer.str(), " does not match ", str());
+  impl_->grad_buffer = buffer;
+}
+Tensor Tensor::grad_buffer() const { return impl_->grad_buffer; }
 const std::shared_ptr<Node>& Tensor::grad_fn() const { return impl_->grad_fn; }
 
 void Tensor::backward(const Tensor& grad) const {

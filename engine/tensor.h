@@ -130,6 +130,14 @@ class Tensor {
   bool is_leaf() const;
   Tensor grad() const;  // undefined until a backward pass reached this leaf
   void set_grad(const Tensor& grad);
+  // Where backward puts this leaf's gradient: when a buffer is set (a tensor of the leaf's
+  // shape, dtype and device, usually a view into a larger flat buffer) and .grad is undefined
+  // or is that buffer, backward writes the gradient into the buffer (a copy, then in-place
+  // additions) and .grad becomes the buffer, instead of allocating a new tensor. Setting .grad
+  // to anything else, or an undefined buffer, restores the allocating behaviour.
+  // comm::DataParallel sets it to a view into a gradient bucket (gradient as bucket view).
+  void set_grad_buffer(const Tensor& buffer);
+  Tensor grad_buffer() const;
   const std::shared_ptr<Node>& grad_fn() const;
   // Runs backward from this tensor; `grad` defaults to ones for a 1-element tensor.
   void backward(const Tensor& grad = Tensor()) const;
@@ -155,6 +163,7 @@ struct TensorImpl {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;         // the node that produced this tensor (null: leaf)
   Tensor grad;                           // accumulated gradient of a leaf
+  Tensor grad_buffer;                    // where backward writes .grad (see set_grad_buffer)
   std::weak_ptr<Node> grad_accumulator;  // a leaf's AccumulateGrad node, shared by its users
   std::vector<GradHook> grad_ready_hooks;
 };

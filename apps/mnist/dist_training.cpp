@@ -103,6 +103,7 @@ DistTraining::DistTraining(const Options& o, std::shared_ptr<comm::Transport> t,
     dpo.bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
     dpo.algorithm = comm::parse_algorithm(o.allreduce);
     dpo.fp16 = o.fp16_allreduce;
+    dpo.grad_as_bucket_view = !o.no_bucket_view;
     std::vector<Tensor> buffers;
     for (auto& [name, b] : model.named_buffers()) buffers.push_back(b);
     dp_ = std::make_unique<comm::DataParallel>(communicator_, params_, buffers, dpo);

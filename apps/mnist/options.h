@@ -69,6 +69,7 @@ struct Options {
   int ps_staleness = 2;
   double bucket_mb = kDefaultBucketMb;
   bool fp16_allreduce = false;
+  bool no_bucket_view = false;  // copy gradients into the buckets instead of viewing them
   bool batch_per_rank = false;
   double warmup_epochs = -1;  // -1: not given (1 with --batch-per-rank)
 };

@@ -10,6 +10,8 @@
 //     3. Synchronous PS with a dedicated server rank, fp16 on the wire, small buckets, and the
 //        large-minibatch recipe (--batch-per-rank): the runs finish with equal replicas.
 //     4. The asynchronous parameter server (local:3 = 2 workers + 1 server) converges.
+//     4b. --no-bucket-view (gradients copied into the buckets) reaches the very numbers of the
+//        default (each .grad a view into its bucket).
 //     5. Bad flag combinations exit 2 with a message saying what to do.
 //   mnist_train_mpi_test (label mpi): the same binary under `mpirun -np 2 --dist mpi`; it must
 //     reach the very numbers of --dist local:2 (same sampler, same reduction order); a flag
@@ -77,6 +79,23 @@ TEST_F(MnistTrainTest, LocalTwoRanksWritesTheDistributedFieldsAndEqualReplicas) 
   std::printf("local:2 short run: %.0f img/s, overlap %.2f, test accuracy %.4f\n",
               j["train_images_per_sec"].get<double>(), j["overlap_fraction"].get<double>(),
               j["test_accuracy"].get<double>());
+}
+
+TEST_F(MnistTrainTest, BucketViewsAndCopiedGradientsGiveTheSameRun) {
+  SKIP_WITHOUT_MNIST();
+  std::vector<nlohmann::json> runs;
+  for (const bool copies : {false, true}) {
+    const std::string json = path(copies ? "copies.json" : "views.json");
+    std::vector<std::string> flags = {"--dist", "local:2", "--json", json};
+    if (copies) flags.push_back("--no-bucket-view");
+    RunResult r = run_mnist_train(short_run(flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    runs.push_back(read_json(json));
+  }
+  EXPECT_EQ(runs[0]["train_loss_per_epoch"], runs[1]["train_loss_per_epoch"]);
+  EXPECT_EQ(runs[0]["test_accuracy"], runs[1]["test_accuracy"]);
+  EXPECT_EQ(runs[0]["replicas_equal"], true);
+  EXPECT_EQ(runs[1]["replicas_equal"], true);
 }
 
 TEST_F(MnistTrainTest, MlpOnTwoAndFourLocalRanksFollowsTheSingleRankRun) {

@@ -14,6 +14,9 @@
 //   5. Overlap: buckets are submitted from the grad-ready hooks before backward returns, in
 //      bucket order; stats: steps, buckets, comm time, and the ring's 2(N-1)K bytes in total.
 //   6. The large-minibatch learning rate; GeneratorScope (each local rank its own generator).
+//   7. Gradients as bucket views: after backward each .grad lies in its bucket's buffer;
+//      bit-identical weights to the copying path over 3 steps with zero_grad() between them;
+//      a parameter unused in a step (by one rank, by all) gets the same gradient either way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -465,6 +468,143 @@ TEST(DataParallel, BucketsAreLaunchedFromHooksWhileBackwardRunsAndStatsAreSane) 
     total += sent[r];
   }
   EXPECT_EQ(total, static_cast<uint64_t>(kSteps) * 2 * (n - 1) * bytes_per_step);
+}
+
+// True when g is a view into `flat`: the same storage, and g's bytes inside flat's.
+bool in_bucket(const Tensor& g, const Tensor& flat) {
+  if (!g.defined() || g.impl()->storage != flat.impl()->storage) return false;
+  const char* begin = static_cast<const char*>(flat.raw_data());
+  const char* at = static_cast<const char*>(g.raw_data());
+  return at >= begin && at + g.nbytes() <= begin + flat.nbytes();
+}
+
+TEST(DataParallel, GradientsAreViewsIntoTheirBucketsFromBackwardOn) {
+  constexpr int n = 2, kSteps = 3;
+  constexpr int64_t kBatch = 16;
+  const Data data(Net::Cnn, kBatch * kSteps);
+  for (const bool as_view : {true, false}) {
+    SCOPED_TRACE(as_view ? "bucket views" : "copies");
+    run_local(n, [&](std::shared_ptr<Transport> t) {
+      set_num_threads(1);
+      const int rank = t->rank();
+      Generator gen(7);
+      GeneratorScope scope(gen);
+      auto model = make_net(Net::Cnn);
+      DataParallelOptions opts;
+      opts.bucket_bytes = 256;  // several buckets
+      opts.grad_as_bucket_view = as_view;
+      DataParallel dp(std::make_shared<Communicator>(t), model->parameters(), {}, opts);
+      SGD opt(model->parameters(), kLr);
+      std::vector<Tensor> params = model->parameters();
+      ASSERT_GE(dp.num_buckets(), 3);
+      auto expect_views = [&](const char* when) {
+        for (int b = 0; b < dp.num_buckets(); ++b) {
+          for (size_t k : dp.bucket_params(b)) {
+            const Tensor g = params[k].grad();
+            ASSERT_TRUE(g.defined()) << when << ": parameter " << k;
+            EXPECT_EQ(in_bucket(g, dp.bucket_buffer(b)), as_view) << when << ": parameter " << k;
+          }
+        }
+      };
+      for (int s = 0; s < kSteps; ++s) {
+        auto [x, y] = data.slice(s * kBatch + rank * (kBatch / n), kBatch / n);
+        Tensor loss = cross_entropy((*model)(x), y);
+        opt.zero_grad();
+        for (const Tensor& p : params) EXPECT_FALSE(p.grad().defined());
+        loss.backward();
+        expect_views("after backward");
+        dp.synchronize();
+        expect_views("after synchronize");
+        opt.step();
+      }
+    });
+  }
+}
+
+TEST(DataParallel, BucketViewsEqualTheCopyingPathBitForBit) {
+  constexpr int kSteps = 3;  // zero_grad() drops the views between steps
+  constexpr int64_t kBatch = 12;
+  for (const Net net : {Net::Mlp, Net::Cnn}) {
+    const Data data(net, kBatch * kSteps);
+    const std::vector<float> reference = train_single(net, data, kBatch, kSteps);
+    for (const int n : {2, 3}) {
+      for (const size_t bucket : {size_t{256}, size_t{25} << 20}) {
+        SCOPED_TRACE((net == Net::Mlp ? "mlp, " : "cnn, ") + std::to_string(n) + " ranks, " +
+                     std::to_string(bucket) + " byte buckets");
+        DataParallelOptions opts;
+        opts.bucket_bytes = bucket;
+        opts.grad_as_bucket_view = true;
+        const DistResult views = train_dist(net, data, kBatch, kSteps, n, opts);
+        opts.grad_as_bucket_view = false;
+        const DistResult copies = train_dist(net, data, kBatch, kSteps, n, opts);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(bit_equal(views.weights[r], copies.weights[r])) << "rank " << r;
+          expect_close(views.weights[r], reference, 2e-6, "rank " + std::to_string(r));
+        }
+      }
+    }
+  }
+}
+
+// Three parameters a, b, c; in step 1 only rank 0 uses b and no rank uses c. Returns, per
+// rank, the gradients after each synchronize() (flattened, steps concatenated).
+std::vector<std::vector<float>> unused_parameter_grads(bool as_view, int n) {
+  std::vector<std::vector<float>> out(n);
+  run_local(n, [&](std::shared_ptr<Transport> t) {
+    set_num_threads(1);
+    const int rank = t->rank();
+    std::vector<Tensor> params = {Tensor::full({6}, 0.5), Tensor::full({4}, -0.25),
+                                  Tensor::full({3}, 2.0)};
+    for (Tensor& p : params) p.set_requires_grad(true);
+    DataParallelOptions opts;
+    opts.bucket_bytes = 28;  // c and b share a bucket (12 + 16 bytes), a has its own
+    opts.grad_as_bucket_view = as_view;
+    DataParallel dp(std::make_shared<Communicator>(t), params, {}, opts);
+    SGD opt(params, kLr, kMomentum);
+    for (int s = 0; s < 3; ++s) {
+      const bool use_b = s != 1 || rank == 0, use_c = s != 1;
+      Tensor loss = sum(mul(params[0], Tensor::full({6}, rank + 1.0 + s)));
+      if (use_b) loss = add(loss, sum(mul(square(params[1]), Tensor::full({4}, rank + 0.5))));
+      if (use_c) loss = add(loss, sum(mul(params[2], params[2])));
+      opt.zero_grad();
+      loss.backward();
+      dp.synchronize();
+      for (size_t k = 0; k < params.size(); ++k) {
+        const Tensor g = params[k].grad();
+        EXPECT_TRUE(g.defined()) << "step " << s << ", parameter " << k;
+        if (!g.defined()) continue;
+        if (as_view) {
+          const int b = [&] {
+            for (int i = 0; i < dp.num_buckets(); ++i)
+              for (size_t j : dp.bucket_params(i))
+                if (j == k) return i;
+            return -1;
+          }();
+          EXPECT_TRUE(in_bucket(g, dp.bucket_buffer(b))) << "step " << s << ", parameter " << k;
+        }
+        const std::vector<float> v = g.to_vector<float>();
+        if (s == 1 && k == 2) {
+          EXPECT_EQ(v, std::vector<float>(3, 0.0f)) << "unused everywhere";
+        }
+        out[rank].insert(out[rank].end(), v.begin(), v.end());
+      }
+      opt.step();
+    }
+  });
+  return out;
+}
+
+TEST(DataParallel, AnUnusedParameterBehavesTheSameWithBucketViewsAndCopies) {
+  constexpr int n = 3;
+  const auto views = unused_parameter_grads(true, n);
+  const auto copies = unused_parameter_grads(false, n);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(views[r].size(), size_t{3 * 13});
+    EXPECT_TRUE(bit_equal(views[r], copies[r])) << "rank " << r;
+    EXPECT_TRUE(bit_equal(views[r], views[0])) << "rank " << r;
+  }
+  // Step 1, parameter b: rank 0's gradient 2 * 0.5 * b over 3 ranks.
+  EXPECT_NE(views[0][13 + 6], 0.0f);
 }
 
 TEST(DataParallel, OverlapFractionIsTheHiddenShareOfCommunication) {
