@@ -43,7 +43,7 @@ A trace (--trace: the Chrome trace JSON of engine/trace.h) gives one kind:
               (args.step) and the spans without a step that overlap them (allreduce buckets).
 
 --lr-schedules draws learning rate vs optimizer step of mnist_train's one-cycle schedule (the
-fast recipe: Adam, peak 0.005, 2 epochs of 469 steps) and of its cyclic schedule (SGD --lr 0.05,
+fast recipe: Adam, peak 0.005, 3 epochs of 469 steps) and of its cyclic schedule (SGD --lr 0.05,
 --half-cycle-epochs 1, triangular and triangular2, 6 epochs), from the closed forms of
 engine/optim/lr_schedule.h (whose unit tests check them against PyTorch's schedulers).
 
@@ -393,7 +393,7 @@ def cyclic_lr(t, base_lr, max_lr, half, halve=False):
 def plot_lr_schedules(title):
     steps = 469  # optimizer steps per epoch: 60,000 images in batches of 128
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    total = 2 * steps
+    total = 3 * steps
     a1.plot(range(total), [onecycle_lr(t, 0.005, total) for t in range(total)], color="tab:orange")
     a1.set_title("--lr-schedule onecycle (--recipe fast: Adam, peak 0.005)", fontsize=10)
     total = 6 * steps

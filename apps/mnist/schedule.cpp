@@ -10,8 +10,20 @@
 
 namespace kiln::apps::mnist {
 
-// MEASUREMENTS_PLACEHOLDER
-const FastRecipe kFastRecipe = {"adam", 0.004, 128, 2, 0.3};
+// The fast recipe: Adam, one-cycle to a peak of 0.005 (30% of the steps rising, cosine down),
+// batch 128, 3 epochs, fp32. Chosen by measuring, on the 2-core CPU machine while other jobs
+// kept its load average at 6-14 (so the seconds are rough; accuracies are not affected):
+//  - the peak, on the first 10,000 training images, 1 epoch (79 steps), full test set: Adam
+//    0.002: 95.34%, 0.004: 95.80%, 0.008: 96.30%; SGD momentum 0.9, peak 0.1: 94.65%. Short
+//    runs favour high peaks, so the full run (1,407 steps) takes 0.005, below the best short-run
+//    value (peaks were not swept on full MNIST).
+//  - full MNIST, seeds 1, 2, 3: 2 epochs end at 98.92%, 98.99%, 98.92%, short of 99.0% on all
+//    three, so 3 epochs: 99.02%, 99.11%, 99.04% (--threads 1, three runs side by side; after
+//    2 of the 3 epochs: 98.83%, 98.87%, 99.00%).
+// Batch 128, the default's, because at that size an epoch costs the same for both recipes
+// (Adam's step and Adadelta's both touch each weight a few times), so the epochs saved are the
+// seconds saved.
+const FastRecipe kFastRecipe = {"adam", 0.005, 128, 3, 0.3};
 
 namespace {
 

@@ -20,6 +20,8 @@ namespace {
 TEST_F(MnistTrainTest, FastRecipeOnASubsetLearns) {
   SKIP_WITHOUT_MNIST();
   const std::string json = path("fast.json");
+  // 47 steps of the one-cycle. Measured: 92.85% (seed 1), 92.75% (seed 2) on the first 2,000
+  // test images; the bar leaves ~3 points for other thread counts and machines.
   RunResult r = run_mnist_train({"--data", mnist_dir(), "--recipe", "fast", "--limit-train",
                                  "6000", "--limit-test", "2000", "--epochs", "1", "--json", json});
   ASSERT_EQ(r.exit_code, 0) << r.output;
