@@ -19,7 +19,7 @@
 # Environment: KILN_BUILD_DIR (build tree, default build/), RECIPE_RUNS (default 3),
 # RECIPE_OUT, RECIPE_THREADS (default: all cores), RECIPE_EXTRA_FLAGS (added to both recipes,
 # e.g. "--limit-train 6000 --limit-test 1000" for a quick check of the script itself).
-# Takes (2-core CPU) about 3 x (6 + 2) epochs of training: half an hour or more.
+# Takes 3 x (6 + 3) epochs of training: on a quiet 2-core CPU about half an hour or more.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
