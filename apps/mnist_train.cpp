@@ -3,6 +3,8 @@
 //   mnist_train                       the MNIST CNN, Adadelta lr 1.0 with StepLR gamma 0.7 per
 //                                     epoch, batch 128 (the PyTorch MNIST example recipe): >= 99%
 //   mnist_train --model mlp --optimizer sgd --epochs 3 --json out.json
+//   mnist_train --recipe fast         Adam with a one-cycle learning rate, fewer epochs: >= 99%
+//   mnist_train --lr-schedule cyclic --optimizer sgd --lr 0.05     (apps/mnist/schedule.h)
 //   mnist_train --checkpoint run.ckpt --epochs 2 ; mnist_train --resume run.ckpt --epochs 4
 //   mnist_train --format imagefolder --data DIR --workers 2   (DIR/train/<class>/*.png, DIR/test)
 //   mnist_train --dist local:2                       2 data-parallel ranks as threads
@@ -43,6 +45,7 @@
 //   datasets.h       MNIST in --format idx or imagefolder, --limit-*
 //   model_state.h    model + optimizer from the seed or --resume; --checkpoint after each epoch
 //   train_loop.h     one training epoch, one evaluation pass (EpochResult, StepFn)
+//   schedule.h       --lr-schedule (step, cosine, onecycle, cyclic) and --recipe
 //   dist_flags.h     --dist and the data-parallel flags: parsing and usage checks
 //   dist_training.h  one rank's data parallelism: layout, server ranks, the synchronous or
 //                    asynchronous step, sums over the workers, the end-of-run replica check
@@ -72,6 +75,7 @@
 #include "apps/mnist/model_state.h"
 #include "apps/mnist/options.h"
 #include "apps/mnist/run_report.h"
+#include "apps/mnist/schedule.h"
 #include "apps/mnist/train_loop.h"
 #include "comm/data_parallel.h"
 #include "comm/local_transport.h"
@@ -120,6 +124,31 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--gamma", o.gamma, "StepLR factor applied to the learning rate after each epoch")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--lr-schedule", o.lr_schedule, "step (x --gamma per epoch) | cosine (to 0 over "
+                 "the run) | onecycle (Smith and Topin: up to --lr, then down) | cyclic (Smith: "
+                 "triangles between --base-lr and --lr); all but step change the rate every "
+                 "optimizer step")
+      ->check(CLI::IsMember({"step", "cosine", "onecycle", "cyclic"}))->capture_default_str();
+  app.add_option("--pct-start", o.pct_start, "onecycle: fraction of the steps spent rising to --lr")
+      ->check(CLI::Range(0.01, 0.99))->capture_default_str();
+  app.add_option("--div-factor", o.div_factor, "onecycle: the run starts at --lr / this")
+      ->check(CLI::Range(1.0, 1e9))->capture_default_str();
+  app.add_option("--final-div-factor", o.final_div_factor, "onecycle: the run ends at --lr / "
+                 "--div-factor / this")->check(CLI::Range(1.0, 1e12))->capture_default_str();
+  app.add_option("--anneal", o.anneal, "onecycle: how the rate falls: cos | linear")
+      ->check(CLI::IsMember({"cos", "linear"}))->capture_default_str();
+  app.add_option("--base-lr", o.base_lr, "cyclic: the bottom of the cycle (default --lr / 4)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--half-cycle-epochs", o.half_cycle_epochs, "cyclic: epochs from --base-lr up "
+                 "to --lr (and as many back down)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--cyclic-mode", o.cyclic_mode, "cyclic: triangular | triangular2 (the height "
+                 "halves every cycle)")
+      ->check(CLI::IsMember({"triangular", "triangular2"}))->capture_default_str();
+  app.add_option("--recipe", o.recipe, "default (the flags' defaults: Adadelta + StepLR, 6 "
+                 "epochs) | fast (Adam + one-cycle, fewer epochs: apps/mnist/schedule.h); flags "
+                 "given explicitly override the recipe's values")
+      ->check(CLI::IsMember({"default", "fast"}))->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "adadelta | sgd (momentum 0.9) | adam")
       ->check(CLI::IsMember({"adadelta", "sgd", "adam"}))->capture_default_str();
   o.threads = hardware_threads();
@@ -255,15 +284,16 @@ RankLoaders make_loaders(const Options& o, const Datasets& data, const RunPlan& 
   return l;
 }
 
-// Learning rate: StepLR per epoch; with --batch-per-rank, the large-minibatch recipe per step
-// (x workers after plan.warmup_steps of linear warm-up, then gamma per epoch).
+// Learning rate: --lr-schedule (StepLR per epoch by default; apps/mnist/schedule.h); with
+// --batch-per-rank, the large-minibatch recipe per step (x workers after plan.warmup_steps of
+// linear warm-up, then gamma per epoch).
 std::shared_ptr<LRSchedule> make_lr_schedule(const Options& o, const RunPlan& plan,
                                              int64_t steps_per_epoch) {
   if (o.batch_per_rank) {
     return comm::large_minibatch_schedule(o.lr, plan.ranks.workers, plan.warmup_steps,
                                           steps_per_epoch, o.gamma);
   }
-  return std::make_shared<StepLR>(o.lr, /*step_size=*/1, o.gamma);
+  return make_schedule(o, steps_per_epoch, static_cast<int64_t>(o.epochs) * steps_per_epoch);
 }
 
 // --warmup-epochs in optimizer steps (1 epoch when not given).
@@ -325,11 +355,13 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   const bool print = !o.quiet && ranks.rank == 0;
   if (print) print_run_header(o, plan, *state.model, data);
 
-  // The training step: --batch-per-rank sets the learning rate per step (warm-up), then
-  // backward and the update, alone or with the other ranks.
+  // The training step: --batch-per-rank and the per-step schedules (cosine, onecycle, cyclic)
+  // set the learning rate before each step, then backward and the update, alone or with the
+  // other ranks.
+  const bool per_step = o.batch_per_rank || schedule_per_step(o);
   int64_t global_step = static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
   const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
-    if (o.batch_per_rank) schedule->apply(*state.opt, global_step);
+    if (per_step) schedule->apply(*state.opt, global_step);
     ++global_step;
     if (dist) {
       dist->step(loss, *state.opt, ids);
@@ -347,7 +379,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   std::vector<EpochResult> results;
   for (int epoch = plan.start_epoch; epoch < o.epochs; ++epoch) {
     const auto epoch_start = Clock::now();
-    if (!o.batch_per_rank) schedule->apply(*state.opt, epoch);
+    if (!per_step) schedule->apply(*state.opt, epoch);
     EpochResult r;
     train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print,
                 ranks.dist ? ranks.rank : -1, r);
@@ -419,7 +451,9 @@ int run(Options& o, const CLI::App& app) {
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
   if (!o.trace.empty()) trace::Tracer::global().enable();
+  apply_recipe(o, app);
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
+  check_schedule_flags(o, app);
 
   const apps::TrainCheckpoint resumed = read_resumed_checkpoint(o, app);
 

@@ -8,6 +8,7 @@ files, and Gantt charts of Kiln's Chrome traces (PNG, matplotlib).
     tools/plot.py --csv out/comm/ranks.csv --out docs/img/comm_ranks.png   (one size, N = 2..16)
     tools/plot.py --csv a.csv --csv b.csv --out both.png      (rows of several files together)
     tools/plot.py --trace run.json --out gantt.png [--step K]  (mnist_train --trace run.json)
+    tools/plot.py --lr-schedules --out docs/img/lr_schedules.png
 
 The kind of chart follows from the CSV's columns (loader_bench writes three kinds):
   throughput  (images_per_sec, no loader_wait_fraction): images/s of the loader alone vs
@@ -32,6 +33,10 @@ and apps/resnet_bench one:
 and tools/bench_resnet_vs_pytorch.sh one:
   runners     (runner, workload, images_per_sec): grouped bars, images/s of each runner
               (Kiln's and PyTorch's setups) per workload.
+and tools/recipe_experiment.sh one:
+  recipe      (recipe, train_seconds, test_accuracy): test accuracy (%) vs cumulative seconds
+              of training (evaluation excluded), one line per run, one colour per recipe, the
+              99.0% bar dashed.
 Rows measured on the CUDA simulator (column simulated = 1) are labelled SIMULATED.
 
 A trace (--trace: the Chrome trace JSON of engine/trace.h) gives one kind:
@@ -41,6 +46,11 @@ A trace (--trace: the Chrome trace JSON of engine/trace.h) gives one kind:
               h2d); forward and backward boxes carry their micro-batch number when they have
               one; x axis in ms from the first span shown. --step K keeps the spans of step K
               (args.step) and the spans without a step that overlap them (allreduce buckets).
+
+--lr-schedules draws learning rate vs optimizer step of mnist_train's one-cycle schedule (the
+fast recipe: Adam, peak 0.005, 3 epochs of 469 steps) and of its cyclic schedule (SGD --lr 0.05,
+--half-cycle-epochs 1, triangular and triangular2, 6 epochs), from the closed forms of
+engine/optim/lr_schedule.h (whose unit tests check them against PyTorch's schedulers).
 
 Runs with the system Python (/usr/bin/python3 and Debian's python3-matplotlib, which
 tools/setup.sh installs with KILN_SETUP_EXTRAS=1); uses nothing but the standard library and
@@ -365,6 +375,80 @@ PHASE_COLOURS = OrderedDict([
 ])
 
 
+def plot_recipe(rows, title):
+    """tools/recipe_experiment.sh: test accuracy vs training seconds, every run of each recipe."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    colors = {"default": "tab:blue", "fast": "tab:orange"}
+    labelled = set()
+    runs = OrderedDict()
+    for r in rows:
+        runs.setdefault((r["recipe"], r["run"]), []).append(r)
+    lowest = 100.0
+    for (recipe, run), rs in runs.items():
+        rs.sort(key=lambda r: int(r["epoch"]))
+        xs = [float(r["train_seconds"]) for r in rs]
+        ys = [100 * float(r["test_accuracy"]) for r in rs]
+        lowest = min(lowest, min(ys))
+        label = None if recipe in labelled else "--recipe " + recipe
+        labelled.add(recipe)
+        ax.plot(xs, ys, "o-", color=colors.get(recipe, "tab:gray"), label=label, alpha=0.8,
+                markersize=4)
+    ax.axhline(99.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel("training seconds (evaluation excluded)")
+    ax.set_ylabel("test accuracy after each epoch (%)")
+    if lowest >= 97.0:
+        ax.set_ylim(97.0, 99.6)  # the region around the 99.0% bar
+    ax.set_xlim(left=0)
+    ax.legend()
+    ax.set_title(title or "MNIST CNN: default recipe vs --recipe fast")
+    return fig
+
+
+def onecycle_lr(t, max_lr, total, pct_start=0.3, div=25.0, final_div=1e4):
+    """OneCycleLR of engine/optim/lr_schedule.h (cos anneal)."""
+    import math
+    lo, end = max_lr / div, max_lr / div / final_div
+    peak = pct_start * total - 1
+    s = min(t, total - 1)
+    if s <= peak:
+        a, b, p = lo, max_lr, s / peak
+    else:
+        a, b, p = max_lr, end, (s - peak) / (total - 1 - peak)
+    return b + (a - b) / 2 * (math.cos(math.pi * p) + 1)
+
+
+def cyclic_lr(t, base_lr, max_lr, half, halve=False):
+    """CyclicLR of engine/optim/lr_schedule.h (symmetric triangles)."""
+    import math
+    size, ratio = 2.0 * half, 0.5
+    cycle = math.floor(1 + t / size)
+    x = 1 + t / size - cycle
+    scale = x / ratio if x <= ratio else (x - 1) / (ratio - 1)
+    h = (max_lr - base_lr) * scale
+    return base_lr + (h / 2 ** (cycle - 1) if halve else h)
+
+
+def plot_lr_schedules(title):
+    steps = 469  # optimizer steps per epoch: 60,000 images in batches of 128
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    total = 3 * steps
+    a1.plot(range(total), [onecycle_lr(t, 0.005, total) for t in range(total)], color="tab:orange")
+    a1.set_title("--lr-schedule onecycle (--recipe fast: Adam, peak 0.005)", fontsize=10)
+    total = 6 * steps
+    a2.plot(range(total), [cyclic_lr(t, 0.0125, 0.05, steps) for t in range(total)],
+            label="triangular")
+    a2.plot(range(total), [cyclic_lr(t, 0.0125, 0.05, steps, True) for t in range(total)],
+            label="triangular2", linestyle="--")
+    a2.set_title("--lr-schedule cyclic (SGD --lr 0.05, base 0.0125)", fontsize=10)
+    a2.legend(fontsize=8)
+    for ax in (a1, a2):
+        ax.set_xlabel("optimizer step (%d per epoch)" % steps)
+        ax.set_ylabel("learning rate")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
 def read_trace(path):
     """The complete events, and the rows' names and order, of a Chrome trace file."""
     try:
@@ -460,12 +544,20 @@ def main():
     p.add_argument("--trace", help="a Chrome trace JSON written by Kiln's tracer (mnist_train "
                    "--trace): a Gantt chart")
     p.add_argument("--step", type=int, help="with --trace: only the spans of this step")
+    p.add_argument("--lr-schedules", action="store_true", help="learning rate vs step of "
+                   "mnist_train's one-cycle and cyclic schedules")
     p.add_argument("--out", required=True, help="the PNG to write")
     p.add_argument("--title", default="", help="chart title (default: from the data)")
     p.add_argument("--dpi", type=int, default=80)
     a = p.parse_args()
+    if a.lr_schedules:
+        if a.csv or a.trace:
+            p.error("--lr-schedules takes no --csv or --trace")
+        save(plot_lr_schedules(a.title), a.out, a.dpi)
+        print("plot.py: wrote %s" % a.out)
+        return
     if bool(a.csv) == bool(a.trace):
-        p.error("give either --csv (one or more) or --trace")
+        p.error("give either --csv (one or more), --trace or --lr-schedules")
     if a.step is not None and not a.trace:
         p.error("--step goes with --trace")
     if a.trace:
@@ -474,7 +566,9 @@ def main():
         print("plot.py: wrote %s (%d spans)" % (a.out, n))
         return
     columns, rows = read_rows(a.csv)
-    if "micro_batches" in columns:
+    if "recipe" in columns:
+        fig = plot_recipe(rows, a.title)
+    elif "micro_batches" in columns:
         fig = plot_model_parallel(rows, a.title)
     elif "busbw_gbs" in columns and len({r["members"] for r in rows}) > 1 and \
             len({r["bytes"] for r in rows}) == 1:

@@ -48,6 +48,17 @@ struct Options {
   int64_t eval_batch_size = 250;
   double lr = 0;  // 0: the optimizer's default (set after parsing)
   double gamma = 0.7;
+  // Learning-rate schedule (apps/mnist/schedule.h): step (StepLR per epoch, the default) |
+  // cosine | onecycle | cyclic (those three per optimizer step), and their parameters.
+  std::string lr_schedule = "step";
+  double pct_start = 0.3;           // onecycle: fraction of the steps spent rising
+  double div_factor = 25;           // onecycle: initial lr = --lr / div_factor
+  double final_div_factor = 1e4;    // onecycle: final lr = initial lr / final_div_factor
+  std::string anneal = "cos";       // onecycle: cos | linear
+  double base_lr = 0;               // cyclic: the low end (0: --lr / 4)
+  double half_cycle_epochs = 1;     // cyclic: epochs from base_lr up to --lr (and as many down)
+  std::string cyclic_mode = "triangular";  // cyclic: triangular | triangular2
+  std::string recipe = "default";   // default | fast (apps/mnist/schedule.h)
   std::string optimizer = "adadelta";
   int threads = 1;
   uint64_t seed = 1;

@@ -8,6 +8,7 @@
 
 #include "apps/common/progress.h"
 #include "apps/mnist/device.h"
+#include "apps/mnist/schedule.h"
 #include "engine/allocator.h"
 #include "engine/build_config.h"
 #include "engine/error.h"
@@ -95,12 +96,12 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
                       const Datasets& data) {
   const Device device = plan.device;
   std::printf("mnist_train: %s (%lld parameters) on %s, %d threads%s, %s kernels, %s lr %g "
-              "(x%g per epoch), batch %lld, %lld train / %lld test images, seed %llu\n",
+              "(%s), batch %lld, %lld train / %lld test images, seed %llu\n",
               o.model.c_str(), static_cast<long long>(model.num_parameters()),
               (device.str() + (cuda::kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
               o.threads, plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
               o.optimizer.c_str(),
-              o.lr, o.gamma, static_cast<long long>(o.batch_size),
+              o.lr, describe_schedule(o).c_str(), static_cast<long long>(o.batch_size),
               static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
               static_cast<unsigned long long>(o.seed));
   std::printf("data: %s; loader: %d workers, prefetch %d%s\n", data.train->describe().c_str(),
@@ -140,6 +141,8 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["optimizer"] = o.optimizer;
   j["lr"] = o.lr;
   j["gamma"] = o.gamma;
+  j["lr_schedule"] = schedule_json(o);
+  j["recipe"] = o.recipe;
   j["epochs"] = o.epochs;
   j["start_epoch"] = plan.start_epoch;
   j["batch_size"] = o.batch_size;
@@ -154,6 +157,11 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["train_images_per_sec"] = median(ips);
   j["train_images_per_sec_per_epoch"] = ips;
   j["epoch_seconds"] = secs;
+  // Seconds of the training loops alone (evaluation excluded), per epoch and in all.
+  std::vector<double> train_secs;
+  for (const EpochResult& r : results) train_secs.push_back(r.train_seconds);
+  j["train_seconds_per_epoch"] = train_secs;
+  j["train_seconds"] = train_total;
   // Tensor memory of the training device (the caching allocator's high-water mark).
   const MemoryStats mem = device_memory_stats(device);
   j["peak_memory_bytes"] = mem.peak_bytes;
@@ -190,6 +198,12 @@ void print_closing_lines(const Options& o, const RunPlan& plan,
   std::printf("test accuracy %.2f%% after %d epochs; median %.0f img/s; peak RSS %.0f MB, "
               "tensors %.0f MB\n", 100.0 * final_acc, o.epochs, median(ips),
               peak_rss_bytes() / 1e6, device_memory_stats(plan.device).peak_bytes / 1e6);
+  if (o.recipe != "default") {
+    double train_seconds = 0;
+    for (const EpochResult& r : results) train_seconds += r.train_seconds;
+    std::printf("recipe %s: %.1f s of training (evaluation excluded) over %zu epochs\n",
+                o.recipe.c_str(), train_seconds, results.size());
+  }
   if (plan.ranks.dist && !o.ps_async) {
     std::printf("communication: %.2f s of allreduce, %.0f%% hidden behind backward, %.1f MB "
                 "sent by rank 0\n", traffic.comm_seconds, 100.0 * traffic.overlap_fraction,

@@ -8,6 +8,7 @@
 // and checked by hand where the closed form is short (comments below).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -247,6 +248,74 @@ TEST(LRSchedule, CosineLR) {
   EXPECT_DOUBLE_EQ(s.lr_at(10), 0.1);
   EXPECT_DOUBLE_EQ(s.lr_at(25), 0.1);                                   // stays at the floor
   for (int t = 1; t <= 10; ++t) EXPECT_LT(s.lr_at(t), s.lr_at(t - 1));  // monotone
+}
+
+// Reference values for OneCycleLR and CyclicLR: PyTorch 1.13's schedulers driving a one-parameter
+// SGD (momentum 0.9, cycle_momentum=False), get_last_lr()[0] recorded before each of the steps,
+// printed with repr(); the constructor arguments are the ones in each test.
+void expect_matches_torch(const LRSchedule& s, const std::vector<double>& want) {
+  for (size_t t = 0; t < want.size(); ++t) {
+    EXPECT_NEAR(s.lr_at(static_cast<int64_t>(t)), want[t], 1e-12 * std::max(1.0, want[t])) << t;
+  }
+}
+
+TEST(LRSchedule, OneCycleCosMatchesTorch) {
+  // OneCycleLR(max_lr=1.0, total_steps=20, pct_start=0.3, anneal_strategy='cos',
+  //            div_factor=25, final_div_factor=1e4)
+  OneCycleLR s(1.0, 20, 0.3, 25, 1e4);
+  expect_matches_torch(s, {0.040000000000000036, 0.1316718427000253, 0.3716718427000253,
+                           0.6683281572999747, 0.9083281572999747, 1.0, 0.9874640062350873,
+                           0.9504846320134737, 0.89091617757105, 0.8117456539497631,
+                           0.7169430017913008, 0.6112620219362893, 0.500002,
+                           0.38874197806371075, 0.28306099820869923, 0.18825834605023697,
+                           0.10908782242895004, 0.049519367986526286, 0.012539993764912554,
+                           4e-06});
+  EXPECT_DOUBLE_EQ(s.lr_at(20), s.lr_at(19));  // stays at the floor max_lr / (25 * 1e4)
+  EXPECT_DOUBLE_EQ(s.lr_at(1000), 4e-06);
+}
+
+TEST(LRSchedule, OneCycleLinearMatchesTorch) {
+  // OneCycleLR(max_lr=0.5, total_steps=12, pct_start=0.25, anneal_strategy='linear',
+  //            div_factor=10, final_div_factor=100)
+  OneCycleLR s(0.5, 12, 0.25, 10, 100, OneCycleLR::Anneal::Linear);
+  expect_matches_torch(s, {0.05, 0.275, 0.5, 0.4445, 0.389, 0.3335, 0.278, 0.22249999999999998,
+                           0.16700000000000004, 0.11149999999999999, 0.05600000000000005,
+                           0.0005000000000000004});
+}
+
+TEST(LRSchedule, OneCycleValidates) {
+  EXPECT_THROW(OneCycleLR(1.0, 1), Error);          // one step: no cycle
+  EXPECT_THROW(OneCycleLR(1.0, 100, 0.0), Error);   // no rising phase
+  EXPECT_THROW(OneCycleLR(1.0, 100, 1.0), Error);   // no falling phase
+  EXPECT_THROW(OneCycleLR(1.0, 3, 0.3), Error);     // 0.3 * 3 - 1 < 0: too few steps
+  EXPECT_THROW(OneCycleLR(1.0, 100, 0.3, 0.5), Error);
+  EXPECT_THROW(OneCycleLR(-1.0, 100), Error);
+}
+
+TEST(LRSchedule, CyclicTriangularMatchesTorch) {
+  // CyclicLR(base_lr=0.01, max_lr=0.1, step_size_up=4, mode='triangular')
+  expect_matches_torch(CyclicLR(0.01, 0.1, 4),
+                       {0.01, 0.0325, 0.05500000000000001, 0.0775, 0.1, 0.0775,
+                        0.05500000000000001, 0.0325, 0.01, 0.0325, 0.05500000000000001, 0.0775,
+                        0.1, 0.0775, 0.05500000000000001, 0.0325, 0.01, 0.0325,
+                        0.05500000000000001, 0.0775});
+  // CyclicLR(base_lr=0.01, max_lr=0.1, step_size_up=3, step_size_down=5, mode='triangular')
+  expect_matches_torch(CyclicLR(0.01, 0.1, 3, 5),
+                       {0.01, 0.04, 0.07, 0.1, 0.082, 0.064, 0.046000000000000006,
+                        0.028000000000000004, 0.01, 0.04, 0.07, 0.1, 0.082, 0.064,
+                        0.046000000000000006, 0.028000000000000004, 0.01, 0.04, 0.07, 0.1});
+}
+
+TEST(LRSchedule, CyclicTriangular2MatchesTorch) {
+  // CyclicLR(base_lr=0.01, max_lr=0.1, step_size_up=4, mode='triangular2')
+  expect_matches_torch(CyclicLR(0.01, 0.1, 4, -1, CyclicLR::Mode::Triangular2),
+                       {0.01, 0.0325, 0.05500000000000001, 0.0775, 0.1, 0.0775,
+                        0.05500000000000001, 0.0325, 0.01, 0.02125, 0.0325,
+                        0.043750000000000004, 0.05500000000000001, 0.043750000000000004, 0.0325,
+                        0.02125, 0.01, 0.015625, 0.02125, 0.026875000000000003, 0.0325,
+                        0.026875000000000003, 0.02125, 0.015625, 0.01, 0.012812500000000001});
+  EXPECT_THROW(CyclicLR(0.1, 0.01, 4), Error);  // base above max
+  EXPECT_THROW(CyclicLR(0.01, 0.1, 0), Error);
 }
 
 TEST(LRSchedule, LinearWarmupWrapsAnySchedule) {
