@@ -82,6 +82,12 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const
   });
 }
 
+// The tensor's elements, or nullptr for an undefined tensor (a gradient nobody needs).
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 // The gradients of x, w, b that are defined (allocated) by the caller; undefined ones are
 // skipped. x is needed for dw, w for dx.
 void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
@@ -89,11 +95,8 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
   on_device("conv2d_backward", dy.device(), [&] {
     dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-      T* dwp = dw.defined() ? dw.data<T>() : nullptr;
-      T* dbp = db.defined() ? db.data<T>() : nullptr;
-      const T* xp = x.defined() ? x.data<T>() : nullptr;
-      const T* wp = w.defined() ? w.data<T>() : nullptr;
+      T *dxp = data_or_null<T>(dx), *dwp = data_or_null<T>(dw), *dbp = data_or_null<T>(db);
+      const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
       if constexpr (std::is_same_v<T, float>) {
         if (impl == Impl::Vendor) {
           // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
@@ -114,11 +117,8 @@ void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Te
   }, [&] {
     dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-      T* dwp = dw.defined() ? dw.data<T>() : nullptr;
-      T* dbp = db.defined() ? db.data<T>() : nullptr;
-      const T* xp = x.defined() ? x.data<T>() : nullptr;
-      const T* wp = w.defined() ? w.data<T>() : nullptr;
+      T *dxp = data_or_null<T>(dx), *dwp = data_or_null<T>(dw), *dbp = data_or_null<T>(db);
+      const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
       if (impl == Impl::Vendor) {
         cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
         return;

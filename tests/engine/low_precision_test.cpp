@@ -23,9 +23,13 @@
 #include "engine/serialize.h"
 #include "engine/tensor.h"
 #include "layers/conv2d.h"
+#include "support/file_bytes.h"
 
 namespace kiln {
 namespace {
+
+using testing::read_bytes;
+using testing::write_bytes;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -358,14 +362,6 @@ TEST(LowPrecisionTensor, ComputeOpsRefuseClearly) {
 
 // ---- Checkpoints ------------------------------------------------------------------------------
 
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
-}
-void write_bytes(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 uint32_t version_of(const std::vector<char>& bytes) {
   uint32_t v;
   std::memcpy(&v, bytes.data() + 8, 4);

@@ -12,23 +12,17 @@
 
 #include "engine/serialize.h"
 #include "engine/tensor.h"
+#include "support/file_bytes.h"
 
 namespace kiln {
 namespace {
 
+using testing::read_bytes;
+using testing::write_bytes;
+
 std::string temp_path(const std::string& name) { return ::testing::TempDir() + name; }
 
 bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
-
-std::vector<char> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_bytes(const std::string& path, const std::vector<char>& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Expects read_checkpoint(path) to throw an Input error whose message contains every needle.
 void expect_input_error(const std::string& path, const std::vector<std::string>& needles) {
