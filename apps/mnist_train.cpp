@@ -66,6 +66,7 @@
 #include <vector>
 
 #include "apps/common/launcher.h"
+#include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
 #include "apps/common/train_checkpoint.h"
 #include "apps/mnist/datasets.h"
@@ -151,6 +152,8 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"default", "fast"}))->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "adadelta | sgd (momentum 0.9) | adam")
       ->check(CLI::IsMember({"adadelta", "sgd", "adam"}))->capture_default_str();
+  app.add_option("--precision", o.precision, apps::kPrecisionHelp)
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))->capture_default_str();
   o.threads = hardware_threads();
   app.add_option("--threads", o.threads, "CPU threads (OpenMP, BLAS and oneDNN share them; default: "
                  "the cores this process may use; with --dist, divided by the ranks on this host)")
@@ -358,6 +361,8 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   // The training step: --batch-per-rank and the per-step schedules (cosine, onecycle, cyclic)
   // set the learning rate before each step, then backward and the update, alone or with the
   // other ranks.
+  const Precision precision = apps::setup_precision(o.precision, device);
+  const DType autocast = autocast_dtype_of(precision);
   const bool per_step = o.batch_per_rank || schedule_per_step(o);
   int64_t global_step = static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
   const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
@@ -382,9 +387,9 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     if (!per_step) schedule->apply(*state.opt, epoch);
     EpochResult r;
     train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print,
-                ranks.dist ? ranks.rank : -1, r);
+                ranks.dist ? ranks.rank : -1, r, autocast);
     if (dist) dist->sum_training_over_workers(r);
-    evaluate(*state.model, *loaders.test, device, r);
+    evaluate(*state.model, *loaders.test, device, r, autocast);
     if (dist) dist->sum_evaluation_over_workers(r, loaders.test_shard->size());
     results.push_back(r);
     if (ranks.rank == 0 && !o.checkpoint.empty()) {
@@ -450,6 +455,7 @@ int run(Options& o, const CLI::App& app) {
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
+  if (d.kind != "nccl") apps::setup_precision(o.precision, device);  // refuse before any work
   if (!o.trace.empty()) trace::Tracer::global().enable();
   apply_recipe(o, app);
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;

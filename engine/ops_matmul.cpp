@@ -1,10 +1,12 @@
 // ops_matmul.cpp: matrix product (BLAS on CPU) and transpose, with their gradients.
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
 #include "engine/ops_cuda.h"
+#include "engine/ops_matmul_lowp.h"
 
 namespace kiln {
 
@@ -62,6 +64,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
              " and ", shape_str(b.shape()));
   check_same_device(a, b, "matmul");
   check_same_dtype(a, b, "matmul");
+  if (autocast_applies(a)) return matmul_autocast(a, b, trans_a, trans_b);
   Tensor c = matmul_forward(a, b, trans_a, trans_b);
   if (any_requires_grad({&a, &b})) {
     auto node = std::make_shared<MatmulBackward>(trans_a, trans_b);

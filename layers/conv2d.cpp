@@ -14,12 +14,14 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
 #include "engine/ops.h"
+#include "layers/conv2d_dispatch.h"
 #include "layers/conv2d_kernels.h"
 #include "layers/layout.h"
 
@@ -42,7 +44,7 @@ bool conv_winograd() {
   return v == 1;
 }
 
-namespace {
+namespace conv_detail {
 
 // The implementation a convolution of x runs with.
 Impl impl_for(const Tensor& x) {
@@ -55,7 +57,7 @@ Impl impl_for(const Tensor& x) {
 }
 
 // y (N, K, P, Q) = conv(x, w) + b.
-void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
+void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
              Impl impl) {
   on_device("conv2d", x.device(), [&] {
     dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
@@ -82,16 +84,24 @@ void forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const
   });
 }
 
+}  // namespace conv_detail
+
+namespace {
+
 // The tensor's elements, or nullptr for an undefined tensor (a gradient nobody needs).
 template <typename T>
 T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+}  // namespace
+
+namespace conv_detail {
+
 // The gradients of x, w, b that are defined (allocated) by the caller; undefined ones are
 // skipped. x is needed for dw, w for dx.
-void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-              Tensor& db, const ConvGeometry& g, Impl impl) {
+void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                  Tensor& db, const ConvGeometry& g, Impl impl) {
   on_device("conv2d_backward", dy.device(), [&] {
     dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -135,6 +145,12 @@ Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked)
   return {n, c, h, w};
 }
 
+}  // namespace conv_detail
+
+namespace {
+
+using conv_detail::activation_shape;
+
 struct Conv2dBackward : Node {
   ConvGeometry g{};
   Impl impl = Impl::Hand;
@@ -157,7 +173,7 @@ struct Conv2dBackward : Node {
       if (dw.defined()) dw.zero_();
       if (db.defined()) db.zero_();
     } else {
-      backward(x, w, grad_out, dx, dw, db, g, impl);
+      conv_detail::run_backward(x, w, grad_out, dx, dw, db, g, impl);
     }
     std::vector<Tensor> grads{dx, dw};
     if (has_bias) grads.push_back(db);
@@ -183,8 +199,9 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   if (is_channel_blocked(x) || y_layout == Layout::NCHW16c) {
     // Blocked activations (layers/layout.h): oneDNN reads and writes them itself; every other
     // kernel gets NCHW and its result is converted.
+    // Under autocast every kernel gets NCHW too (the low-precision kernels take no other).
     if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
-          impl_for(x) == Impl::Vendor))
+          conv_detail::impl_for(x) == Impl::Vendor) || autocast_applies(x))
       return as_layout(conv2d(as_layout(x, Layout::NCHW), w, b, stride, padding), y_layout);
   }
   const bool blocked = is_channel_blocked(x);
@@ -221,10 +238,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.p = (g.h + 2 * padding - g.r) / stride + 1;
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
 
-  const Impl impl = impl_for(x);
+  if (autocast_applies(x)) return conv2d_autocast(x, w, b, g);
+  const Impl impl = conv_detail::impl_for(x);
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
                            x.device());
-  if (g.n > 0) forward(x, w, b, y, g, impl);
+  if (g.n > 0) conv_detail::run_forward(x, w, b, y, g, impl);
 
   const bool with_b = b.defined();
   if (with_b ? any_requires_grad({&x, &w, &b}) : any_requires_grad({&x, &w})) {

@@ -60,6 +60,7 @@ struct Options {
   std::string cyclic_mode = "triangular";  // cyclic: triangular | triangular2
   std::string recipe = "default";   // default | fast (apps/mnist/schedule.h)
   std::string optimizer = "adadelta";
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (apps/common/mixed_precision.h)
   int threads = 1;
   uint64_t seed = 1;
   std::string data;

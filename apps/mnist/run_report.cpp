@@ -76,6 +76,7 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
   j["ps_staleness"] = o.ps_async ? o.ps_staleness : 0;
   j["bucket_mb"] = o.bucket_mb;
   j["fp16_allreduce"] = o.fp16_allreduce;
+  j["precision"] = o.precision;
   j["batch_per_rank"] = o.batch_per_rank;
   j["rank_batch_size"] = plan.rank_batch;
   j["global_batch_size"] = plan.global_batch;
@@ -95,11 +96,12 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
 void print_run_header(const Options& o, const RunPlan& plan, const Module& model,
                       const Datasets& data) {
   const Device device = plan.device;
-  std::printf("mnist_train: %s (%lld parameters) on %s, %d threads%s, %s kernels, %s lr %g "
+  std::printf("mnist_train: %s (%lld parameters) on %s, %d threads%s, %s kernels, %s, %s lr %g "
               "(%s), batch %lld, %lld train / %lld test images, seed %llu\n",
               o.model.c_str(), static_cast<long long>(model.num_parameters()),
               (device.str() + (cuda::kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
               o.threads, plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
+              o.precision.c_str(),
               o.optimizer.c_str(),
               o.lr, describe_schedule(o).c_str(), static_cast<long long>(o.batch_size),
               static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),

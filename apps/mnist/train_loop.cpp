@@ -9,6 +9,7 @@
 
 #include "apps/common/progress.h"
 #include "engine/allocator.h"
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -28,7 +29,8 @@ void release_cached(Device device) {
 }  // namespace
 
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
-                 int epoch, int epochs, bool progress, int replica, EpochResult& r) {
+                 int epoch, int epochs, bool progress, int replica, EpochResult& r,
+                 DType autocast) {
   model.train();
   source.start_epoch(epoch);
   ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
@@ -72,6 +74,7 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     Tensor loss;
     {
       trace::Scope forward("forward", trace::Phase::Forward, device, ids);
+      AutocastGuard mixed(autocast, is_low_precision(autocast));
       loss = cross_entropy(model(x), y);
     }
     step_fn(loss, ids);
@@ -91,9 +94,11 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
 // every freed block for reuse: holding both sets would add the two phases' memory together
 // in RSS. Handing the cache back at each phase change costs one round of page faults per
 // epoch (milliseconds) and keeps the peak at the larger phase instead of their sum.
-void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r) {
+void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
+              DType autocast) {
   release_cached(device);
   NoGradGuard no_grad;
+  AutocastGuard mixed(autocast, is_low_precision(autocast));
   model.eval();
   source.start_epoch(0);
   const auto start = Clock::now();

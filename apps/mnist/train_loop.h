@@ -37,16 +37,19 @@ using StepFn = std::function<void(Tensor& loss, const trace::Ids& ids)>;
 // `r`. A loss that is not finite stops training with an error saying to lower --lr.
 // When tracing is on it records the loader waits and each step's forward pass, with
 // ids.step = epoch * batches per epoch + batch and ids.replica = `replica` (-1: not
-// data-parallel).
+// data-parallel). With autocast BF16 or F16 each forward runs under an AutocastGuard of that
+// dtype (engine/autocast.h; mixed precision); F32 leaves it off.
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
-                 int epoch, int epochs, bool progress, int replica, EpochResult& r);
+                 int epoch, int epochs, bool progress, int replica, EpochResult& r,
+                 DType autocast = DType::F32);
 
 // Where host-timed spans of training on `device` go: the device itself for a CPU, the host
 // (cpu:0) for a GPU, whose spans are timed by the GPU.
 inline Device host_side(Device device) { return device.is_cuda() ? Device() : device; }
 
 // Accuracy and mean loss over the batches of `source`, in eval mode (dropout off), recording
-// nothing. Fills the test fields of `r`.
-void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r);
+// nothing, under autocast as train_epoch. Fills the test fields of `r`.
+void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
+              DType autocast = DType::F32);
 
 }  // namespace kiln::apps::mnist

@@ -8,6 +8,9 @@
 //                   in each dtype of `dtypes`, under each Variant
 //   kGradcheckCuda  finite differences in double through cuda:0       (parity_cuda_test)
 //   kVendorCuda     hand kernels == cuBLAS/cuDNN on cuda:0            (parity_cuda_test)
+//   kAutocast       under AutocastGuard(bf16 / f16) == f32, on the CPU (parity_test); every row
+//                   that runs in f32 is in it without asking (cases_in)
+//   kAutocastCuda   the same on cuda:0, for the rows that name it       (parity_cuda_test)
 //
 // Adding a layer's tests = adding rows to parity_cases.cpp, e.g.
 //
@@ -48,7 +51,16 @@ enum Suite : unsigned {
   kDevice = 4,
   kGradcheckCuda = 8,
   kVendorCuda = 16,
+  kAutocast = 32,
+  kAutocastCuda = 64,
 };
+
+// Autocast's tolerance (engine/autocast.h), norm-wise relative error against the f32 result:
+// the inputs of conv/matmul are rounded to 8 (bf16) or 11 (f16) significant bits, each product
+// then carries a relative error up to ~2^-8 / 2^-11, and the f32 sums add no more than f32's own.
+// Four times that bound leaves room for the gradient's own rounding in backward. Rows whose ops
+// are not changed by autocast must give the f32 bits exactly.
+inline double autocast_rtol(DType low) { return low == DType::BF16 ? 1.0 / 64 : 1.0 / 512; }
 
 // A CPU tensor of the given dtype (generators that make integers ignore it).
 using Gen = std::function<Tensor(DType dtype, uint32_t seed)>;

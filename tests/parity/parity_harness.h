@@ -116,6 +116,33 @@ inline ::testing::AssertionResult same_values(const std::string& what, const Ten
   return ::testing::AssertionSuccess();
 }
 
+// Norm-wise relative error ||got - want||_2 <= rtol * ||want||_2: for results whose every element
+// carries rounding errors of its inputs (autocast's bf16/f16 operands), where sums that cancel
+// make an element-wise relative bound meaningless. NaN and inf must sit at the same places.
+inline ::testing::AssertionResult close_in_norm(const std::string& what, const Tensor& got,
+                                                const Tensor& want, double rtol) {
+  if (auto r = detail_parity::same_kind(what, got, want); !r) return r;
+  const std::vector<double> g = got.to(kCpu).to_vector<double>();
+  const std::vector<double> w = want.to(kCpu).to_vector<double>();
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(w[i]) || !std::isfinite(g[i])) {
+      const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
+      if (!same)
+        return ::testing::AssertionFailure() << what << ": element " << i << " is " << g[i]
+                                             << ", want " << w[i];
+      continue;
+    }
+    err2 += (g[i] - w[i]) * (g[i] - w[i]);
+    ref2 += w[i] * w[i];
+  }
+  const double err = std::sqrt(err2), ref = std::sqrt(ref2);
+  if (err <= rtol * ref) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": relative error " << err / ref
+                                       << " in the 2-norm over " << w.size()
+                                       << " elements, allowed " << rtol;
+}
+
 // A fresh leaf on `device` with the values of t, requiring grad.
 inline Tensor leaf_on(const Tensor& t, Device device, bool requires_grad = true) {
   Tensor out = t.to(device).detach();

@@ -101,7 +101,7 @@ void conv2d_rows(std::vector<Case>& rows) {
       c.tol(DTol::rel(5e-5, 1e-11)).vendor(DTol::rel(5e-5, 1e-11)).with_seed(seed += 10);
       c.variants(conv_cuda_variants(true));
       // Hand == cuDNN on the whole table (all gradients).
-      c.suites(g == Grads::All ? kDevice | kVendorCuda : unsigned{kDevice});
+      c.suites(g == Grads::All ? kDevice | kVendorCuda | kAutocastCuda : unsigned{kDevice});
       rows.push_back(c);
     }
   }
@@ -392,8 +392,8 @@ void batchnorm_rows(std::vector<Case>& rows) {
                        .in(uniform(s, -1.0, 2.0)).in(uniform({c}, 0.5, 1.5)).in(uniform({c}))
                        .with_seed(40)
                        .fn([](const Inputs& v) {
-                         Tensor m = Tensor::zeros({v[1].size(0)}, DType::F64);
-                         Tensor var = Tensor::ones({v[1].size(0)}, DType::F64);
+                         Tensor m = Tensor::zeros({v[1].size(0)}, v[1].dtype());
+                         Tensor var = Tensor::ones({v[1].size(0)}, v[1].dtype());
                          return one(batch_norm2d(v[0], v[1], v[2], m, var, true, 0.1, 1e-5));
                        })
                        .suites(kGradcheck));

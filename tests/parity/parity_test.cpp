@@ -2,17 +2,21 @@
 // test per row and suite, named after the row (e.g. Table/DeviceParity.Run/conv2d_...).
 //
 // Built twice from this source (tests/parity/CMakeLists.txt):
-//   parity_test       (labels unit, gradcheck)  Gradcheck.Double, VendorCpu.HandMatchesOneDnn
+//   parity_test       (labels unit, gradcheck)  Gradcheck.Double, VendorCpu.HandMatchesOneDnn,
+//                     Autocast.CloseToF32
 //   parity_cuda_test  (label sim or gpu; KILN_PARITY_CUDA) DeviceParity.Run,
-//                     GradcheckCuda.Double, VendorCuda.HandMatchesVendor; they skip, saying
+//                     GradcheckCuda.Double, VendorCuda.HandMatchesVendor,
+//                     Autocast.CloseToF32OnCuda; they skip, saying
 //                     why, where no CUDA device exists.
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/impl.h"
 #include "parity/parity_cases.h"
@@ -140,10 +144,55 @@ void hand_vs_vendor(const Case& c, Device device, DType dt) {
     }
 }
 
+// ---- (d) under autocast against f32, on one device -------------------------------------------
+
+// The row in f32, its forward under AutocastGuard(low) when low is given; backward after the
+// guard, as a training step runs it.
+Run run_autocast(const Case& c, Device device, std::optional<DType> low, int64_t* casts) {
+  Run r;
+  r.x = leaves(c, c.build(DType::F32), device);
+  {
+    std::optional<AutocastGuard> guard;
+    if (low) guard.emplace(*low);
+    const int64_t before = autocast_cast_calls();
+    r.y = c.f(r.x);
+    if (casts) *casts = autocast_cast_calls() - before;
+  }
+  if (any_grad(c, r.x))
+    backward(r.y[0], random_tensor(r.y[0].shape(), c.seed + 1000, -1.0, 1.0, DType::F32)
+                         .to(device));
+  return r;
+}
+
+void autocast_vs_f32(const Case& c, Device device) {
+  const Run ref = run_autocast(c, device, std::nullopt, nullptr);
+  for (DType low : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(std::string("autocast ") + dtype_name(low) + " on " + device.str());
+    int64_t casts = 0;
+    const Run ac = run_autocast(c, device, low, &casts);
+    // Ops that autocast leaves alone must not change by a bit; the others within the bound.
+    auto same = [&](const std::string& what, const Tensor& got, const Tensor& want) {
+      if (casts == 0 || !is_float(want)) return bit_identical(what, got, want);
+      return testing::close_in_norm(what, got, want, autocast_rtol(low));
+    };
+    ASSERT_EQ(ac.y.size(), ref.y.size());
+    for (size_t k = 0; k < ref.y.size(); ++k) {
+      if (!ref.y[k].defined()) continue;
+      EXPECT_TRUE(same("output " + std::to_string(k), ac.y[k], ref.y[k]));
+    }
+    for (size_t i = 0; i < ref.x.size(); ++i)
+      if (ref.x[i].defined() && ref.x[i].requires_grad()) {
+        EXPECT_TRUE(same("grad of input " + std::to_string(i), ac.x[i].grad(), ref.x[i].grad()));
+      }
+  }
+}
+
 class Gradcheck : public ::testing::TestWithParam<Case> {};
 class VendorCpu : public ::testing::TestWithParam<Case> {};
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Gradcheck);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VendorCpu);
+class Autocast : public ::testing::TestWithParam<Case> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Autocast);
 
 #if !KILN_PARITY_CUDA
 TEST_P(Gradcheck, Double) { gradcheck_row(GetParam(), false); }
@@ -153,6 +202,9 @@ TEST_P(VendorCpu, HandMatchesOneDnn) { hand_vs_vendor(GetParam(), kCpu, DType::F
 
 INSTANTIATE_TEST_SUITE_P(Table, Gradcheck, ::testing::ValuesIn(cases_in(kGradcheck)), test_name);
 INSTANTIATE_TEST_SUITE_P(Table, VendorCpu, ::testing::ValuesIn(cases_in(kVendorCpu)), test_name);
+
+TEST_P(Autocast, CloseToF32) { autocast_vs_f32(GetParam(), kCpu); }
+INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocast)), test_name);
 #endif
 
 #if KILN_PARITY_CUDA
@@ -242,6 +294,13 @@ INSTANTIATE_TEST_SUITE_P(Table, DeviceParity, ::testing::ValuesIn(cases_in(kDevi
 INSTANTIATE_TEST_SUITE_P(Table, GradcheckCuda, ::testing::ValuesIn(cases_in(kGradcheckCuda)),
                          test_name);
 INSTANTIATE_TEST_SUITE_P(Table, VendorCuda, ::testing::ValuesIn(cases_in(kVendorCuda)),
+                         test_name);
+
+TEST_P(Autocast, CloseToF32OnCuda) {
+  KILN_SKIP_WITHOUT_CUDA();
+  autocast_vs_f32(GetParam(), kCuda);
+}
+INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocastCuda)),
                          test_name);
 #endif
 

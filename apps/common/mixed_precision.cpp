@@ -1,0 +1,30 @@
+// mixed_precision.cpp: see mixed_precision.h.
+#include "apps/common/mixed_precision.h"
+
+#include "engine/build_config.h"
+#include "engine/error.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/blas.h"
+#endif
+
+namespace kiln::apps {
+
+const char* const kPrecisionHelp =
+    "fp32 | tf32 (f32 tensors, matrix products on a GPU's tensor cores with 10-bit mantissas; "
+    "CUDA only) | bf16 (autocast: convolutions and matrix products on bfloat16 inputs with f32 "
+    "sums; f32 master weights) | fp16 (the same in IEEE half, with dynamic loss scaling)";
+
+Precision setup_precision(const std::string& value, Device device) {
+  const Precision p = parse_precision(value);
+  if (p == Precision::TF32) {
+    KILN_CHECK_INPUT(device.is_cuda(), "--precision tf32 needs a CUDA device (TF32 is a format "
+                     "of NVIDIA tensor cores; the device is ", device.str(), "): on the CPU use "
+                     "--precision bf16 or fp32");
+  }
+#if KILN_WITH_CUDA
+  if (device.is_cuda()) cuda::set_allow_tf32(p == Precision::TF32);
+#endif
+  return p;
+}
+
+}  // namespace kiln::apps

@@ -1,0 +1,21 @@
+// mixed_precision.h: the training apps' --precision flag (fp32 | tf32 | bf16 | fp16): checked
+// against the device, turned into an autocast dtype (engine/autocast.h) and the TF32 switch
+// (engine/cuda/blas.h).
+#pragma once
+
+#include <string>
+
+#include "engine/autocast.h"
+#include "engine/device.h"
+
+namespace kiln::apps {
+
+// The --precision help text shared by the apps.
+extern const char* const kPrecisionHelp;
+
+// Parses --precision and refuses what cannot work on `device` with a usage error (exit 2):
+// tf32 is a tensor-core format of NVIDIA GPUs, so it needs a CUDA device. Turns TF32 on for
+// tf32 and off otherwise (a run's precision is what it says).
+Precision setup_precision(const std::string& value, Device device);
+
+}  // namespace kiln::apps

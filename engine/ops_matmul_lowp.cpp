@@ -1,0 +1,53 @@
+// ops_matmul_lowp.cpp: matmul under autocast: bf16/f16 operands, f32 sums and f32 results.
+#include "engine/ops_matmul_lowp.h"
+
+#include "engine/autocast.h"
+#include "engine/autograd.h"
+#include "engine/dispatch.h"
+#include "engine/ops.h"
+
+namespace kiln {
+
+Tensor matmul_lowp_product(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  KILN_CHECK(is_low_precision(a.dtype()) && a.dtype() == b.dtype(),
+             "matmul_lowp_product: expected two bf16 or two f16 tensors, got ", a.str(), " and ",
+             b.str());
+  // The rounded values, exactly, in f32: the f32 kernels then sum their products in f32.
+  NoGradGuard no_grad;
+  AutocastGuard f32_only(DType::F32, /*enabled=*/false);
+  return matmul(a.to(DType::F32), b.to(DType::F32), ta, tb);
+}
+
+namespace {
+
+struct MatmulAutocastBackward : Node {
+  bool ta, tb;
+  MatmulAutocastBackward(bool a, bool b) : ta(a), tb(b) {}
+  const char* name() const override { return "MatmulAutocastBackward"; }
+  std::vector<Tensor> apply(const Tensor& g32) override {
+    const Tensor& a = saved[0];  // low precision
+    const Tensor& b = saved[1];
+    const Tensor g = g32.to(a.dtype());
+    Tensor ga, gb;
+    // The same identities as MatmulBackward (ops_matmul.cpp), on the rounded operands.
+    if (next[0]) ga = ta ? matmul_lowp_product(b, g, tb, true) : matmul_lowp_product(g, b, false, !tb);
+    if (next[1]) gb = tb ? matmul_lowp_product(g, a, true, ta) : matmul_lowp_product(a, g, !ta, false);
+    return {ga, gb};
+  }
+};
+
+}  // namespace
+
+Tensor matmul_autocast(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  const Tensor a_low = autocast_cast(a);
+  const Tensor b_low = autocast_cast(b);
+  Tensor c = matmul_lowp_product(a_low, b_low, trans_a, trans_b);
+  if (any_requires_grad({&a, &b})) {
+    auto node = std::make_shared<MatmulAutocastBackward>(trans_a, trans_b);
+    node->saved = {a_low, b_low};
+    set_history(c, node, {a, b});
+  }
+  return c;
+}
+
+}  // namespace kiln
