@@ -30,6 +30,7 @@
 
 #include "apps/common/csv_out.h"
 #include "apps/common/launcher.h"
+#include "apps/common/mixed_precision.h"
 #include "apps/resnet_bench/runs.h"
 #include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
@@ -310,6 +311,15 @@ int run(Options& o) {
   KILN_CHECK_INPUT(schedule != Schedule::Naive, "--schedule: the pipeline runs gpipe or 1f1b "
                    "(the naive schedule is --modes model-parallel)");
   const bool cpu_devices = !any_cuda(devices);
+  const Precision precision = setup_precision(o.workload.precision, devices[0]);
+  for (const Device& d : devices)  // tf32 is a switch per device: all of them, or none
+    KILN_CHECK_INPUT(precision != Precision::TF32 || d.is_cuda(), "--precision tf32 needs CUDA "
+                     "devices only, got ", d.str(), " in --devices ", o.devices);
+  KILN_CHECK_INPUT(precision != Precision::FP16 || (modes.size() == 1 && modes[0] == "single" &&
+                                                    o.dp == 1 && !launched_by_mpi()),
+                   "--precision fp16 needs loss scaling, which the pipelines do not do: use "
+                   "--precision bf16 (no loss scaling needed), or --modes single for fp16");
+  o.workload.autocast = autocast_dtype_of(precision);
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
   const char* sim = any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "";
@@ -317,10 +327,10 @@ int run(Options& o) {
   if (launched_as_nonzero_rank()) std::freopen("/dev/null", "w", stdout);
 
   std::printf("resnet_bench: %s, %lldx%lld images, batch %lld, %lld classes, MSE on one-hot "
-              "labels, SGD lr %g\n", o.workload.model.c_str(),
+              "labels, SGD lr %g, %s\n", o.workload.model.c_str(),
               static_cast<long long>(o.workload.image), static_cast<long long>(o.workload.image),
               static_cast<long long>(o.workload.batch), static_cast<long long>(o.workload.classes),
-              o.workload.lr);
+              o.workload.lr, o.workload.precision.c_str());
   std::printf("devices %s; %d CPU thread%s per stage (%d cores)%s\n", o.devices.c_str(), threads,
               threads == 1 ? "" : "s", hw, sim);
   double slowdown = 0;
@@ -410,7 +420,7 @@ int run(Options& o) {
   }
   nlohmann::json report = {
       {"model", o.workload.model}, {"image", o.workload.image}, {"batch", o.workload.batch},
-      {"classes", o.workload.classes}, {"devices", o.devices}, {"threads_per_stage", threads},
+      {"classes", o.workload.classes}, {"precision", o.workload.precision}, {"devices", o.devices}, {"threads_per_stage", threads},
       {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule},
       {"recompute", o.recompute}, {"repeats", o.repeats}, {"steps", o.steps},
       {"simulated", *sim != 0}, {"plan", plan.text}, {"block_ms", plan.block_ms},
@@ -495,6 +505,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--width", w.width, "stem channels: 64 is the real net; 8 or 16 give narrow nets "
                  "of the same depth (smoke tests, the CUDA simulator)")->check(CLI::Range(8, 64));
   app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(CLI::PositiveNumber);
+  app.add_option("--precision", w.precision, kPrecisionHelp)
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
   app.add_option("--devices", o.devices,
                  "one device per stage: cuda:0,cuda:1 or cpu:0,cpu:1 (default: two GPUs when "

@@ -1,6 +1,8 @@
 // layout.cpp: the blocked channel layout's conversions (see layout.h).
 #include "layers/layout.h"
 
+#include "engine/autocast.h"
+
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
@@ -34,8 +36,10 @@ Tensor from_channel_blocks(const Tensor& x) {
 }
 
 Layout preferred_layout(const Tensor& x, int64_t channels) {
+  // Under autocast the low-precision convolutions take NCHW only (layers/conv2d_lowp.cpp).
   const bool fast = x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
-                    kernel_impl() == Impl::Vendor && channels % kChannelBlock == 0;
+                    kernel_impl() == Impl::Vendor && channels % kChannelBlock == 0 &&
+                    !autocast_applies(x);
   return fast ? Layout::NCHW16c : Layout::NCHW;
 }
 

@@ -5,6 +5,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/autocast.h"
 #include "engine/init.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
@@ -44,7 +45,7 @@ namespace {
 class SingleRun : public Run {
  public:
   SingleRun(const Workload& w, Device device, int threads)
-      : model_(make_model(w)), device_(device), threads_(threads) {
+      : model_(make_model(w)), device_(device), threads_(threads), autocast_(w.autocast) {
     model_->to(device);
     opt_ = std::make_unique<SGD>(model_->parameters(), w.lr);
   }
@@ -53,7 +54,11 @@ class SingleRun : public Run {
     const int previous = num_threads();
     set_num_threads(threads_);
     opt_->zero_grad();
-    Tensor loss = mse_loss(model_->forward(batch.x.to(device_)), batch.y.to(device_));
+    Tensor loss;
+    {
+      AutocastGuard mixed(autocast_, is_low_precision(autocast_));
+      loss = mse_loss(model_->forward(batch.x.to(device_)), batch.y.to(device_));
+    }
     loss.backward();
     opt_->step();
 #if KILN_WITH_CUDA
@@ -70,6 +75,7 @@ class SingleRun : public Run {
   std::unique_ptr<SGD> opt_;
   Device device_;
   int threads_;
+  DType autocast_;
 };
 
 }  // namespace
@@ -85,6 +91,7 @@ std::unique_ptr<Run> make_single_run(const Workload& w, Device device, int threa
 PipelineRun::PipelineRun(const Workload& w, const Partition& partition,
                          const std::vector<Device>& devices, PipelineOptions options)
     : model_(make_model(w)) {
+  options.autocast = w.autocast;
   const double lr = w.lr;
   pipeline_ = std::make_unique<Pipeline>(
       resnet_blocks(*model_), partition, devices,

@@ -19,6 +19,8 @@ struct Workload {
   int64_t image = 64, batch = 120, classes = 1000;
   double lr = 0.001;  // the tutorial's SGD learning rate
   int64_t width = 64;  // stem channels (64: the real nets; 8 or 16: narrow nets of the same depth)
+  std::string precision = "fp32";  // --precision (apps/common/mixed_precision.h)
+  DType autocast = DType::F32;     // its autocast dtype: forwards run under AutocastGuard
 };
 
 // The tutorial's data: random images and one-hot rows of random labels (MSE loss).

@@ -78,6 +78,10 @@ struct PipelineOptions {
   comm::Algorithm algorithm = comm::Algorithm::Ring;
   size_t bucket_bytes = size_t{4} << 20;
   int replica = -1;  // this pipeline's replica index, for traces (hybrid runs)
+  // Mixed precision: BF16 or F16 runs every stage's forward under an AutocastGuard of that
+  // dtype (engine/autocast.h; the guard is per thread, so each stage thread sets its own);
+  // F32: off. Loss scaling (fp16) is not part of the pipeline: use BF16.
+  DType autocast = DType::F32;
 };
 
 struct PipelineStepStats {
