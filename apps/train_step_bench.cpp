@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/device.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
+  std::string precision = "fp32";
   bool fold_bn = false, winograd = false, tf32 = false;
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(CLI::IsMember({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
@@ -56,6 +58,8 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", kernels, "hand or vendor")->check(CLI::IsMember({"hand", "vendor"}));
   app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
   app.add_option("--device", device_spec, "cpu or cuda[:N]");
+  app.add_option("--precision", precision, "fp32 | bf16 | fp16: autocast around the forward "
+                 "(engine/autocast.h)")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_flag("--tf32", tf32, "CUDA: TF32 tensor-core math in cuBLAS/cuDNN (default: off)");
   app.add_flag("--winograd", winograd,
                "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
@@ -110,16 +114,22 @@ int main(int argc, char** argv) {
 #endif
     };
 
+    const DType autocast = autocast_dtype_of(parse_precision(precision));
     std::vector<double> ms;
     for (int s = 0; s < warmup + steps; ++s) {
       auto t0 = std::chrono::steady_clock::now();
       if (train) {
         opt.zero_grad();
-        Tensor loss = cross_entropy(net->forward(x), y);
+        Tensor loss;
+        {
+          AutocastGuard mixed(autocast, is_low_precision(autocast));
+          loss = cross_entropy(net->forward(x), y);
+        }
         loss.backward();
         opt.step();
       } else {
         NoGradGuard no_grad;
+        AutocastGuard mixed(autocast, is_low_precision(autocast));
         Tensor logits = net->forward(x);
       }
       wait_for_device();
@@ -128,10 +138,11 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
+    std::printf("kiln model=%s mode=%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
                 "image=%d images_per_sec=%.1f ms_per_step=%.2f%s\n",
                 model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
-                tf32 ? "+tf32" : "", device.str().c_str(), threads, kernels.c_str(),
+                tf32 ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
+                device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median,
                 on_cuda && cuda::kSimulated ? " SIMULATED" : "");
   } catch (const Error& e) {

@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--tf32", action="store_true",
                     help="CUDA: TF32 tensor-core math in cuBLAS and cuDNN (default: off)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="bf16 / fp16: torch.autocast around the forward (fp16 with a GradScaler)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)
@@ -66,15 +68,25 @@ def main():
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     y = (torch.arange(a.batch_size) % classes).to(dev)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    autocast = lambda: torch.autocast(dev.type, dtype=low, enabled=low is not None)
+    scaler = torch.cuda.amp.GradScaler() if a.precision == "fp16" and cuda else None
     ms = []
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         if train:
             opt.zero_grad()
-            F.cross_entropy(net(x), y).backward()
-            opt.step()
+            with autocast():
+                loss = F.cross_entropy(net(x), y)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 net(x)
         if cuda:
             torch.cuda.synchronize(dev)  # a step ends when the GPU has finished it
@@ -82,7 +94,8 @@ def main():
             ms.append((time.perf_counter() - t0) * 1000)
     ms.sort()
     med = ms[len(ms) // 2]
-    fmt = ("+nhwc" if a.channels_last else "") + ("+tf32" if a.tf32 else "")
+    fmt = ("+nhwc" if a.channels_last else "") + ("+tf32" if a.tf32 else "") + (
+        "+" + a.precision if low is not None else "")
     print(f"pytorch model={a.model} mode={a.mode}{fmt} device={a.device} threads={a.threads} "
           f"torch={torch.__version__} "
           f"batch={a.batch_size} image={shape[-1]} "

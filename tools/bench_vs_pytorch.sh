@@ -4,7 +4,8 @@
 # hits both. PyTorch runs in its best 2-core setup: torch threads = N, OpenBLAS threads = 1
 # (otherwise its two thread pools fight). Prints each run, then medians and Kiln/PyTorch.
 #
-#   tools/bench_vs_pytorch.sh [rounds=3] [kernels=vendor]
+#   tools/bench_vs_pytorch.sh [rounds=3] [kernels=vendor] [precision=fp32]
+# precision bf16 / fp16: both sides under autocast (Kiln's AutocastGuard, torch.autocast("cpu")).
 # Needs a build (tools/build.sh) and Debian's python3-torch (KILN_SETUP_EXTRAS=1 tools/setup.sh).
 # ResNets: tools/bench_resnet_vs_pytorch.sh.
 set -euo pipefail
@@ -12,6 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
 rounds=${1:-3}
 kernels=${2:-vendor}
+precision=${3:-fp32}
 [[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "PyTorch not found for /usr/bin/python3: run KILN_SETUP_EXTRAS=1 tools/setup.sh" >&2; exit 2; }
@@ -19,12 +21,12 @@ kernels=${2:-vendor}
 log=$(mktemp)
 for r in $(seq "$rounds"); do
   for t in 1 2; do
-    OMP_NUM_THREADS=$t "$bench" --threads "$t" --kernels "$kernels" | tee -a "$log"
-    OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/tools/bench_pytorch_step.py" --threads "$t" | tee -a "$log"
+    OMP_NUM_THREADS=$t "$bench" --threads "$t" --kernels "$kernels" --precision "$precision" | tee -a "$log"
+    OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$root/tools/bench_pytorch_step.py" --threads "$t" --precision "$precision" | tee -a "$log"
   done
 done
 echo
-/usr/bin/python3 - "$log" <<'PY'
+/usr/bin/python3 - "$log" "$precision" <<'PY'
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
@@ -33,6 +35,6 @@ for line in open(sys.argv[1]):
         runs.setdefault((m[1], int(m[2])), []).append(float(m[3]))
 for t in (1, 2):
     k = statistics.median(runs[("kiln", t)]); p = statistics.median(runs[("pytorch", t)])
-    print(f"threads={t}: kiln {k:.0f} img/s, pytorch {p:.0f} img/s, kiln/pytorch = {k / p:.2f}x")
+    print(f"{sys.argv[2]} threads={t}: kiln {k:.0f} img/s, pytorch {p:.0f} img/s, kiln/pytorch = {k / p:.2f}x")
 PY
 rm -f "$log"
