@@ -36,6 +36,16 @@
 //    the row panels of the block, and one A block (96 x 256 x 2 bytes = 48 KB, in L2) for all
 //    its column panels. The first slice stores into C, the later ones add to it.
 //
+// 5. What to expect. The kernel runs near the instruction's peak, and that peak is the lesson:
+//    on the Sapphire Rapids machine Kiln is measured on, a loop of independent vdpbf16ps
+//    retires about one every two cycles (~110 GFLOP/s on one core), while two f32 FMAs retire
+//    per cycle (~225 GFLOP/s). One AVX-512 BF16 dot product does twice an FMA's work at a
+//    quarter of its rate, so a bf16 GEMM on it saves memory and bandwidth but not arithmetic
+//    time; apps/gemm_bench shows it at about 100 GFLOP/s per core, below f32 OpenBLAS. oneDNN's
+//    bf16 matmul on the same CPU uses AMX tile instructions (TDPBF16PS: a 16 x 32 by 32 x 16
+//    product per instruction) and is an order of magnitude faster: the hardware to use for
+//    bf16 there. This kernel is the portable teaching step before that.
+//
 // Compiled into every x86-64 build: the functions that use AVX-512 carry a target attribute
 // (the rest of the file, and of Kiln, does not need AVX-512), and gemm_lowp calls this only
 // when __builtin_cpu_supports("avx512bf16") says the CPU has it.

@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ struct PathCase {
   LowpGemmPath path;
   DType dtype;
 };
+
+void PrintTo(const PathCase& c, std::ostream* os) {
+  *os << cpu::lowp_gemm_path_name(c.path) << " " << dtype_name(c.dtype);
+}
 
 class GemmLowpPath : public ::testing::TestWithParam<PathCase> {
  protected:
