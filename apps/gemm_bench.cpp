@@ -1,92 +1,63 @@
-// gemm_bench: GFLOP/s of our CUDA SGEMM steps against cuBLAS on square float matrices,
-// C (N,N) = A (N,N) B (N,N), as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
+// gemm_bench: GFLOP/s of matrix products on square matrices, C (N,N) = A (N,N) B (N,N).
 //
-//   gemm_bench [--sizes 1024,2048,4096,8192] [--kernels hand,vendor] [--iters 10] [--json out]
+//   gemm_bench [--device cuda|cpu] [--sizes ...] [--kernels ...] [--dtypes bf16,f16]
+//              [--iters 10] [--warmup 2] [--json out]
 //
-// Kernels: naive, tiled, regblock (the steps of engine/cuda/kernels/gemm.cu), hand (what
-// matmul uses with KILN_KERNELS=hand: regblock for float) and vendor (cuBLAS; TF32 only with
-// KILN_TF32=1). One line per size and kernel, then hand/vendor when both ran. Each result is
-// checked against a reference (cuBLAS when it ran, else the CPU's BLAS up to N = 2048) and the
-// worst error relative to max|C| is printed; a wrong result exits 1.
-// FLOPs: 2 N^3 per product. Time: wall clock of `iters` back-to-back products on the stream,
-// after `warmup` untimed ones, divided by iters.
-// Under the CUDA simulator the kernels run on the CPU and cuBLAS is the simulator's host-computed
-// stand-in: every line says SIMULATED and the default sizes are small.
+// --device cuda (the default in CUDA builds; apps/gemm_bench/cuda_rows.cpp): our SGEMM steps
+//   against cuBLAS on f32, as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
+//   Kernels: naive, tiled, regblock (the steps of engine/cuda/kernels/gemm.cu), hand (what
+//   matmul uses with KILN_KERNELS=hand: regblock for float) and vendor (cuBLAS; TF32 only with
+//   KILN_TF32=1); default hand,vendor; sizes 1024,2048,4096,8192 (64,128 under the simulator,
+//   where every line says SIMULATED).
+// --device cpu (the default without CUDA; apps/gemm_bench/cpu_rows.cpp): mixed precision, bf16
+//   and f16 inputs with f32 sums (cpu::gemm_lowp), against f32 OpenBLAS. Kernels: blas, hand
+//   (the AVX-512 BF16 kernel), vendor (oneDNN), convert (widen to f32, then OpenBLAS); default
+//   all four; sizes 512,1024.
+// One line per size and kernel, with the worst error against a reference (a wrong result exits
+// 1), then the ratios (hand/vendor, ...). FLOPs: 2 N^3 per product; time: wall clock of
+// `iters` products after `warmup` untimed ones, divided by iters.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "apps/gemm_bench/rows.h"
 #include "engine/cuda/context.h"
 #include "engine/error.h"
-#include "engine/ops_cpu.h"
-#include "engine/ops_cuda.h"
-#include "engine/tensor.h"
-#include "engine/cuda/blas.h"
 
 using namespace kiln;
-
-namespace {
-
-const char* const kSimTag = cuda::kSimulated ? "  SIMULATED" : "";
-
-const Device kGpu(DeviceType::CUDA, 0);
-
-Tensor random_matrix(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n * n));
-  for (float& x : v) x = dist(gen);
-  return Tensor::from_vector(v, {n, n});
-}
-
-// One product with the named kernel, queued on the current stream of cuda:0.
-void run_kernel(const std::string& kernel, int64_t n, const float* a, const float* b, float* c) {
-  if (kernel == "vendor") return cuda::gemm_vendor<float>(false, false, n, n, n, a, b, c);
-  cuda::GemmKernel k = cuda::GemmKernel::RegisterBlocked;  // "hand" and "regblock"
-  if (kernel == "naive") k = cuda::GemmKernel::Naive;
-  if (kernel == "tiled") k = cuda::GemmKernel::Tiled;
-  cuda::gemm_hand<float>(k, false, false, n, n, n, a, b, c);
-}
-
-// The largest acceptable max-error: float rounding, or TF32's 10-bit inputs when cuBLAS uses them.
-double tolerance() { return cuda::tf32_enabled() ? 1e-2 : 1e-4; }
-
-// max |got - want| / max |want|.
-double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, worst = 0;
-  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double e = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(e <= worst)) worst = e;  // NaN sticks
-  }
-  return scale > 0 ? worst / scale : worst;
-}
-
-}  // namespace
+using kiln::apps::gemm_bench::Options;
 
 int main(int argc, char** argv) {
-  CLI::App app{"CUDA SGEMM: our kernels vs cuBLAS, GFLOP/s on square float matrices"};
-  std::vector<int64_t> sizes;
-  std::vector<std::string> kernels{"hand", "vendor"};
-  int iters = cuda::kSimulated ? 1 : 10, warmup = cuda::kSimulated ? 0 : 2;
+  CLI::App app{"GEMM GFLOP/s: our CUDA SGEMM vs cuBLAS, or CPU bf16/f16 kernels vs f32 OpenBLAS"};
+  Options o;
+  std::string device = kWithCuda ? "cuda" : "cpu";
   std::string json_path;
-  app.add_option("--sizes", sizes, "matrix sizes N (N x N x N products), comma-separated "
-                                   "(default 1024,2048,4096,8192; 64,128 under the simulator)")
+  o.dtypes = {"bf16", "f16"};
+  app.add_option("--device", device, "cuda (our SGEMM vs cuBLAS) or cpu (bf16/f16 vs f32 BLAS); "
+                                     "default cuda in CUDA builds, else cpu")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--sizes", o.sizes, "matrix sizes N (N x N x N products), comma-separated "
+                                     "(default cuda 1024,2048,4096,8192, 64,128 under the "
+                                     "simulator; cpu 512,1024)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
-  app.add_option("--kernels", kernels, "comma-separated: naive, tiled, regblock, hand, vendor")
+  app.add_option("--kernels", o.kernels, "comma-separated; cuda: naive, tiled, regblock, hand, "
+                                         "vendor (default hand,vendor); cpu: blas, hand, vendor, "
+                                         "convert (default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"naive", "tiled", "regblock", "hand", "vendor"}));
-  app.add_option("--iters", iters, "timed products per size and kernel")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed products first")->check(CLI::NonNegativeNumber);
+      ->check(CLI::IsMember({"naive", "tiled", "regblock", "hand", "vendor", "blas", "convert"}));
+  app.add_option("--dtypes", o.dtypes, "cpu: the input formats, comma-separated (default bf16,f16)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "f16"}));
+  app.add_option("--iters", o.iters, "timed products per size and kernel (default 10; 1 under "
+                                     "the simulator)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "untimed products first (default 2; 0 under the simulator)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   try {
     app.parse(argc, argv);
@@ -94,78 +65,50 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints --help, or the error and a hint
     return rc == 0 ? 0 : 2;
   }
-  if (sizes.empty()) sizes = cuda::kSimulated ? std::vector<int64_t>{64, 128}
-                                        : std::vector<int64_t>{1024, 2048, 4096, 8192};
 
-  try {
-    if (!cuda::is_available()) {
-      std::fprintf(stderr, "gemm_bench: %s\n", cuda::unavailable_reason().c_str());
+  const bool on_cpu = device == "cpu";
+  // Under the simulator the CUDA rows run on the CPU, slowly: one product each by default.
+  const bool simulated = !on_cpu && cuda::kSimulated;
+  if (app.count("--iters") == 0) o.iters = simulated ? 1 : 10;
+  if (app.count("--warmup") == 0) o.warmup = simulated ? 0 : 2;
+  if (o.kernels.empty())
+    o.kernels = on_cpu ? std::vector<std::string>{"blas", "hand", "vendor", "convert"}
+                       : std::vector<std::string>{"hand", "vendor"};
+  if (o.sizes.empty())
+    o.sizes = on_cpu ? std::vector<int64_t>{512, 1024}
+                     : cuda::kSimulated ? std::vector<int64_t>{64, 128}
+                                        : std::vector<int64_t>{1024, 2048, 4096, 8192};
+  for (const std::string& k : o.kernels) {
+    const bool cpu_kernel = k == "blas" || k == "hand" || k == "vendor" || k == "convert";
+    const bool cuda_kernel = k != "blas" && k != "convert";
+    if (on_cpu ? !cpu_kernel : !cuda_kernel) {
+      std::fprintf(stderr, "gemm_bench: --kernels %s is not a %s kernel (cpu: blas, hand, vendor, "
+                           "convert; cuda: naive, tiled, regblock, hand, vendor)\n",
+                   k.c_str(), device.c_str());
       return 2;
     }
-    if (cuda::kSimulated)
-      std::printf("gemm_bench: SIMULATED: the CUDA simulator runs the kernels on the CPU; these "
-                  "figures say nothing about a GPU\n");
-    std::printf("gemm_bench: float32 C = A B on %s, %d timed iteration(s) after %d warm-up%s\n",
-                kGpu.str().c_str(), iters, warmup, kSimTag);
+  }
+
+  try {
     nlohmann::json results = nlohmann::json::array(), ratios = nlohmann::json::array();
     bool all_ok = true;
-    for (int64_t n : sizes) {
-      const Tensor a = random_matrix(n, 1), b = random_matrix(n, 2);
-      const Tensor a_d = a.to(kGpu), b_d = b.to(kGpu);
-      // The reference result: cuBLAS when it runs, else the CPU up to 2048.
-      std::vector<float> reference;
-      const bool vendor_runs = std::find(kernels.begin(), kernels.end(), "vendor") != kernels.end();
-      if (!vendor_runs && n <= 2048) {
-        Tensor c = Tensor::empty({n, n});
-        cpu::gemm<float>(false, false, n, n, n, a.data<float>(), b.data<float>(), c.data<float>());
-        reference = c.to_vector<float>();
+    if (on_cpu) {
+      all_ok = apps::gemm_bench::cpu_rows(o, results, ratios);
+    } else {
+      if (!cuda::is_available()) {
+        std::fprintf(stderr, "gemm_bench: %s\n", cuda::unavailable_reason().c_str());
+        return 2;
       }
-      double hand_gflops = 0, vendor_gflops = 0;
-      // vendor first, so its result is the reference of the others.
-      std::vector<std::string> order = kernels;
-      std::stable_partition(order.begin(), order.end(), [](const std::string& k) { return k == "vendor"; });
-      for (const std::string& kernel : order) {
-        Tensor c_d = Tensor::empty({n, n}, DType::F32, kGpu);
-        double ms = 0;
-        {
-          cuda::DeviceGuard guard(0);
-          for (int i = 0; i < warmup; ++i)
-            run_kernel(kernel, n, a_d.data<float>(), b_d.data<float>(), c_d.data<float>());
-          cuda::synchronize();
-          const auto t0 = std::chrono::steady_clock::now();
-          for (int i = 0; i < iters; ++i)
-            run_kernel(kernel, n, a_d.data<float>(), b_d.data<float>(), c_d.data<float>());
-          cuda::synchronize();
-          ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
-        }
-        const double gflops = 2.0 * n * n * n / (ms * 1e6);
-        const std::vector<float> got = c_d.to_vector<float>();
-        double err = -1;
-        if (kernel == "vendor" && reference.empty()) reference = got;
-        else if (!reference.empty()) err = rel_error(got, reference);
-        const bool ok = !(err > tolerance());  // NaN fails
-        all_ok = all_ok && ok;
-        char check[64];
-        if (err < 0) std::snprintf(check, sizeof check, "%s", kernel == "vendor" ? "reference" : "unchecked");
-        else std::snprintf(check, sizeof check, "max err %.1e%s", err, ok ? "" : " WRONG");
-        std::printf("N %6lld  %-8s %10.1f GFLOP/s  %9.3f ms  %s%s\n", static_cast<long long>(n),
-                    kernel.c_str(), gflops, ms, check, kSimTag);
-        if (kernel == "hand") hand_gflops = gflops;
-        if (kernel == "vendor") vendor_gflops = gflops;
-        results.push_back({{"size", n}, {"kernel", kernel}, {"ms", ms}, {"gflops", gflops},
-                           {"max_rel_error", err < 0 ? nlohmann::json() : nlohmann::json(err)},
-                           {"ok", ok}});
-      }
-      if (hand_gflops > 0 && vendor_gflops > 0) {
-        std::printf("N %6lld  hand/vendor %.2f%s\n", static_cast<long long>(n),
-                    hand_gflops / vendor_gflops, kSimTag);
-        ratios.push_back({{"size", n}, {"hand_over_vendor", hand_gflops / vendor_gflops}});
-      }
+#if KILN_WITH_CUDA
+      all_ok = apps::gemm_bench::cuda_rows(o, results, ratios);
+#endif
     }
     if (!json_path.empty()) {
-      nlohmann::json j{{"simulated", cuda::kSimulated}, {"device", kGpu.str()}, {"dtype", "f32"},
-                       {"iters", iters}, {"warmup", warmup}, {"results", results},
+      nlohmann::json j{{"simulated", simulated},
+                       {"device", on_cpu ? std::string("cpu") : Device(DeviceType::CUDA, 0).str()},
+                       {"iters", o.iters}, {"warmup", o.warmup}, {"results", results},
                        {"hand_over_vendor", ratios}};
+      if (!on_cpu) j["dtype"] = "f32";  // CPU results name their dtype per row
       std::ofstream out(json_path);
       KILN_CHECK_INPUT(out.good(), "gemm_bench: cannot write --json ", json_path);
       out << j.dump(2) << "\n";

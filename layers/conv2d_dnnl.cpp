@@ -1,5 +1,7 @@
 // conv2d_dnnl.cpp: the vendor CPU path of Conv2d, through oneDNN (Debian's libdnnl, v2.6), the
-// library PyTorch's CPU convolutions use. Float only; double always takes the hand kernels.
+// library PyTorch's CPU convolutions use. Float here; double always takes the hand kernels.
+// The primitives, their cache and their execution are shared with the bf16/f16 entry points
+// of conv2d_dnnl_lowp.cpp through conv2d_dnnl_primitives.h.
 //
 // oneDNN works in two steps: describe the operation (shapes, strides, padding, memory
 // layouts) and let the library pick an implementation, a "primitive descriptor"; then create
@@ -15,11 +17,15 @@
 // kernels run ~2x faster than our im2col + OpenBLAS on nchw. In backward, dy is reordered
 // once for both gradients.
 //
+// Data types. x, w and dy are f32, or bf16 / f16 for the low-precision entry points; y, dx, dw
+// and the bias are f32 in every case, so one set of primitives describes both, with a data
+// type per argument.
+//
 // Threads. This libdnnl uses OpenMP: it runs on the calling thread's OpenMP budget
 // (omp_set_num_threads / kiln::set_num_threads). Some implementations fix their thread split
 // when the primitive is created, so the thread budget is part of the cache key. The cache and
-// the stream are thread_local: pipeline stages on several threads each get their own
-// primitives and never lock.
+// the stream (engine/dnnl_cpu.h) are thread_local: pipeline stages on several threads each get
+// their own primitives and never lock.
 #include <omp.h>
 
 #include <array>
@@ -28,16 +34,22 @@
 #include <unordered_map>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "engine/dnnl_cpu.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 #include "layers/conv2d.h"
+#include "layers/conv2d_dnnl_primitives.h"
 #include "layers/conv2d_kernels.h"
 
 namespace kiln {
-namespace {
+namespace dnnl_conv {
 
 using dnnl::memory;
 using tag = dnnl::memory::format_tag;
+using dnnl_cpu::engine;
+using dnnl_cpu::stream;
+
+namespace {
 
 // Direct convolution, or for 3x3 stride-1 kernels under set_conv_winograd(true) oneDNN's
 // choice between direct and Winograd F(4x4, 3x3) (convolution_auto: Winograd where it has a
@@ -45,16 +57,6 @@ using tag = dnnl::memory::format_tag;
 dnnl::algorithm conv_algorithm(const ConvGeometry& g) {
   const bool winograd = conv_winograd() && g.r == 3 && g.s == 3 && g.stride == 1;
   return winograd ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
-}
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream stream(cpu_engine());
-  return stream;
 }
 
 // One tensor argument of a primitive: our buffer is used in place when the primitive accepts
@@ -70,50 +72,58 @@ struct Operand {
   Operand() = default;
   Operand(const memory::desc& user, const memory::desc& prim) : user_md(user), prim_md(prim) {
     if (!direct()) {
-      to_prim = dnnl::reorder(
-          dnnl::reorder::primitive_desc(cpu_engine(), user_md, cpu_engine(), prim_md));
-      to_user = dnnl::reorder(
-          dnnl::reorder::primitive_desc(cpu_engine(), prim_md, cpu_engine(), user_md));
+      to_prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user_md, engine(), prim_md));
+      to_user = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim_md, engine(), user_md));
     }
   }
   bool direct() const { return user_md == prim_md; }
   // A buffer in the primitive's layout, held by `keep` for the duration of the call.
   memory staging(Tensor& keep) const {
     keep = Tensor::empty({static_cast<int64_t>((prim_md.get_size() + 3) / 4)}, DType::F32);
-    return memory(prim_md, cpu_engine(), keep.raw_data());
+    return memory(prim_md, engine(), keep.raw_data());
   }
   // The memory the primitive reads: ours, or a reordered copy of it.
   memory input(const void* ptr, Tensor& keep) const {
-    memory u(user_md, cpu_engine(), const_cast<void*>(ptr));
+    memory u(user_md, engine(), const_cast<void*>(ptr));
     if (direct()) return u;
     memory m = staging(keep);
-    to_prim.execute(cpu_stream(), u, m);
+    to_prim.execute(stream(), u, m);
     return m;
   }
   // The memory the primitive writes; call finish_output(m, ptr) after the primitive ran.
   memory output(void* ptr, Tensor& keep) const {
-    return direct() ? memory(user_md, cpu_engine(), ptr) : staging(keep);
+    return direct() ? memory(user_md, engine(), ptr) : staging(keep);
   }
   void finish_output(memory& m, void* ptr) const {
     if (direct()) return;
-    memory u(user_md, cpu_engine(), ptr);
-    to_user.execute(cpu_stream(), m, u);
+    memory u(user_md, engine(), ptr);
+    to_user.execute(stream(), m, u);
   }
 };
 
-// Everything for one convolution shape: forward, backward-data and backward-weights
-// primitives (the backward ones created on first use), with their operands.
+KernelKind kind_of(const std::string& impl_info) {
+  return dnnl_cpu::is_reference(impl_info) ? KernelKind::Reference : KernelKind::Fast;
+}
+
+}  // namespace
+
+// Everything for one convolution shape and input dtype: forward, backward-data and
+// backward-weights primitives (the backward ones created on first use), with their operands.
 struct ConvPrimitives {
-  memory::desc x_md, w_md, b_md, y_md;  // our layouts
+  // Our layouts. x, w, dy in the input dtype; y, dx, dw, b f32.
+  memory::desc x_md, w_md, b_md, y_md, dy_md, dx_md, dw_md;
   memory::dims strides, pad;
   bool bias = false;
   dnnl::convolution_forward::primitive_desc fwd_pd;
   dnnl::convolution_forward fwd;
+  KernelKind fwd_kind = KernelKind::Missing;
   Operand fx, fw, fy;
   bool have_bwd_data = false;
+  KernelKind bwd_data_kind = KernelKind::Missing;
   dnnl::convolution_backward_data bwd_data;
   Operand dx_op, dw_op_data, dy_op_data;
   bool have_bwd_weights = false;
+  KernelKind bwd_weights_kind = KernelKind::Missing;
   dnnl::convolution_backward_weights bwd_weights;
   Operand bx, bdw, bdy;
 
@@ -123,30 +133,39 @@ struct ConvPrimitives {
   // How the primitives are told about an activation: a blocked one as it is (asking for `any`
   // could pick yet another layout and bring the reorders back), a plain one as `any`.
   static memory::desc any_layout(const memory::desc& md) {
-    return memory::desc(md.dims(), memory::data_type::f32, tag::any);
+    return memory::desc(md.dims(), md.data_type(), tag::any);
   }
-  memory::desc x_arg() const { return x_blocked ? x_md : any_layout(x_md); }
-  memory::desc y_arg() const { return y_blocked ? y_md : any_layout(y_md); }
+  memory::desc x_arg(const memory::desc& md) const { return x_blocked ? md : any_layout(md); }
+  memory::desc y_arg(const memory::desc& md) const { return y_blocked ? md : any_layout(md); }
 
-  ConvPrimitives(const ConvGeometry& g, bool with_bias)
+  ConvPrimitives(const ConvGeometry& g, bool with_bias, DType in)
       : bias(with_bias), x_blocked(g.x_blocked), y_blocked(g.y_blocked), algo(conv_algorithm(g)) {
     const auto f32 = memory::data_type::f32;
+    const auto lowp = dnnl_cpu::data_type(in);
     // Activations: plain NCHW, or already in oneDNN's blocked layout (layers/layout.h), which
     // the blocked kernels then read and write in place.
-    x_md = memory::desc({g.n, g.c, g.h, g.w}, f32, g.x_blocked ? tag::nChw16c : tag::nchw);
-    w_md = memory::desc({g.k, g.c, g.r, g.s}, f32, tag::oihw);
+    const tag x_tag = g.x_blocked ? tag::nChw16c : tag::nchw;
+    const tag y_tag = g.y_blocked ? tag::nChw16c : tag::nchw;
+    const memory::dims x_dims{g.n, g.c, g.h, g.w}, w_dims{g.k, g.c, g.r, g.s},
+        y_dims{g.n, g.k, g.p, g.q};
+    x_md = memory::desc(x_dims, lowp, x_tag);
+    dx_md = memory::desc(x_dims, f32, x_tag);
+    w_md = memory::desc(w_dims, lowp, tag::oihw);
+    dw_md = memory::desc(w_dims, f32, tag::oihw);
     b_md = memory::desc({g.k}, f32, tag::x);
-    y_md = memory::desc({g.n, g.k, g.p, g.q}, f32, g.y_blocked ? tag::nChw16c : tag::nchw);
+    y_md = memory::desc(y_dims, f32, y_tag);
+    dy_md = memory::desc(y_dims, lowp, y_tag);
     strides = {g.stride, g.stride};
     pad = {g.pad, g.pad};
     auto d = with_bias
                  ? dnnl::convolution_forward::desc(
                        dnnl::prop_kind::forward_training, algo,
-                       x_arg(), any_layout(w_md), b_md, y_arg(), strides, pad, pad)
+                       x_arg(x_md), any_layout(w_md), b_md, y_arg(y_md), strides, pad, pad)
                  : dnnl::convolution_forward::desc(
                        dnnl::prop_kind::forward_training, algo,
-                       x_arg(), any_layout(w_md), y_arg(), strides, pad, pad);
-    fwd_pd = dnnl::convolution_forward::primitive_desc(d, cpu_engine());
+                       x_arg(x_md), any_layout(w_md), y_arg(y_md), strides, pad, pad);
+    fwd_pd = dnnl::convolution_forward::primitive_desc(d, engine());
+    fwd_kind = kind_of(fwd_pd.impl_info_str());
     fwd = dnnl::convolution_forward(fwd_pd);
     fx = Operand(x_md, fwd_pd.src_desc());
     fw = Operand(w_md, fwd_pd.weights_desc());
@@ -154,76 +173,107 @@ struct ConvPrimitives {
   }
 
   void make_bwd_data() {
-    dnnl::convolution_backward_data::desc d(algo, x_arg(),
-                                            any_layout(w_md), y_arg(), strides, pad, pad);
-    dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), fwd_pd);
-    bwd_data = dnnl::convolution_backward_data(pd);
-    dx_op = Operand(x_md, pd.diff_src_desc());
-    dw_op_data = Operand(w_md, pd.weights_desc());
-    dy_op_data = Operand(y_md, pd.diff_dst_desc());
     have_bwd_data = true;
+    dnnl::convolution_backward_data::desc d(algo, x_arg(dx_md), any_layout(w_md), y_arg(dy_md),
+                                            strides, pad, pad);
+    dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd_pd);
+    bwd_data_kind = kind_of(pd.impl_info_str());
+    bwd_data = dnnl::convolution_backward_data(pd);
+    dx_op = Operand(dx_md, pd.diff_src_desc());
+    dw_op_data = Operand(w_md, pd.weights_desc());
+    dy_op_data = Operand(dy_md, pd.diff_dst_desc());
   }
 
   void make_bwd_weights() {
+    have_bwd_weights = true;
     auto d = bias ? dnnl::convolution_backward_weights::desc(
-                        algo, x_arg(), any_layout(w_md), b_md,
-                        y_arg(), strides, pad, pad)
-                  : dnnl::convolution_backward_weights::desc(algo,
-                                                             x_arg(), any_layout(w_md),
-                                                             y_arg(), strides, pad, pad);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), fwd_pd);
+                        algo, x_arg(x_md), any_layout(dw_md), b_md, y_arg(dy_md), strides, pad, pad)
+                  : dnnl::convolution_backward_weights::desc(
+                        algo, x_arg(x_md), any_layout(dw_md), y_arg(dy_md), strides, pad, pad);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd_pd);
+    bwd_weights_kind = kind_of(pd.impl_info_str());
     bwd_weights = dnnl::convolution_backward_weights(pd);
     bx = Operand(x_md, pd.src_desc());
-    bdw = Operand(w_md, pd.diff_weights_desc());
-    bdy = Operand(y_md, pd.diff_dst_desc());
-    have_bwd_weights = true;
+    bdw = Operand(dw_md, pd.diff_weights_desc());
+    bdy = Operand(dy_md, pd.diff_dst_desc());
   }
 };
 
-// The cache: geometry, bias or not, and this thread's budget -> primitives.
-using Key = std::array<int64_t, 13>;
+namespace {
 
-ConvPrimitives& primitives(const ConvGeometry& g, bool bias) {
-  thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
-  Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
-          g.x_blocked * 2 + g.y_blocked, static_cast<int64_t>(conv_algorithm(g))};
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    try {
-      it = cache.emplace(key, std::make_unique<ConvPrimitives>(g, bias)).first;
-    } catch (const dnnl::error& e) {
-      throw Error(detail::str("oneDNN could not create a convolution for input [", g.n, ", ",
-                              g.c, ", ", g.h, ", ", g.w, "], weights [", g.k, ", ", g.c, ", ",
-                              g.r, ", ", g.s, "]: ", e.what(),
-                              "; use the hand kernels (KILN_KERNELS=hand)"));
-    }
+std::string describe(const ConvGeometry& g, DType in) {
+  return detail::str(dtype_name(in), " convolution of input [", g.n, ", ", g.c, ", ", g.h, ", ",
+                     g.w, "], weights [", g.k, ", ", g.c, ", ", g.r, ", ", g.s, "]");
+}
+
+// Runs make() (a backward primitive's creation): for bf16 / f16 an "unimplemented" from oneDNN
+// leaves the kind Missing; any other failure, and any for f32, is an error.
+template <typename Make>
+void create_backward(Make&& make, const ConvGeometry& g, DType in) {
+  try {
+    make();
+  } catch (const dnnl::error& e) {
+    if (in == DType::F32 || e.status != dnnl_unimplemented)
+      throw Error(detail::str("oneDNN could not create the backward ", describe(g, in), ": ",
+                              e.what(), "; use the hand kernels (KILN_KERNELS=hand)"));
   }
-  return *it->second;
 }
 
 }  // namespace
 
-void conv2d_forward_dnnl(const float* x, const float* w, const float* b, float* y,
-                         const ConvGeometry& g) {
-  ConvPrimitives& cp = primitives(g, b != nullptr);
+ConvPrimitives* conv_primitives(const ConvGeometry& g, bool bias, DType in) {
+  using Key = std::array<int64_t, 14>;
+  thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
+  const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
+                g.x_blocked * 2 + g.y_blocked, static_cast<int64_t>(conv_algorithm(g)),
+                static_cast<int64_t>(in)};
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    std::unique_ptr<ConvPrimitives> entry;
+    try {
+      entry = std::make_unique<ConvPrimitives>(g, bias, in);
+    } catch (const dnnl::error& e) {
+      // Low precision may simply have no implementation here: remembered as a null entry.
+      if (in == DType::F32 || e.status != dnnl_unimplemented)
+        throw Error(detail::str("oneDNN could not create a ", describe(g, in), ": ", e.what(),
+                                "; use the hand kernels (KILN_KERNELS=hand)"));
+    }
+    it = cache.emplace(key, std::move(entry)).first;
+  }
+  return it->second.get();
+}
+
+KernelKind forward_kind(ConvPrimitives& cp) { return cp.fwd_kind; }
+
+KernelKind backward_data_kind(ConvPrimitives& cp, const ConvGeometry& g, DType in) {
+  if (!cp.have_bwd_data) create_backward([&] { cp.make_bwd_data(); }, g, in);
+  return cp.bwd_data_kind;
+}
+
+KernelKind backward_weights_kind(ConvPrimitives& cp, const ConvGeometry& g, DType in) {
+  if (!cp.have_bwd_weights) create_backward([&] { cp.make_bwd_weights(); }, g, in);
+  return cp.bwd_weights_kind;
+}
+
+void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* b, float* y) {
   Tensor kx, kw, ky;  // staging buffers, if any
   memory y_mem = cp.fy.output(y, ky);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cp.fx.input(x, kx)},
                                        {DNNL_ARG_WEIGHTS, cp.fw.input(w, kw)},
                                        {DNNL_ARG_DST, y_mem}};
-  if (b) args[DNNL_ARG_BIAS] = memory(cp.b_md, cpu_engine(), const_cast<float*>(b));
-  cp.fwd.execute(cpu_stream(), args);
+  if (b) args[DNNL_ARG_BIAS] = memory(cp.b_md, engine(), const_cast<float*>(b));
+  cp.fwd.execute(stream(), args);
   cp.fy.finish_output(y_mem, y);
-  cpu_stream().wait();
+  stream().wait();
 }
 
-void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float* dx,
-                          float* dw, float* db, const ConvGeometry& g) {
-  ConvPrimitives& cp = primitives(g, db != nullptr);
+void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void* w, float* dx,
+                  float* dw, float* db) {
   Tensor kdy, kx, kdw, kw, kdx, kdy2;  // staging buffers, if any
   memory dy_w;  // dy in the layout of backward-weights; reused by backward-data if it fits
   if (dw || db) {
-    if (!cp.have_bwd_weights) cp.make_bwd_weights();
+    KILN_CHECK(cp.have_bwd_weights && cp.bwd_weights_kind != KernelKind::Missing,
+               "conv2d backward (oneDNN): no backward-weights primitive");
     dy_w = cp.bdy.input(dy, kdy);
     // oneDNN always computes dw; when the caller does not want it, it lands in a throwaway
     // buffer.
@@ -231,24 +281,44 @@ void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cp.bx.input(x, kx)},
                                          {DNNL_ARG_DIFF_DST, dy_w},
                                          {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
-    if (db) args[DNNL_ARG_DIFF_BIAS] = memory(cp.b_md, cpu_engine(), db);
-    cp.bwd_weights.execute(cpu_stream(), args);
+    if (db) args[DNNL_ARG_DIFF_BIAS] = memory(cp.b_md, engine(), db);
+    cp.bwd_weights.execute(stream(), args);
     if (dw) cp.bdw.finish_output(dw_mem, dw);
   }
   if (dx) {
-    if (!cp.have_bwd_data) cp.make_bwd_data();
+    KILN_CHECK(cp.have_bwd_data && cp.bwd_data_kind != KernelKind::Missing,
+               "conv2d backward (oneDNN): no backward-data primitive");
     // dy is read-only: the copy made for backward-weights serves here too when the layouts
     // agree (they do for the blocked kernels), saving one reorder of the largest tensor.
     memory dy_d = (dy_w && cp.bdy.prim_md == cp.dy_op_data.prim_md)
                       ? dy_w
                       : cp.dy_op_data.input(dy, kdy2);
     memory dx_mem = cp.dx_op.output(dx, kdx);
-    cp.bwd_data.execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, dy_d},
-                                       {DNNL_ARG_WEIGHTS, cp.dw_op_data.input(w, kw)},
-                                       {DNNL_ARG_DIFF_SRC, dx_mem}});
+    cp.bwd_data.execute(stream(), {{DNNL_ARG_DIFF_DST, dy_d},
+                                   {DNNL_ARG_WEIGHTS, cp.dw_op_data.input(w, kw)},
+                                   {DNNL_ARG_DIFF_SRC, dx_mem}});
     cp.dx_op.finish_output(dx_mem, dx);
   }
-  cpu_stream().wait();
+  stream().wait();
+}
+
+}  // namespace dnnl_conv
+
+// ---- the f32 entry points (conv2d_kernels.h) ----------------------------------------------------
+
+void conv2d_forward_dnnl(const float* x, const float* w, const float* b, float* y,
+                         const ConvGeometry& g) {
+  dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, b != nullptr, DType::F32);
+  dnnl_conv::run_forward(*cp, x, w, b, y);
+}
+
+void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float* dx,
+                          float* dw, float* db, const ConvGeometry& g) {
+  dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, db != nullptr, DType::F32);
+  // f32 always has kernels: these create the primitives (or throw naming the shape).
+  if (dw || db) dnnl_conv::backward_weights_kind(*cp, g, DType::F32);
+  if (dx) dnnl_conv::backward_data_kind(*cp, g, DType::F32);
+  dnnl_conv::run_backward(*cp, x, dy, w, dx, dw, db);
 }
 
 }  // namespace kiln

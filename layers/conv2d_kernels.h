@@ -4,7 +4,8 @@
 //
 //   CPU hand    (conv2d_cpu.cpp)    im2col + GEMM (OpenBLAS), OpenMP over the images of the
 //                                   batch; templated on float and double
-//   CPU vendor  (conv2d_dnnl.cpp)   oneDNN primitives, float only
+//   CPU vendor  (conv2d_dnnl.cpp)   oneDNN primitives, float; and (conv2d_dnnl_lowp.cpp) bf16 /
+//                                   f16 inputs with f32 outputs, for mixed precision
 //   CUDA hand   (conv2d_cuda.cu)    implicit GEMM (im2col done on the fly while loading tiles),
 //                                   float and double; plus the direct loops it is checked against
 //   CUDA vendor (conv2d_cudnn.cu)   cuDNN, float and double; real CUDA only (not the simulator)
@@ -15,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "engine/dtype.h"
 
 namespace kiln {
 
@@ -67,6 +70,28 @@ void conv2d_backward_dnnl(const float* x,   // x is (N, C, H, W)
                           float* dw,        // dw is (K, C, R, S) or null
                           float* db,        // db is (K) or null
                           const ConvGeometry& g);
+
+// ---- vendor kernels for mixed precision (conv2d_dnnl_lowp.cpp) ----------------------------------
+// oneDNN convolution with bf16/f16 x and w, f32 bias and f32 y (forward); dy low precision,
+// dx/dw/db f32 (backward). `in` is DType::BF16 or DType::F16, the format of the uint16_t bit
+// patterns. NCHW only (g.x_blocked and g.y_blocked false). Return false, doing nothing, when
+// oneDNN has no non-reference implementation for `in` on this CPU (the caller then converts
+// and runs the f32 kernels). The products are exact and summed in f32.
+bool conv2d_forward_dnnl_lowp(DType in,
+                              const uint16_t* x,  // x is (N, C, H, W)
+                              const uint16_t* w,  // w is (K, C, R, S)
+                              const float* b,     // b is (K) or null
+                              float* y,           // y is (N, K, P, Q), written, never read
+                              const ConvGeometry& g);
+// dx, dw, db may each be null (not needed); x may be null when dw and db are, w when dx is.
+bool conv2d_backward_dnnl_lowp(DType in,
+                               const uint16_t* x,   // x is (N, C, H, W)
+                               const uint16_t* dy,  // dy is (N, K, P, Q)
+                               const uint16_t* w,   // w is (K, C, R, S)
+                               float* dx,           // dx is (N, C, H, W) or null
+                               float* dw,           // dw is (K, C, R, S) or null
+                               float* db,           // db is (K) or null
+                               const ConvGeometry& g);
 
 }  // namespace kiln
 

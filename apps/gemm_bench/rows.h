@@ -1,0 +1,35 @@
+// rows.h: gemm_bench's two sets of measurements, one per device, and what they share.
+//   cuda_rows.cpp  our CUDA SGEMM steps vs cuBLAS (built with a CUDA backend only)
+//   cpu_rows.cpp   bf16 / f16 products with f32 sums (cpu::gemm_lowp's paths) vs f32 OpenBLAS
+// Each prints one line per size and kernel, appends the same to `results` (JSON), and returns
+// false when a kernel's result was wrong.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace kiln::apps::gemm_bench {
+
+struct Options {
+  std::vector<int64_t> sizes;         // N of the N x N x N products
+  std::vector<std::string> kernels;   // per device: see gemm_bench.cpp
+  std::vector<std::string> dtypes;    // CPU: bf16, f16
+  int iters = 10, warmup = 2;
+};
+
+// An N x N f32 matrix of uniform values in [-1, 1) from `seed`.
+Tensor random_matrix(int64_t n, uint32_t seed);
+
+// max |got - want| / max |want| (NaN if any element is NaN).
+double rel_error(const std::vector<float>& got, const std::vector<float>& want);
+
+// `ratios` gets {size, hand_over_vendor, ...} per size where both ran.
+bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios);
+bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios);
+
+}  // namespace kiln::apps::gemm_bench
