@@ -4,18 +4,35 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
+#include "engine/gemm_lowp_cpu.h"
+#include "engine/impl.h"
 #include "engine/ops.h"
 
 namespace kiln {
+
+namespace {
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+}  // namespace
 
 Tensor matmul_lowp_product(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   KILN_CHECK(is_low_precision(a.dtype()) && a.dtype() == b.dtype(),
              "matmul_lowp_product: expected two bf16 or two f16 tensors, got ", a.str(), " and ",
              b.str());
-  // The rounded values, exactly, in f32: the f32 kernels then sum their products in f32.
-  NoGradGuard no_grad;
-  AutocastGuard f32_only(DType::F32, /*enabled=*/false);
-  return matmul(a.to(DType::F32), b.to(DType::F32), ta, tb);
+  check_same_device(a, b, "matmul");
+  const int64_t m = ta ? a.size(1) : a.size(0), k = ta ? a.size(0) : a.size(1);
+  const int64_t n = tb ? b.size(0) : b.size(1);
+  KILN_CHECK(k == (tb ? b.size(1) : b.size(0)), "matmul: inner dimensions differ: ",
+             shape_str(a.shape()), ta ? "^T" : "", " x ", shape_str(b.shape()), tb ? "^T" : "");
+  Tensor c = Tensor::empty({m, n}, DType::F32, a.device());
+  on_device("matmul", a.device(), [&] {
+    cpu::gemm_lowp(a.dtype(), kernel_impl(), ta, tb, m, n, k, bits(a), bits(b), c.data<float>());
+  }, [&] {
+    // The rounded values, exactly, in f32: the f32 kernels then sum their products in f32.
+    NoGradGuard no_grad;
+    AutocastGuard f32_only(DType::F32, /*enabled=*/false);
+    c = matmul(a.to(DType::F32), b.to(DType::F32), ta, tb);
+  });
+  return c;
 }
 
 namespace {

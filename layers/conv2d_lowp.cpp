@@ -11,6 +11,7 @@
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
+#include "engine/ops.h"
 #include "layers/conv2d_dispatch.h"
 
 namespace kiln {
@@ -19,14 +20,38 @@ namespace {
 
 Tensor widen(const Tensor& t) { return t.defined() ? t.to(DType::F32) : Tensor(); }
 
+const uint16_t* bits(const Tensor& t) {
+  return t.defined() ? static_cast<const uint16_t*>(t.raw_data()) : nullptr;
+}
+float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+// The vendor library's own low-precision convolution, where there is one for x's dtype.
+bool vendor_lowp(const Tensor& x_low, Impl impl) {
+  return impl == Impl::Vendor && x_low.device().is_cpu();
+}
+
 // y = conv(x_low, w_low) + b, y f32.
 void forward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& b, Tensor& y,
                   const ConvGeometry& g, Impl impl) {
+  if (vendor_lowp(x_low, impl) &&
+      conv2d_forward_dnnl_lowp(x_low.dtype(), bits(x_low), bits(w_low),
+                               b.defined() ? b.data<float>() : nullptr, y.data<float>(), g))
+    return;
   conv_detail::run_forward(widen(x_low), widen(w_low), b, y, g, impl);
 }
 
 void backward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& dy_low, Tensor& dx,
                    Tensor& dw, Tensor& db, const ConvGeometry& g, Impl impl) {
+  // oneDNN computes db only together with dw (it needs x); a lone db (a frozen weight, a
+  // trained bias) is a plain sum over dy.
+  const bool lone_db = db.defined() && !dw.defined();
+  if (vendor_lowp(dy_low, impl) &&
+      conv2d_backward_dnnl_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
+                                f32_or_null(dx), f32_or_null(dw), lone_db ? nullptr : f32_or_null(db),
+                                g)) {
+    if (lone_db) db.copy_(sum(widen(dy_low), {0, 2, 3}));
+    return;
+  }
   conv_detail::run_backward(widen(x_low), widen(w_low), widen(dy_low), dx, dw, db, g, impl);
 }
 

@@ -203,7 +203,14 @@ TEST_P(VendorCpu, HandMatchesOneDnn) { hand_vs_vendor(GetParam(), kCpu, DType::F
 INSTANTIATE_TEST_SUITE_P(Table, Gradcheck, ::testing::ValuesIn(cases_in(kGradcheck)), test_name);
 INSTANTIATE_TEST_SUITE_P(Table, VendorCpu, ::testing::ValuesIn(cases_in(kVendorCpu)), test_name);
 
-TEST_P(Autocast, CloseToF32) { autocast_vs_f32(GetParam(), kCpu); }
+// Both kernel sets: oneDNN's bf16 kernels and ours (the AVX-512 BF16 GEMM, widened operands).
+TEST_P(Autocast, CloseToF32) {
+  for (Impl impl : {Impl::Hand, Impl::Vendor}) {
+    SCOPED_TRACE(impl_name(impl));
+    testing::ImplScope scope(impl);
+    autocast_vs_f32(GetParam(), kCpu);
+  }
+}
 INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocast)), test_name);
 #endif
 
