@@ -4,12 +4,14 @@
 // memory of the current device, and the work is queued on cuda::current_stream() (the call
 // returns before the kernel has run; later work on the same stream sees its result). The
 // caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
-// Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,transpose,softmax}.cu; each file
+// Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,gemm_lowp,transpose,softmax}.cu; each file
 // opens with how its kernels divide the work among threads.
 #pragma once
 
 #include <cstdint>
 
+#include "engine/dtype.h"
+#include "engine/impl.h"
 #include "engine/ops_cpu.h"
 
 namespace kiln::cuda {
@@ -68,6 +70,16 @@ void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t
 template <typename T>
 void gemm_vendor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
                  const T* b, T* c, T beta = T(0));
+
+// Mixed precision: C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in` is
+// DType::BF16 or DType::F16), products summed in f32; row-major and shaped like gemm above
+// (beta 0: C is written, never read). The caller picks the path (engine/cuda/kernels/gemm_lowp.cu):
+//   Impl::Vendor  cublasGemmEx: CUDA_R_16BF / CUDA_R_16F inputs, CUDA_R_32F output,
+//                 CUBLAS_COMPUTE_32F (tensor cores where the GPU has them);
+//   Impl::Hand    A and B converted to f32 on the device (copy.h's convert) into scratch memory,
+//                 then the fastest hand f32 GEMM step.
+void gemm_lowp(DType in, Impl impl, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const uint16_t* a, const uint16_t* b, float* c);
 
 // out = x with dims d0 and d1 swapped; x has shape dims[0..rank) (dims is a HOST array).
 template <typename T>

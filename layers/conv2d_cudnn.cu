@@ -23,6 +23,16 @@
 // Bias: forward adds it with cudnnAddTensor (broadcast of a (1, K, 1, 1) tensor); backward
 // sums dy per channel with cudnnConvolutionBackwardBias. Layouts are our plain NCHW and KCRS:
 // cuDNN takes them as they are, no reorders.
+//
+// Mixed precision (conv2d_forward_cudnn_lowp, conv2d_backward_cudnn_lowp): x, w and dy in bf16
+// or f16, summed in float on the tensor cores: cuDNN's PSEUDO_HALF_CONFIG and
+// PSEUDO_BFLOAT16_CONFIG (CUDNN_DATA_HALF or CUDNN_DATA_BFLOAT16 descriptors, compute type
+// FLOAT, CUDNN_TENSOR_OP_MATH; cuDNN API reference, cudnnConvolutionForward's table of
+// supported configurations). The legacy API writes the output in the inputs' type, so y, dx and
+// dw land in 16-bit scratch (each element rounded once from its float sum) and are widened into
+// the caller's f32 buffers (engine/cuda/kernels/copy.h); the bias is added in f32 on FLOAT
+// descriptors, and db sums dy widened exactly to f32. Their plans share the cache, keyed by the
+// 16-bit type, and their algorithms are chosen by the same rule (any math type is allowed).
 #include "engine/cuda/runtime.h"
 
 #include <algorithm>
@@ -37,6 +47,7 @@
 #include "engine/cuda/blas.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/dnn.h"
+#include "engine/cuda/kernels/copy.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 #include "layers/conv2d_kernels.h"
@@ -57,6 +68,27 @@ constexpr cudnnDataType_t cudnn_dtype() {
   return std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
 }
 
+bool is_16bit(cudnnDataType_t dt) { return dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16; }
+
+// The cuDNN type of a 16-bit Kiln dtype; an Error for the others.
+cudnnDataType_t cudnn_lowp_dtype(DType in, const char* who) {
+  KILN_CHECK(is_low_precision(in), who, ": x, w (and dy) must be bf16 or f16, not ",
+             dtype_name(in), " (conv2d_forward_cudnn / conv2d_backward_cudnn take f32 and f64)");
+  return in == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+}
+
+// cuDNN's scaling factors: double for DOUBLE data, float for the others.
+const void* scalar_one(cudnnDataType_t dt) {
+  static const double d = 1;
+  static const float f = 1;
+  return dt == CUDNN_DATA_DOUBLE ? static_cast<const void*>(&d) : &f;
+}
+const void* scalar_zero(cudnnDataType_t dt) {
+  static const double d = 0;
+  static const float f = 0;
+  return dt == CUDNN_DATA_DOUBLE ? static_cast<const void*>(&d) : &f;
+}
+
 // One pass (forward, backward-data or backward-filter) of a cached plan: its own convolution
 // descriptor (the math type belongs to the chosen algorithm), the algorithm and its workspace.
 template <typename Algo>
@@ -70,7 +102,11 @@ struct Pass {
 // Everything cuDNN needs for one convolution shape. Created once, never moved or destroyed
 // while the process runs (the map owns it through a unique_ptr).
 struct Plan {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;  // of x, w and y (and dx, dw, dy)
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  // 16-bit plans: y (N, K, P, Q) in FLOAT, the f32 output the bias is added to and the f32 dy
+  // the bias gradient sums; bias is FLOAT there too. Null for FLOAT and DOUBLE plans.
+  cudnnTensorDescriptor_t y_f32 = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   bool fp32_strict = false;  // FP32 without TF32: only CUDNN_FMA_MATH algorithms
@@ -85,43 +121,52 @@ struct Plan {
     for (auto* c : {fwd.conv, bwd_data.conv, bwd_filter.conv})
       if (c) (void)cudnnDestroyConvolutionDescriptor(c);
     if (w) (void)cudnnDestroyFilterDescriptor(w);
-    for (auto* t : {x, y, bias})
+    for (auto* t : {x, y, bias, y_f32})
       if (t) (void)cudnnDestroyTensorDescriptor(t);
   }
 };
 
-template <typename T>
+// `compute`: the type cuDNN sums in (the data type, or FLOAT for 16-bit data).
 void make_conv_descriptor(cudnnConvolutionDescriptor_t* conv, const ConvGeometry& g,
-                          cudnnMathType_t math) {
+                          cudnnDataType_t compute, cudnnMathType_t math) {
   KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(conv));
   KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
       *conv, static_cast<int>(g.pad), static_cast<int>(g.pad), static_cast<int>(g.stride),
-      static_cast<int>(g.stride), 1, 1, CUDNN_CROSS_CORRELATION, cudnn_dtype<T>()));
+      static_cast<int>(g.stride), 1, 1, CUDNN_CROSS_CORRELATION, compute));
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(*conv, math));
 }
 
-template <typename T>
-std::unique_ptr<Plan> make_plan(const ConvGeometry& g, bool tf32) {
-  auto plan = std::make_unique<Plan>();
-  const cudnnDataType_t dt = cudnn_dtype<T>();
+void make_tensor(cudnnTensorDescriptor_t* t, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
+                 int64_t w) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
-  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->x));
-  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->x, CUDNN_TENSOR_NCHW, dt, i(g.n), i(g.c),
-                                              i(g.h), i(g.w)));
-  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->y));
-  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(plan->y, CUDNN_TENSOR_NCHW, dt, i(g.n), i(g.k),
-                                              i(g.p), i(g.q)));
-  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&plan->bias));
-  KILN_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(plan->bias, CUDNN_TENSOR_NCHW, dt, 1, i(g.k), 1, 1));
+  KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(t));
+  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, dt, i(n), i(c), i(h), i(w)));
+}
+
+// The math type the algorithms may use:
+//   FLOAT   CUDNN_FMA_MATH without TF32 (strict FP32), else CUDNN_DEFAULT_MATH (TF32 allowed);
+//   DOUBLE  CUDNN_DEFAULT_MATH;
+//   16-bit  CUDNN_TENSOR_OP_MATH: 16-bit inputs, products exact in the float accumulator.
+std::unique_ptr<Plan> make_plan(const ConvGeometry& g, cudnnDataType_t dt, bool tf32) {
+  auto plan = std::make_unique<Plan>();
+  const bool lowp = is_16bit(dt);
+  const cudnnDataType_t f32_or_dt = lowp ? CUDNN_DATA_FLOAT : dt;  // bias, compute type
+  plan->type = dt;
+  make_tensor(&plan->x, dt, g.n, g.c, g.h, g.w);
+  make_tensor(&plan->y, dt, g.n, g.k, g.p, g.q);
+  make_tensor(&plan->bias, f32_or_dt, 1, g.k, 1, 1);
+  if (lowp) make_tensor(&plan->y_f32, CUDNN_DATA_FLOAT, g.n, g.k, g.p, g.q);
+  const auto i = [](int64_t v) { return static_cast<int>(v); };
   KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
   KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, i(g.k), i(g.c),
                                               i(g.r), i(g.s)));
-  plan->fp32_strict = std::is_same_v<T, float> && !tf32;
-  plan->math = plan->fp32_strict ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
-  make_conv_descriptor<T>(&plan->fwd.conv, g, plan->math);
-  make_conv_descriptor<T>(&plan->bwd_data.conv, g, plan->math);
-  make_conv_descriptor<T>(&plan->bwd_filter.conv, g, plan->math);
+  plan->fp32_strict = dt == CUDNN_DATA_FLOAT && !tf32;
+  plan->math = plan->fp32_strict ? CUDNN_FMA_MATH
+               : lowp            ? CUDNN_TENSOR_OP_MATH
+                                 : CUDNN_DEFAULT_MATH;
+  make_conv_descriptor(&plan->fwd.conv, g, f32_or_dt, plan->math);
+  make_conv_descriptor(&plan->bwd_data.conv, g, f32_or_dt, plan->math);
+  make_conv_descriptor(&plan->bwd_filter.conv, g, f32_or_dt, plan->math);
   return plan;
 }
 
@@ -130,10 +175,9 @@ using Key = std::array<int64_t, 12>;
 std::mutex g_plans_mutex;
 std::map<Key, std::unique_ptr<Plan>> g_plans;
 
-template <typename T>
-Key plan_key(const ConvGeometry& g, bool tf32) {
+Key plan_key(const ConvGeometry& g, cudnnDataType_t dt, bool tf32) {
   return {g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad,
-          static_cast<int64_t>(cudnn_dtype<T>()), current_device(), tf32 ? 1 : 0};
+          static_cast<int64_t>(dt), current_device(), tf32 ? 1 : 0};
 }
 
 // A device workspace of `bytes` (none for 0), alive as long as the returned tensor.
@@ -143,6 +187,11 @@ Tensor workspace_tensor(size_t bytes) {
                        Device(DeviceType::CUDA, current_device()));
 }
 void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+// A device tensor of `count` elements of `dtype` on the current device (caching allocator).
+Tensor scratch_tensor(int64_t count, DType dtype) {
+  return Tensor::empty({count}, dtype, Device(DeviceType::CUDA, current_device()));
+}
 
 // The search workspace: the most that any candidate the heuristics list as runnable asks for,
 // up to kMaxWorkspace (algorithms that need more are not tried).
@@ -181,23 +230,20 @@ void choose(Pass<Algo>& pass, const Plan& plan, const std::vector<Perf>& found, 
   pass.chosen = true;
 }
 
-template <typename T>
-Plan& plan_for(const ConvGeometry& g) {
-  const bool tf32 = std::is_same_v<T, float> && tf32_enabled();
-  const Key key = plan_key<T>(g, tf32);
+// The plan for this geometry and data type, made on first use. Call under g_plans_mutex.
+Plan& plan_for(const ConvGeometry& g, cudnnDataType_t dt) {
+  const bool tf32 = dt == CUDNN_DATA_FLOAT && tf32_enabled();
+  const Key key = plan_key(g, dt, tf32);
   auto it = g_plans.find(key);
-  if (it == g_plans.end()) it = g_plans.emplace(key, make_plan<T>(g, tf32)).first;
+  if (it == g_plans.end()) it = g_plans.emplace(key, make_plan(g, dt, tf32)).first;
   return *it->second;
 }
 
-}  // namespace
-
-template <typename T>
-void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
-  if (g.n == 0) return;
-  cudnnHandle_t handle = cudnn_handle();
-  std::unique_lock<std::mutex> lock(g_plans_mutex);
-  Plan& plan = plan_for<T>(g);
+// Each pass's algorithm, chosen on first use: the heuristics list the candidates, Find times
+// them on the real buffers (it overwrites the output: y, dx or dw), choose() keeps one. Call
+// under g_plans_mutex; the returned copy stays valid (a chosen pass never changes).
+Pass<cudnnConvolutionFwdAlgo_t> forward_pass(cudnnHandle_t handle, Plan& plan, const void* x,
+                                             const void* w, void* y, const ConvGeometry& g) {
   if (!plan.fwd.chosen) {
     int max_count = 0, count = 0;
     KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count));
@@ -211,24 +257,13 @@ void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGe
         ptr(ws), bytes));
     choose(plan.fwd, plan, perf, count, bytes, "forward", g);
   }
-  const Pass<cudnnConvolutionFwdAlgo_t> pass = plan.fwd;
-  lock.unlock();  // the plan never changes again for this pass, and never moves
-
-  Tensor ws = workspace_tensor(pass.workspace);
-  const T one = 1, zero = 0;
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, &one, plan.x, x, plan.w, w, pass.conv,
-                                           pass.algo, ptr(ws), pass.workspace, &zero, plan.y, y));
-  if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y, y));
+  return plan.fwd;
 }
 
-template <typename T>
-void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T* db,
-                           const ConvGeometry& g) {
-  if (g.n == 0) return;  // the op zeroes dw and db of an empty batch itself
-  cudnnHandle_t handle = cudnn_handle();
-  std::unique_lock<std::mutex> lock(g_plans_mutex);
-  Plan& plan = plan_for<T>(g);
-  if (dx && !plan.bwd_data.chosen) {
+Pass<cudnnConvolutionBwdDataAlgo_t> backward_data_pass(cudnnHandle_t handle, Plan& plan,
+                                                       const void* w, const void* dy, void* dx,
+                                                       const ConvGeometry& g) {
+  if (!plan.bwd_data.chosen) {
     int max_count = 0, count = 0;
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(
@@ -242,7 +277,13 @@ void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T*
         perf.data(), ptr(ws), bytes));
     choose(plan.bwd_data, plan, perf, count, bytes, "backward-data", g);
   }
-  if (dw && !plan.bwd_filter.chosen) {
+  return plan.bwd_data;
+}
+
+Pass<cudnnConvolutionBwdFilterAlgo_t> backward_filter_pass(cudnnHandle_t handle, Plan& plan,
+                                                           const void* x, const void* dy,
+                                                           void* dw, const ConvGeometry& g) {
+  if (!plan.bwd_filter.chosen) {
     int max_count = 0, count = 0;
     KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(
@@ -256,25 +297,129 @@ void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T*
         perf.data(), ptr(ws), bytes));
     choose(plan.bwd_filter, plan, perf, count, bytes, "backward-filter", g);
   }
-  const Pass<cudnnConvolutionBwdDataAlgo_t> data = plan.bwd_data;
-  const Pass<cudnnConvolutionBwdFilterAlgo_t> filter = plan.bwd_filter;
+  return plan.bwd_filter;
+}
+
+// y = conv(x, w) in the plan's data type, with the chosen algorithm.
+void run_forward(cudnnHandle_t handle, const Plan& plan,
+                 const Pass<cudnnConvolutionFwdAlgo_t>& pass, const void* x, const void* w,
+                 void* y) {
+  Tensor ws = workspace_tensor(pass.workspace);
+  KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, scalar_one(plan.type), plan.x, x, plan.w, w,
+                                           pass.conv, pass.algo, ptr(ws), pass.workspace,
+                                           scalar_zero(plan.type), plan.y, y));
+}
+
+// dx = conv_transpose(dy, w).
+void run_backward_data(cudnnHandle_t handle, const Plan& plan,
+                       const Pass<cudnnConvolutionBwdDataAlgo_t>& pass, const void* w,
+                       const void* dy, void* dx) {
+  Tensor ws = workspace_tensor(pass.workspace);
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, scalar_one(plan.type), plan.w, w, plan.y,
+                                                dy, pass.conv, pass.algo, ptr(ws), pass.workspace,
+                                                scalar_zero(plan.type), plan.x, dx));
+}
+
+// dw = sum over images of dy * x.
+void run_backward_filter(cudnnHandle_t handle, const Plan& plan,
+                         const Pass<cudnnConvolutionBwdFilterAlgo_t>& pass, const void* x,
+                         const void* dy, void* dw) {
+  Tensor ws = workspace_tensor(pass.workspace);
+  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, scalar_one(plan.type), plan.x, x,
+                                                  plan.y, dy, pass.conv, pass.algo, ptr(ws),
+                                                  pass.workspace, scalar_zero(plan.type), plan.w,
+                                                  dw));
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
+  if (g.n == 0) return;
+  cudnnHandle_t handle = cudnn_handle();
+  std::unique_lock<std::mutex> lock(g_plans_mutex);
+  Plan& plan = plan_for(g, cudnn_dtype<T>());
+  const Pass<cudnnConvolutionFwdAlgo_t> pass = forward_pass(handle, plan, x, w, y, g);
+  lock.unlock();  // the plan never changes again for this pass, and never moves
+
+  run_forward(handle, plan, pass, x, w, y);
+  const T one = 1;
+  if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y, y));
+}
+
+template <typename T>
+void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T* db,
+                           const ConvGeometry& g) {
+  if (g.n == 0) return;  // the op zeroes dw and db of an empty batch itself
+  cudnnHandle_t handle = cudnn_handle();
+  std::unique_lock<std::mutex> lock(g_plans_mutex);
+  Plan& plan = plan_for(g, cudnn_dtype<T>());
+  Pass<cudnnConvolutionBwdDataAlgo_t> data;
+  Pass<cudnnConvolutionBwdFilterAlgo_t> filter;
+  if (dx) data = backward_data_pass(handle, plan, w, dy, dx, g);
+  if (dw) filter = backward_filter_pass(handle, plan, x, dy, dw, g);
   lock.unlock();
 
+  if (dx) run_backward_data(handle, plan, data, w, dy, dx);
+  if (dw) run_backward_filter(handle, plan, filter, x, dy, dw);
   const T one = 1, zero = 0;
-  if (dx) {
-    Tensor ws = workspace_tensor(data.workspace);
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, &one, plan.w, w, plan.y, dy, data.conv,
-                                                  data.algo, ptr(ws), data.workspace, &zero,
-                                                  plan.x, dx));
-  }
-  if (dw) {
-    Tensor ws = workspace_tensor(filter.workspace);
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, &one, plan.x, x, plan.y, dy,
-                                                    filter.conv, filter.algo, ptr(ws),
-                                                    filter.workspace, &zero, plan.w, dw));
-  }
   if (db)
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y, dy, &zero, plan.bias, db));
+}
+
+void conv2d_forward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* w, const float* b,
+                               float* y, const ConvGeometry& g) {
+  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_forward_cudnn_lowp");
+  if (g.n == 0) return;
+  cudnnHandle_t handle = cudnn_handle();
+  // cuDNN writes y in the input type: into scratch, widened into the f32 y afterwards.
+  const int64_t y_count = g.n * g.k * g.p * g.q;
+  const Tensor y16 = scratch_tensor(y_count, in);
+  std::unique_lock<std::mutex> lock(g_plans_mutex);
+  Plan& plan = plan_for(g, dt);
+  const Pass<cudnnConvolutionFwdAlgo_t> pass = forward_pass(handle, plan, x, w, y16.raw_data(), g);
+  lock.unlock();
+
+  run_forward(handle, plan, pass, x, w, y16.raw_data());
+  convert(y16.raw_data(), in, y, DType::F32, y_count);
+  const float one = 1;
+  if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y));
+}
+
+void conv2d_backward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* dy,
+                                const uint16_t* w, float* dx, float* dw, float* db,
+                                const ConvGeometry& g) {
+  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_backward_cudnn_lowp");
+  if (g.n == 0) return;  // as conv2d_backward_cudnn: the op zeroes dw and db of an empty batch
+  cudnnHandle_t handle = cudnn_handle();
+  // dx and dw come out of cuDNN in the input type: into scratch, widened afterwards.
+  const int64_t x_count = g.n * g.c * g.h * g.w, w_count = g.k * g.c * g.r * g.s;
+  const int64_t y_count = g.n * g.k * g.p * g.q;
+  const Tensor dx16 = dx ? scratch_tensor(x_count, in) : Tensor();
+  const Tensor dw16 = dw ? scratch_tensor(w_count, in) : Tensor();
+  std::unique_lock<std::mutex> lock(g_plans_mutex);
+  Plan& plan = plan_for(g, dt);
+  Pass<cudnnConvolutionBwdDataAlgo_t> data;
+  Pass<cudnnConvolutionBwdFilterAlgo_t> filter;
+  if (dx) data = backward_data_pass(handle, plan, w, dy, ptr(dx16), g);
+  if (dw) filter = backward_filter_pass(handle, plan, x, dy, ptr(dw16), g);
+  lock.unlock();
+
+  if (dx) {
+    run_backward_data(handle, plan, data, w, dy, ptr(dx16));
+    convert(ptr(dx16), in, dx, DType::F32, x_count);
+  }
+  if (dw) {
+    run_backward_filter(handle, plan, filter, x, dy, ptr(dw16));
+    convert(ptr(dw16), in, dw, DType::F32, w_count);
+  }
+  if (db) {  // summed in f32 from dy widened exactly, as the f32 path sums an f32 dy
+    const Tensor dy32 = scratch_tensor(y_count, DType::F32);
+    convert(dy, in, dy32.raw_data(), DType::F32, y_count);
+    const float one = 1, zero = 0;
+    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_f32, dy32.raw_data(), &zero,
+                                                  plan.bias, db));
+  }
 }
 
 template void conv2d_forward_cudnn<float>(const float*, const float*, const float*, float*,

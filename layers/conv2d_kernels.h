@@ -8,7 +8,9 @@
 //                                   f16 inputs with f32 outputs, for mixed precision
 //   CUDA hand   (conv2d_cuda.cu)    implicit GEMM (im2col done on the fly while loading tiles),
 //                                   float and double; plus the direct loops it is checked against
-//   CUDA vendor (conv2d_cudnn.cu)   cuDNN, float and double; real CUDA only (not the simulator)
+//   CUDA vendor (conv2d_cudnn.cu)   cuDNN, float and double, and bf16/f16 inputs with f32
+//                                   outputs (mixed precision); the simulated cuDNN under the
+//                                   simulator
 //
 // Names: x (N, C, H, W) input, w (K, C, R, S) weights, b (K) bias, y (N, K, P, Q) output,
 // with P = (H + 2*pad - R) / stride + 1 and Q = (W + 2*pad - S) / stride + 1.
@@ -153,5 +155,26 @@ void conv2d_backward_cudnn(const T* x,   // x is (N, C, H, W), or null when dw i
                            T* dw,        // dw is (K, C, R, S) or null
                            T* db,        // db is (K) or null
                            const ConvGeometry& g);
+
+// Mixed precision through cuDNN: x, w (and dy) are bf16 or f16 bit patterns (`in` is
+// DType::BF16 or DType::F16), the sums run in float on tensor cores (CUDNN_DATA_BFLOAT16 /
+// CUDNN_DATA_HALF with compute type FLOAT, CUDNN_TENSOR_OP_MATH). cuDNN writes y, dx and dw in
+// `in`: each is computed into scratch, rounded once to `in`, and widened into the f32 output.
+// b and db are f32: y = widen(conv(x, w)) + b, db = the f32 sum of widened dy.
+void conv2d_forward_cudnn_lowp(DType in,
+                               const uint16_t* x,  // x is (N, C, H, W)
+                               const uint16_t* w,  // w is (K, C, R, S)
+                               const float* b,     // b is (K) or null
+                               float* y,           // y is (N, K, P, Q), written, never read
+                               const ConvGeometry& g);
+// dx, dw, db may each be null (not needed); x may be null when dw is, w when dx is.
+void conv2d_backward_cudnn_lowp(DType in,
+                                const uint16_t* x,   // x is (N, C, H, W)
+                                const uint16_t* dy,  // dy is (N, K, P, Q)
+                                const uint16_t* w,   // w is (K, C, R, S)
+                                float* dx,           // dx is (N, C, H, W) or null
+                                float* dw,           // dw is (K, C, R, S) or null
+                                float* db,           // db is (K) or null
+                                const ConvGeometry& g);
 
 }  // namespace kiln::cuda

@@ -4,3 +4,6 @@ kiln_test(conv2d_cuda_test SOURCES conv2d_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
 kiln_test(pool2d_cuda_test SOURCES pool2d_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
+# Mixed precision through cuDNN: bf16 / f16 inputs, f32 outputs (the simulated cuDNN here).
+kiln_test(conv2d_cudnn_lowp_cuda_test SOURCES conv2d_cudnn_lowp_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)

@@ -8,3 +8,6 @@ kiln_test(gemm_cuda_test SOURCES gemm_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.
+kiln_test(gemm_lowp_cuda_test SOURCES gemm_lowp_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

@@ -1,11 +1,13 @@
 // sim_cudnn_test.cpp: the simulated cuDNN (engine/cuda/sim/cudnn.h): forward, backward-data and
 // backward-filter convolutions against naive loops (padding, stride, dilation, true convolution,
-// alpha and beta with beta = 0 over NaN, float and double), bias gradient and AddTensor; the
-// algorithm lists (tensor-op entries, unsupported and non-deterministic ones), the workspace and
-// TF32 rules of running an algorithm, Find*Ex; descriptor and range errors; the handle's stream.
+// alpha and beta with beta = 0 over NaN, float and double, and half and bfloat16 computed in
+// float), bias gradient and AddTensor; the algorithm lists (tensor-op entries, unsupported and
+// non-deterministic ones), the workspace and TF32 rules of running an algorithm, Find*Ex;
+// descriptor and range errors (16-bit data and compute type pairings too); the handle's stream.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -14,6 +16,7 @@
 #include "engine/cuda/dnn.h"
 #include "engine/cuda/sim/library.h"
 #include "engine/error.h"
+#include "engine/host_device.h"
 #include "sim_vendor_test_util.h"
 
 namespace {
@@ -94,8 +97,11 @@ struct Descriptors {
               CUDNN_STATUS_SUCCESS);
     EXPECT_EQ(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, g.k, g.c, g.r, g.s),
               CUDNN_STATUS_SUCCESS);
+    // 16-bit data computes in FLOAT (PSEUDO_HALF / BFLOAT16 configurations).
+    const cudnnDataType_t compute =
+        dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : dt;
     EXPECT_EQ(cudnnSetConvolution2dDescriptor(conv, g.pad_h, g.pad_w, g.stride_h, g.stride_w,
-                                              g.dil_h, g.dil_w, g.mode, dt),
+                                              g.dil_h, g.dil_w, g.mode, compute),
               CUDNN_STATUS_SUCCESS);
     EXPECT_EQ(cudnnSetConvolutionMathType(conv, math), CUDNN_STATUS_SUCCESS);
   }
@@ -176,6 +182,191 @@ TEST_F(SimCudnn, ConvolutionsMatchNaiveLoopsFloat) {
 TEST_F(SimCudnn, ConvolutionsMatchNaiveLoopsDouble) {
   uint32_t seed = 100;
   for (const Conv& g : kCases) check_passes<double>(handle_, g, 1e-13, seed += 10);
+}
+
+// ---- 16-bit data: HALF and BFLOAT16, computed in float ----------------------------------------
+
+uint16_t to_bits(cudnnDataType_t t, float v) {
+  return t == CUDNN_DATA_HALF ? kiln::f32_to_f16(v) : kiln::f32_to_bf16(v);
+}
+double from_bits(cudnnDataType_t t, uint16_t b) {
+  return t == CUDNN_DATA_HALF ? kiln::f16_to_f32(b) : kiln::bf16_to_f32(b);
+}
+std::vector<double> values_of(cudnnDataType_t t, const std::vector<uint16_t>& bits) {
+  std::vector<double> v;
+  for (uint16_t b : bits) v.push_back(from_bits(t, b));
+  return v;
+}
+std::vector<uint16_t> random_bits(cudnnDataType_t t, size_t count, uint32_t seed) {
+  std::vector<uint16_t> bits;
+  for (float f : random_values<float>(count, seed)) bits.push_back(to_bits(t, f));
+  return bits;
+}
+
+// All three passes of one case on 16-bit data (float scaling factors), beta 0 (over NaN) and
+// 0.5, against the loops in double on the stored values. Each output is rounded once from its
+// float result: within half an ulp, 2^-11 (half) or 2^-8 (bfloat16) relative.
+void check_passes_16(cudnnHandle_t handle, const Conv& g, cudnnDataType_t dt, uint32_t seed) {
+  const Descriptors d(g, dt, CUDNN_TENSOR_OP_MATH);
+  const std::vector<uint16_t> x = random_bits(dt, g.x_size(), seed);
+  const std::vector<uint16_t> w = random_bits(dt, g.w_size(), seed + 1);
+  const std::vector<uint16_t> dy = random_bits(dt, g.y_size(), seed + 2);
+  const std::vector<double> xv = values_of(dt, x), wv = values_of(dt, w), dyv = values_of(dt, dy);
+  std::vector<double> y_ref(g.y_size()), dx_ref(g.x_size()), dw_ref(g.w_size());
+  for_each_product<double>(g, [&](size_t xi, size_t wi, size_t yi) {
+    y_ref[yi] += wv[wi] * xv[xi];
+    dx_ref[xi] += wv[wi] * dyv[yi];
+    dw_ref[wi] += dyv[yi] * xv[xi];
+  });
+  DeviceBuffer<uint16_t> dx_in(x), dw_in(w), ddy(dy);
+  const std::string name = std::string(dt == CUDNN_DATA_HALF ? "half" : "bfloat16") + " case n" +
+                           std::to_string(g.n) + " c" + std::to_string(g.c) + " r" +
+                           std::to_string(g.r) + " stride " + std::to_string(g.stride_h);
+  const double rtol = dt == CUDNN_DATA_HALF ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  for (double beta : {0.0, 0.5}) {
+    const float alpha = 1.5f, b = static_cast<float>(beta);
+    std::vector<uint16_t> y0 = random_bits(dt, g.y_size(), seed + 3);
+    std::vector<uint16_t> dx0 = random_bits(dt, g.x_size(), seed + 4);
+    std::vector<uint16_t> dw0 = random_bits(dt, g.w_size(), seed + 5);
+    if (beta == 0)
+      for (auto* v : {&y0, &dx0, &dw0}) std::fill(v->begin(), v->end(), uint16_t{0xFFFF});  // NaN
+    DeviceBuffer<uint16_t> y(y0), dx(dx0), dw(dw0);
+    ASSERT_EQ(cudnnConvolutionForward(handle, &alpha, d.x, dx_in.get(), d.w, dw_in.get(), d.conv,
+                                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &b,
+                                      d.y, y.get()),
+              CUDNN_STATUS_SUCCESS)
+        << kiln::sim::last_library_error();
+    ASSERT_EQ(cudnnConvolutionBackwardData(handle, &alpha, d.w, dw_in.get(), d.y, ddy.get(), d.conv,
+                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, nullptr, 0, &b, d.x,
+                                           dx.get()),
+              CUDNN_STATUS_SUCCESS)
+        << kiln::sim::last_library_error();
+    ASSERT_EQ(cudnnConvolutionBackwardFilter(handle, &alpha, d.x, dx_in.get(), d.y, ddy.get(),
+                                             d.conv, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, nullptr,
+                                             0, &b, d.w, dw.get()),
+              CUDNN_STATUS_SUCCESS)
+        << kiln::sim::last_library_error();
+    EXPECT_TRUE(near_all(name + " y", values_of(dt, y.download()),
+                         blend(y_ref, 1.5, beta, values_of(dt, y0)), rtol));
+    EXPECT_TRUE(near_all(name + " dx", values_of(dt, dx.download()),
+                         blend(dx_ref, 1.5, beta, values_of(dt, dx0)), rtol));
+    EXPECT_TRUE(near_all(name + " dw", values_of(dt, dw.download()),
+                         blend(dw_ref, 1.5, beta, values_of(dt, dw0)), rtol));
+  }
+}
+
+TEST_F(SimCudnn, ConvolutionsMatchNaiveLoopsHalfAndBfloat16) {
+  uint32_t seed = 200;
+  for (cudnnDataType_t dt : {CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16})
+    for (const Conv& g : kCases) check_passes_16(handle_, g, dt, seed += 10);
+}
+
+TEST_F(SimCudnn, SixteenBitOutputsAreRoundedOnceToNearest) {
+  // A 1x1 convolution over two channels: y = x0 + x1 with x1 = 0.75 ulp of 1 in the data type.
+  // Rounding the float sum to nearest gives 1 + ulp; truncating it would give 1.
+  const Conv g{1, 2, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION};
+  for (cudnnDataType_t dt : {CUDNN_DATA_HALF, CUDNN_DATA_BFLOAT16}) {
+    const int ulp_exp = dt == CUDNN_DATA_HALF ? -10 : -7;
+    const float x1 = std::ldexp(1.0f, ulp_exp - 1) + std::ldexp(1.0f, ulp_exp - 2);
+    const Descriptors d(g, dt, CUDNN_TENSOR_OP_MATH);
+    DeviceBuffer<uint16_t> x(std::vector<uint16_t>{to_bits(dt, 1.0f), to_bits(dt, x1)});
+    DeviceBuffer<uint16_t> w(std::vector<uint16_t>{to_bits(dt, 1.0f), to_bits(dt, 1.0f)}), y(1);
+    const float one = 1, zero = 0;
+    ASSERT_EQ(cudnnConvolutionForward(handle_, &one, d.x, x.get(), d.w, w.get(), d.conv,
+                                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &zero,
+                                      d.y, y.get()),
+              CUDNN_STATUS_SUCCESS)
+        << kiln::sim::last_library_error();
+    EXPECT_EQ(from_bits(dt, y.download()[0]), 1.0 + std::ldexp(1.0, ulp_exp)) << dt;
+  }
+}
+
+TEST_F(SimCudnn, SixteenBitTypeAndComputeErrors) {
+  const Conv g = kCases[0];
+  const Descriptors half(g, CUDNN_DATA_HALF), bf16(g, CUDNN_DATA_BFLOAT16);
+  // Buffers sized in 2-byte elements: x one element short is refused.
+  DeviceBuffer<uint16_t> x(g.x_size()), w(g.w_size()), y(g.y_size()), x_short(g.x_size() - 1);
+  const float one = 1, zero = 0;
+  auto fwd = [&](cudnnTensorDescriptor_t xd, const void* xp, cudnnFilterDescriptor_t wd,
+                 cudnnConvolutionDescriptor_t cd, cudnnTensorDescriptor_t yd) {
+    return cudnnConvolutionForward(handle_, &one, xd, xp, wd, w.get(), cd,
+                                   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, nullptr, 0, &zero, yd,
+                                   y.get());
+  };
+  EXPECT_EQ(fwd(half.x, x.get(), half.w, half.conv, half.y), CUDNN_STATUS_SUCCESS)
+      << kiln::sim::last_library_error();
+  EXPECT_EQ(fwd(bf16.x, x.get(), bf16.w, bf16.conv, bf16.y), CUDNN_STATUS_SUCCESS)
+      << kiln::sim::last_library_error();
+  EXPECT_EQ(fwd(half.x, x_short.get(), half.w, half.conv, half.y), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_NE(std::string(kiln::sim::last_library_error()).find("past its end"), std::string::npos);
+  // A half input with a bfloat16 filter, or a half input into a float output: types differ.
+  EXPECT_EQ(fwd(half.x, x.get(), bf16.w, half.conv, half.y), CUDNN_STATUS_BAD_PARAM);
+  const Descriptors flt(g, CUDNN_DATA_FLOAT);
+  EXPECT_EQ(fwd(half.x, x.get(), half.w, half.conv, flt.y), CUDNN_STATUS_BAD_PARAM);
+  // Half data with a DOUBLE compute type is no documented configuration; half computed in half
+  // (TRUE_HALF_CONFIG) is not simulated.
+  const Descriptors dbl(g, CUDNN_DATA_DOUBLE);
+  EXPECT_EQ(fwd(half.x, x.get(), half.w, dbl.conv, half.y), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_NE(std::string(kiln::sim::last_library_error()).find("HALF data with compute type DOUBLE"),
+            std::string::npos)
+      << kiln::sim::last_library_error();
+  cudnnConvolutionDescriptor_t c;
+  ASSERT_EQ(cudnnCreateConvolutionDescriptor(&c), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudnnSetConvolution2dDescriptor(c, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION,
+                                            CUDNN_DATA_HALF),
+            CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE);
+  EXPECT_EQ(cudnnDestroyConvolutionDescriptor(c), CUDNN_STATUS_SUCCESS);
+  // A data type outside the subset is refused when set.
+  cudnnTensorDescriptor_t t;
+  ASSERT_EQ(cudnnCreateTensorDescriptor(&t), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, static_cast<cudnnDataType_t>(3), 1, 1,
+                                       1, 1),
+            CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE);  // INT8
+  EXPECT_EQ(cudnnDestroyTensorDescriptor(t), CUDNN_STATUS_SUCCESS);
+  // The 16-bit lists offer tensor-op kernels first; FFT (float only in the model) is unsupported.
+  int count = 0;
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(32);
+  ASSERT_EQ(cudnnGetConvolutionForwardAlgorithm_v7(handle_, bf16.x, bf16.w, bf16.conv, bf16.y, 32,
+                                                   &count, perf.data()),
+            CUDNN_STATUS_SUCCESS);
+  ASSERT_GT(count, 0);
+  EXPECT_EQ(perf[0].mathType, CUDNN_TENSOR_OP_MATH);
+  for (int i = 0; i < count; ++i) {
+    if (perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT) {
+      EXPECT_EQ(perf[i].status, CUDNN_STATUS_NOT_SUPPORTED);
+    }
+  }
+}
+
+TEST_F(SimCudnn, BackwardBiasAndAddTensorOnBfloat16) {
+  // dy (1, 2, 1, 2) = [1, 2, 3, 4.5] in bfloat16; db = [3, 7.5]; C = 2 bias + C.
+  const cudnnDataType_t dt = CUDNN_DATA_BFLOAT16;
+  cudnnTensorDescriptor_t y, b;
+  ASSERT_EQ(cudnnCreateTensorDescriptor(&y), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnCreateTensorDescriptor(&b), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, 1, 2, 1, 2), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NCHW, dt, 1, 2, 1, 1), CUDNN_STATUS_SUCCESS);
+  const std::vector<uint16_t> dyv = {to_bits(dt, 1), to_bits(dt, 2), to_bits(dt, 3),
+                                     to_bits(dt, 4.5f)};
+  DeviceBuffer<uint16_t> dy(dyv), db(2), out(dyv);
+  DeviceBuffer<uint16_t> bias(std::vector<uint16_t>{to_bits(dt, 1), to_bits(dt, -1)});
+  const float one = 1, zero = 0, two = 2;
+  ASSERT_EQ(cudnnConvolutionBackwardBias(handle_, &one, y, dy.get(), &zero, b, db.get()),
+            CUDNN_STATUS_SUCCESS)
+      << kiln::sim::last_library_error();
+  EXPECT_EQ(values_of(dt, db.download()), (std::vector<double>{3, 7.5}));
+  ASSERT_EQ(cudnnAddTensor(handle_, &two, b, bias.get(), &one, y, out.get()), CUDNN_STATUS_SUCCESS)
+      << kiln::sim::last_library_error();
+  EXPECT_EQ(values_of(dt, out.download()), (std::vector<double>{3, 4, 1, 2.5}));
+  // A FLOAT bias into bfloat16 data: the types differ.
+  cudnnTensorDescriptor_t bf;
+  ASSERT_EQ(cudnnCreateTensorDescriptor(&bf), CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(cudnnSetTensor4dDescriptor(bf, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 2, 1, 1),
+            CUDNN_STATUS_SUCCESS);
+  DeviceBuffer<float> bias_f(std::vector<float>{1, 2});
+  EXPECT_EQ(cudnnAddTensor(handle_, &one, bf, bias_f.get(), &one, y, out.get()),
+            CUDNN_STATUS_BAD_PARAM);
+  for (auto* t : {y, b, bf}) EXPECT_EQ(cudnnDestroyTensorDescriptor(t), CUDNN_STATUS_SUCCESS);
 }
 
 TEST_F(SimCudnn, BackwardBiasAndAddTensor) {

@@ -44,13 +44,13 @@
 // one, so we ask cuBLAS for the (N,M) product "op(B) op(A)" with the operands swapped.
 #include "engine/cuda/runtime.h"
 
-#include <climits>
 #include <type_traits>
 #include <cstdint>
 #include <string>
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
+#include "engine/cuda/kernels/gemm_shape.h"
 #include "engine/cuda/launch.h"
 #include "engine/error.h"
 #include "engine/impl.h"
@@ -285,23 +285,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- Host side -----------------------------------------------------------------------------
-
-// The leading dimensions and checks common to every path.
-struct GemmShape {
-  int m, n, k, lda, ldb;
-};
-
-GemmShape gemm_shape(const char* who, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
-  KILN_CHECK(m >= 0 && n >= 0 && k >= 0, who, ": negative size (", m, ", ", n, ", ", k, ")");
-  // Sizes are int in the kernels (and in cuBLAS); offsets into the matrices are int64_t.
-  KILN_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, who, ": sizes (", m, ", ", n, ", ", k,
-             ") exceed the 32-bit range of the kernels");
-  GemmShape s;
-  s.m = static_cast<int>(m), s.n = static_cast<int>(n), s.k = static_cast<int>(k);
-  s.lda = static_cast<int>(ta ? m : k);
-  s.ldb = static_cast<int>(tb ? k : n);
-  return s;
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

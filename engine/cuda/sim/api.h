@@ -209,6 +209,18 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_
                     cudaMemcpyHostToHost);
 }
 
+// ---- Library data types (library_types.h, which cuda_runtime.h includes) -----------------------
+// The element types the libraries' typed entry points take (cublasGemmEx). Only the real types
+// Kiln uses are listed; the values are the real ones.
+enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_64F = 1,
+  CUDA_R_16F = 2,
+  CUDA_R_8I = 3,
+  CUDA_R_16BF = 14,
+};
+using cudaDataType = cudaDataType_t;
+
 // ---- Kernel attributes --------------------------------------------------------------------
 enum cudaFuncAttribute {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,

@@ -1,18 +1,23 @@
-// sim/cublas.cpp: the simulated cuBLAS subset (sim/cublas.h): handles, math mode, SGEMM and
-// DGEMM. Each call checks its arguments the way the cuBLAS documentation lists them ("cuBLAS
-// Library", cublas<t>gemm: CUBLAS_STATUS_INVALID_VALUE for negative sizes, a bad operation,
-// lda/ldb/ldc below their minimum, null alpha/beta) and, beyond cuBLAS, that every matrix it
-// will touch lies inside one live allocation of the handle's device. Then it queues the product
-// on the handle's stream; OpenBLAS computes it there.
+// sim/cublas.cpp: the simulated cuBLAS subset (sim/cublas.h): handles, math mode, SGEMM, DGEMM
+// and GemmEx (16-bit or FP32 inputs, FP32 accumulation). Each call checks its arguments the way
+// the cuBLAS documentation lists them ("cuBLAS Library", cublas<t>gemm and cublasGemmEx:
+// CUBLAS_STATUS_INVALID_VALUE for negative sizes, a bad operation, lda/ldb/ldc below their
+// minimum, null alpha/beta; CUBLAS_STATUS_NOT_SUPPORTED for a type combination GemmEx does not
+// offer) and, beyond cuBLAS, that every matrix it will touch lies inside one live allocation of
+// the handle's device. Then it queues the product on the handle's stream; OpenBLAS computes it
+// there (GemmEx on FP32 copies of 16-bit operands).
 //
 // Not faithful: the order of the K-sum (cuBLAS's tiles and split-K differ from OpenBLAS's, so
 // the last bits differ), performance, and the tensor-core path's exact rounding of the sum
-// (TF32 is simulated by rounding the inputs; the products are summed in FP32).
+// (TF32 is simulated by rounding the inputs; the products are summed in FP32). For 16-bit
+// inputs the products are exact in FP32 on both, so only the summation order differs.
 #include "engine/cuda/sim/cublas.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "engine/cuda/sim/internal.h"
+#include "engine/host_device.h"
 #include "engine/cuda/sim/library.h"
 
 struct cublasContext {
@@ -94,14 +100,15 @@ void gemm_host(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int l
     cblas_dgemm(CblasColMajor, opa, opb, m, n, k, alpha, a, lda, b, ldb, 1.0, c, ldc);
 }
 
-template <typename T>
-cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t transa,
-                    cublasOperation_t transb, int m, int n, int k, const T* alpha, const T* a,
-                    int lda, const T* b, int ldb, const T* beta, T* c, int ldc) {
-  kiln::sim::clear_library_error();
-  cublasContext h;
-  if (!lookup(handle, &h)) return bad_handle(call);
-  const std::string name(call);
+// The shape checks every GEMM entry point makes (CUBLAS_STATUS_INVALID_VALUE, as documented),
+// and the storage of A and B that follows: rows x cols, column-major.
+struct GemmShape {
+  bool ta, tb;
+  int a_rows, a_cols, b_rows, b_cols;
+};
+cublasStatus_t check_shape(const std::string& name, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, int lda, int ldb,
+                           int ldc, GemmShape* s) {
   auto invalid = [&](const std::string& why) {
     return library_fail(CUBLAS_STATUS_INVALID_VALUE, name + ": " + why);
   };
@@ -112,41 +119,45 @@ cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t t
   if (m < 0 || n < 0 || k < 0)
     return invalid("m, n, k = " + std::to_string(m) + ", " + std::to_string(n) + ", " +
                    std::to_string(k) + ": negative");
-  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
-  // Storage of A and B: rows x cols, column-major.
-  const int a_rows = ta ? k : m, a_cols = ta ? m : k;
-  const int b_rows = tb ? n : k, b_cols = tb ? k : n;
-  if (lda < std::max(1, a_rows))
-    return invalid("lda = " + std::to_string(lda) + " < max(1, " + std::to_string(a_rows) +
+  s->ta = transa != CUBLAS_OP_N, s->tb = transb != CUBLAS_OP_N;
+  s->a_rows = s->ta ? k : m, s->a_cols = s->ta ? m : k;
+  s->b_rows = s->tb ? n : k, s->b_cols = s->tb ? k : n;
+  if (lda < std::max(1, s->a_rows))
+    return invalid("lda = " + std::to_string(lda) + " < max(1, " + std::to_string(s->a_rows) +
                    ") (rows of A as stored)");
-  if (ldb < std::max(1, b_rows))
-    return invalid("ldb = " + std::to_string(ldb) + " < max(1, " + std::to_string(b_rows) +
+  if (ldb < std::max(1, s->b_rows))
+    return invalid("ldb = " + std::to_string(ldb) + " < max(1, " + std::to_string(s->b_rows) +
                    ") (rows of B as stored)");
   if (ldc < std::max(1, m))
     return invalid("ldc = " + std::to_string(ldc) + " < max(1, m = " + std::to_string(m) + ")");
-  if (alpha == nullptr || beta == nullptr) return invalid("alpha or beta is null");
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to compute or scale
-  // Host pointer mode: the scalars are read now, the caller may reuse them after the call.
-  const T alpha_v = *alpha, beta_v = *beta;
-  const bool reads_ab = k > 0 && alpha_v != T(0);
-  const size_t a_bytes = reads_ab ? sizeof(T) * kiln::sim::matrix_span(a_rows, a_cols, lda) : 0;
-  const size_t b_bytes = reads_ab ? sizeof(T) * kiln::sim::matrix_span(b_rows, b_cols, ldb) : 0;
-  const size_t c_bytes = sizeof(T) * kiln::sim::matrix_span(m, n, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// One operand's place in device memory: `bytes` from `p` (0 when the call does not touch it).
+struct Operand {
+  const void* p;
+  size_t bytes;
+};
+
+// Checks that A, B and C lie in allocations of the handle's device and that its stream can take
+// work, then queues `work` there behind the same range checks (the memory may be freed before
+// the work's turn).
+cublasStatus_t queue_gemm(const char* call, const cublasContext& h, Operand a, Operand b,
+                          Operand c, std::function<void()> work) {
+  const std::string name(call);
   std::string why;
-  if (!kiln::sim::device_range_ok("A", a, a_bytes, h.device, &why) ||
-      !kiln::sim::device_range_ok("B", b, b_bytes, h.device, &why) ||
-      !kiln::sim::device_range_ok("C", c, c_bytes, h.device, &why))
-    return invalid(why);
+  if (!kiln::sim::device_range_ok("A", a.p, a.bytes, h.device, &why) ||
+      !kiln::sim::device_range_ok("B", b.p, b.bytes, h.device, &why) ||
+      !kiln::sim::device_range_ok("C", c.p, c.bytes, h.device, &why))
+    return library_fail(CUBLAS_STATUS_INVALID_VALUE, name + ": " + why);
   if (const std::string problem = kiln::sim::stream_problem(h.stream, h.device); !problem.empty())
     return library_fail(CUBLAS_STATUS_EXECUTION_FAILED, name + ": " + problem);
-  const int base_mode = h.mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
-  const bool tf32 = std::is_same_v<T, float> && base_mode == CUBLAS_TF32_TENSOR_OP_MATH;
   const int device = h.device;
   const cudaError_t queued = kiln::sim::enqueue(h.stream, call, [=] {
-    kiln::sim::require_device_range(call, "A", a, a_bytes, device);
-    kiln::sim::require_device_range(call, "B", b, b_bytes, device);
-    kiln::sim::require_device_range(call, "C", c, c_bytes, device);
-    gemm_host<T>(ta, tb, m, n, k, alpha_v, a, lda, b, ldb, beta_v, c, ldc, tf32);
+    kiln::sim::require_device_range(call, "A", a.p, a.bytes, device);
+    kiln::sim::require_device_range(call, "B", b.p, b.bytes, device);
+    kiln::sim::require_device_range(call, "C", c.p, c.bytes, device);
+    work();
   });
   if (queued != cudaSuccess)
     return library_fail(CUBLAS_STATUS_EXECUTION_FAILED,
@@ -155,6 +166,121 @@ cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t t
   return CUBLAS_STATUS_SUCCESS;
 }
 
+bool tf32_mode(const cublasContext& h) {
+  return (h.mode & ~CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) == CUBLAS_TF32_TENSOR_OP_MATH;
+}
+
+// cublasSgemm and cublasDgemm.
+template <typename T>
+cublasStatus_t gemm(const char* call, cublasHandle_t handle, cublasOperation_t transa,
+                    cublasOperation_t transb, int m, int n, int k, const T* alpha, const T* a,
+                    int lda, const T* b, int ldb, const T* beta, T* c, int ldc) {
+  kiln::sim::clear_library_error();
+  cublasContext h;
+  if (!lookup(handle, &h)) return bad_handle(call);
+  const std::string name(call);
+  GemmShape s;
+  if (const cublasStatus_t st = check_shape(name, transa, transb, m, n, k, lda, ldb, ldc, &s);
+      st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  if (alpha == nullptr || beta == nullptr)
+    return library_fail(CUBLAS_STATUS_INVALID_VALUE, name + ": alpha or beta is null");
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to compute or scale
+  // Host pointer mode: the scalars are read now, the caller may reuse them after the call.
+  const T alpha_v = *alpha, beta_v = *beta;
+  const bool reads_ab = k > 0 && alpha_v != T(0);
+  const size_t a_bytes = reads_ab ? sizeof(T) * kiln::sim::matrix_span(s.a_rows, s.a_cols, lda) : 0;
+  const size_t b_bytes = reads_ab ? sizeof(T) * kiln::sim::matrix_span(s.b_rows, s.b_cols, ldb) : 0;
+  const size_t c_bytes = sizeof(T) * kiln::sim::matrix_span(m, n, ldc);
+  const bool tf32 = std::is_same_v<T, float> && tf32_mode(h);
+  return queue_gemm(call, h, {a, a_bytes}, {b, b_bytes}, {c, c_bytes}, [=] {
+    gemm_host<T>(s.ta, s.tb, m, n, k, alpha_v, a, lda, b, ldb, beta_v, c, ldc, tf32);
+  });
+}
+
+// ---- cublasGemmEx --------------------------------------------------------------------------
+
+size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+const char* type_name(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_64F: return "CUDA_R_64F";
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_8I: return "CUDA_R_8I";
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+  }
+  return "an unknown cudaDataType";
+}
+
+// Empty when (Atype, Btype, Ctype, computeType, algo) is a simulated combination (sim/cublas.h),
+// else why not.
+std::string unsupported_ex(cudaDataType_t at, cudaDataType_t bt, cudaDataType_t ct,
+                           cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC)
+    return "computeType " + std::to_string(static_cast<int>(compute)) +
+           " is not simulated (CUBLAS_COMPUTE_32F and _32F_PEDANTIC are)";
+  if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    return "algo " + std::to_string(static_cast<int>(algo)) +
+           " is not simulated (CUBLAS_GEMM_DEFAULT is)";
+  const bool ok_inputs = at == bt && (at == CUDA_R_16F || at == CUDA_R_16BF || at == CUDA_R_32F);
+  const bool ok_output = ct == CUDA_R_32F || (ct == at && at != CUDA_R_32F);
+  if (!ok_inputs || !ok_output)
+    return std::string("Atype ") + type_name(at) + ", Btype " + type_name(bt) + ", Ctype " +
+           type_name(ct) + " with compute type 32F is not a supported combination (A and B "
+           "both 16F, 16BF or 32F; C of their type or 32F)";
+  return "";
+}
+
+// Element i of a 16-bit or FP32 buffer, as FP32 (exact; the rules of engine/host_device.h).
+float load_elem(const void* p, cudaDataType_t t, int64_t i) {
+  switch (t) {
+    case CUDA_R_16F: return kiln::f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16BF: return kiln::bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// A column-major rows x cols matrix of type t (leading dimension ld), packed into FP32.
+std::vector<float> widen_matrix(const void* p, cudaDataType_t t, int rows, int cols, int ld) {
+  std::vector<float> out(static_cast<size_t>(rows) * cols);
+  for (int j = 0; j < cols; ++j)
+    for (int i = 0; i < rows; ++i)
+      out[static_cast<size_t>(j) * rows + i] = load_elem(p, t, static_cast<int64_t>(j) * ld + i);
+  return out;
+}
+
+// The GemmEx product on the host: 16-bit operands widened to FP32, the FP32 product of
+// gemm_host, a 16-bit C rounded once from the FP32 result (nearest even).
+void gemm_ex_host(const GemmShape& s, int m, int n, int k, float alpha, const void* a,
+                  cudaDataType_t at, int lda, const void* b, cudaDataType_t bt, int ldb,
+                  float beta, void* c, cudaDataType_t ct, int ldc, bool tf32) {
+  std::vector<float> a32, b32;
+  const float* ap = static_cast<const float*>(a);
+  const float* bp = static_cast<const float*>(b);
+  if (k > 0 && alpha != 0.0f && at != CUDA_R_32F) {  // otherwise A and B are not read
+    a32 = widen_matrix(a, at, s.a_rows, s.a_cols, lda);
+    b32 = widen_matrix(b, bt, s.b_rows, s.b_cols, ldb);
+    ap = a32.data(), lda = std::max(1, s.a_rows);
+    bp = b32.data(), ldb = std::max(1, s.b_rows);
+  }
+  if (ct == CUDA_R_32F) {
+    gemm_host<float>(s.ta, s.tb, m, n, k, alpha, ap, lda, bp, ldb, beta, static_cast<float*>(c),
+                     ldc, tf32);
+    return;
+  }
+  // C is read only when beta != 0 (it may hold NaN otherwise, and gemm_host ignores it then).
+  std::vector<float> c32 = beta != 0.0f ? widen_matrix(c, ct, m, n, ldc)
+                                        : std::vector<float>(static_cast<size_t>(m) * n);
+  gemm_host<float>(s.ta, s.tb, m, n, k, alpha, ap, lda, bp, ldb, beta, c32.data(), m, tf32);
+  uint16_t* out = static_cast<uint16_t*>(c);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      const float v = c32[static_cast<size_t>(j) * m + i];
+      out[static_cast<int64_t>(j) * ldc + i] =
+          ct == CUDA_R_16F ? kiln::f32_to_f16(v) : kiln::f32_to_bf16(v);
+    }
+}
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
@@ -230,6 +356,43 @@ cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa,
                            const double* beta, double* C, int ldc) {
   return gemm<double>("cublasDgemm", handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta,
                       C, ldc);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+  const char* call = "cublasGemmEx";
+  kiln::sim::clear_library_error();
+  cublasContext h;
+  if (!lookup(handle, &h)) return bad_handle(call);
+  const std::string name(call);
+  GemmShape s;
+  if (const cublasStatus_t st = check_shape(name, transa, transb, m, n, k, lda, ldb, ldc, &s);
+      st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  if (const std::string why = unsupported_ex(Atype, Btype, Ctype, computeType, algo); !why.empty())
+    return library_fail(CUBLAS_STATUS_NOT_SUPPORTED, name + ": " + why);
+  if (alpha == nullptr || beta == nullptr)
+    return library_fail(CUBLAS_STATUS_INVALID_VALUE, name + ": alpha or beta is null");
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  // Compute type 32F: the scalars are float, read now (host pointer mode).
+  const float alpha_v = *static_cast<const float*>(alpha);
+  const float beta_v = *static_cast<const float*>(beta);
+  const bool reads_ab = k > 0 && alpha_v != 0.0f;
+  const size_t a_bytes =
+      reads_ab ? type_size(Atype) * kiln::sim::matrix_span(s.a_rows, s.a_cols, lda) : 0;
+  const size_t b_bytes =
+      reads_ab ? type_size(Btype) * kiln::sim::matrix_span(s.b_rows, s.b_cols, ldb) : 0;
+  const size_t c_bytes = type_size(Ctype) * kiln::sim::matrix_span(m, n, ldc);
+  // TF32 rounds FP32 inputs only (16-bit inputs already fit in TF32's 10 mantissa bits), and
+  // only where the compute type is not PEDANTIC.
+  const bool tf32 = Atype == CUDA_R_32F && computeType == CUBLAS_COMPUTE_32F && tf32_mode(h);
+  return queue_gemm(call, h, {A, a_bytes}, {B, b_bytes}, {C, c_bytes}, [=] {
+    gemm_ex_host(s, m, n, k, alpha_v, A, Atype, lda, B, Btype, ldb, beta_v, C, Ctype, ldc, tf32);
+  });
 }
 
 // ---- Status names and texts (the cuBLAS documentation's cublasStatus_t table) -------------

@@ -45,6 +45,30 @@ enum cublasMath_t {
   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
 };
 
+// The compute types of cublasGemmEx (the real values). Simulated: CUBLAS_COMPUTE_32F (which
+// follows the handle's math mode: TF32 applies to FP32 inputs) and CUBLAS_COMPUTE_32F_PEDANTIC
+// (never TF32); the others are CUBLAS_STATUS_NOT_SUPPORTED.
+enum cublasComputeType_t {
+  CUBLAS_COMPUTE_16F = 64,
+  CUBLAS_COMPUTE_16F_PEDANTIC = 65,
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+  CUBLAS_COMPUTE_64F = 70,
+  CUBLAS_COMPUTE_64F_PEDANTIC = 71,
+  CUBLAS_COMPUTE_32I = 72,
+  CUBLAS_COMPUTE_32I_PEDANTIC = 73,
+  CUBLAS_COMPUTE_32F_FAST_16F = 74,
+  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+};
+
+// cublasGemmEx's algorithm: the library's heuristic choice. The numbered algorithms
+// (CUBLAS_GEMM_ALGO0...) are not simulated (CUBLAS_STATUS_NOT_SUPPORTED).
+enum cublasGemmAlgo_t {
+  CUBLAS_GEMM_DEFAULT = -1,
+  CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99,  // deprecated synonym of DEFAULT since CUDA 11
+};
+
 struct cublasContext;
 using cublasHandle_t = cublasContext*;
 
@@ -70,3 +94,20 @@ cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa,
                            cublasOperation_t transb, int m, int n, int k, const double* alpha,
                            const double* A, int lda, const double* B, int ldb,
                            const double* beta, double* C, int ldc);
+
+// C (m x n, ldc) = alpha op(A) op(B) + beta C with typed operands, column-major, shapes and
+// leading dimensions as cublasSgemm. Simulated combinations (the cuBLAS documentation's table for
+// cublasGemmEx), alpha and beta float in host memory:
+//   computeType CUBLAS_COMPUTE_32F or _32F_PEDANTIC, and Atype = Btype =
+//     CUDA_R_16F  with Ctype CUDA_R_16F or CUDA_R_32F,
+//     CUDA_R_16BF with Ctype CUDA_R_16BF or CUDA_R_32F,
+//     CUDA_R_32F  with Ctype CUDA_R_32F.
+// The 16-bit inputs are widened exactly to FP32 and the products summed in FP32; a 16-bit C is
+// computed in FP32 (alpha acc + beta C) and rounded once to nearest even. Other combinations, and
+// algorithms other than the default, are CUBLAS_STATUS_NOT_SUPPORTED.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo);

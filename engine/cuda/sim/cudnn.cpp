@@ -106,7 +106,32 @@ cudnnStatus_t modify(T* p, const char* call, Fn set) {
     if (kiln_st_ != CUDNN_STATUS_SUCCESS) return kiln_st_; \
   } while (0)
 
-size_t element_size(cudnnDataType_t t) { return t == CUDNN_DATA_DOUBLE ? 8 : 4; }
+bool is_16bit(cudnnDataType_t t) { return t == CUDNN_DATA_HALF || t == CUDNN_DATA_BFLOAT16; }
+
+kiln::sim::Format16 format_16(cudnnDataType_t t) {
+  return t == CUDNN_DATA_HALF ? kiln::sim::Format16::Half : kiln::sim::Format16::BFloat16;
+}
+
+size_t element_size(cudnnDataType_t t) {
+  return t == CUDNN_DATA_DOUBLE ? 8 : is_16bit(t) ? 2 : 4;
+}
+
+// The compute type cuDNN's documented configurations pair with a data type: FLOAT_CONFIG,
+// DOUBLE_CONFIG, and PSEUDO_HALF_CONFIG / PSEUDO_BFLOAT16_CONFIG (16-bit data, float compute).
+// TRUE_HALF_CONFIG (HALF computed in HALF) is not simulated.
+cudnnDataType_t compute_type_for(cudnnDataType_t data) {
+  return is_16bit(data) ? CUDNN_DATA_FLOAT : data;
+}
+
+const char* type_name(cudnnDataType_t t) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return "FLOAT";
+    case CUDNN_DATA_DOUBLE: return "DOUBLE";
+    case CUDNN_DATA_HALF: return "HALF";
+    case CUDNN_DATA_BFLOAT16: return "BFLOAT16";
+  }
+  return "an unknown data type";
+}
 
 size_t bytes_of(const int64_t dims[4], cudnnDataType_t t) {
   return static_cast<size_t>(dims[0] * dims[1] * dims[2] * dims[3]) * element_size(t);
@@ -124,9 +149,10 @@ cudnnStatus_t set_4d(const char* call, cudnnDataType_t type, cudnnTensorFormat_t
   if (format != CUDNN_TENSOR_NCHW)
     return library_fail(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT,
                         std::string(call) + ": only CUDNN_TENSOR_NCHW is simulated");
-  if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE)
+  if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE && !is_16bit(type))
     return library_fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE,
-                        std::string(call) + ": only FLOAT and DOUBLE are simulated");
+                        std::string(call) + ": data type " + std::to_string(static_cast<int>(type)) +
+                            " is not simulated (FLOAT, DOUBLE, HALF and BFLOAT16 are)");
   *set = true;
   *out_type = type;
   dims[0] = n, dims[1] = c, dims[2] = h, dims[3] = w;
@@ -181,9 +207,11 @@ cudnnStatus_t describe(const std::string& call, ConvPass pass, cudnnTensorDescri
     return library_fail(CUDNN_STATUS_BAD_PARAM, call + ": " + why);
   };
   if (x.type != w.type || x.type != y.type) return bad("the tensors' data types differ");
-  if (conv.compute != x.type)
+  if (conv.compute != compute_type_for(x.type))
     return library_fail(CUDNN_STATUS_NOT_SUPPORTED,
-                        call + ": the compute type differs from the data type (not simulated)");
+                        call + ": " + type_name(x.type) + " data with compute type " +
+                            type_name(conv.compute) + " is not a simulated configuration (FLOAT "
+                            "and DOUBLE compute in their own type, HALF and BFLOAT16 in FLOAT)");
   if (x.dims[1] != w.dims[1])
     return bad("input channels " + std::to_string(x.dims[1]) + " != the filter's " +
                std::to_string(w.dims[1]));
@@ -241,7 +269,7 @@ cudnnStatus_t queue(const char* call, const cudnnContext& h, std::function<void(
   return CUDNN_STATUS_SUCCESS;
 }
 
-// The scaling factors: float for FLOAT data, double for DOUBLE (host memory, read now).
+// The scaling factors: double for DOUBLE data, float for the others (host memory, read now).
 struct Scalars {
   double alpha, beta;
 };
@@ -303,12 +331,12 @@ cudnnStatus_t convolve(const char* call, ConvPass pass, cudnnHandle_t handle, co
     // The algorithm owns its workspace for the duration: scribble over it, so a caller that
     // frees or reuses it too early reads garbage.
     if (need > 0) std::memset(workspace, 0xFF, need);
-    auto run = [&](auto tag) {
+    auto run = [&](auto tag, const void* xv, const void* wv, const void* yv) {
       using T = decltype(tag);
       const T a = static_cast<T>(s.alpha), b = static_cast<T>(s.beta);
-      T* xp = const_cast<T*>(static_cast<const T*>(x));
-      T* wp = const_cast<T*>(static_cast<const T*>(w));
-      T* yp = const_cast<T*>(static_cast<const T*>(y));
+      T* xp = const_cast<T*>(static_cast<const T*>(xv));
+      T* wp = const_cast<T*>(static_cast<const T*>(wv));
+      T* yp = const_cast<T*>(static_cast<const T*>(yv));
       switch (pass) {
         case ConvPass::Forward: kiln::sim::conv_forward_host<T>(g, a, xp, wp, b, yp, tf32); break;
         case ConvPass::BackwardData:
@@ -319,8 +347,24 @@ cudnnStatus_t convolve(const char* call, ConvPass pass, cudnnHandle_t handle, co
           break;
       }
     };
-    if (type == CUDNN_DATA_DOUBLE) run(double{});
-    else run(float{});
+    if (type == CUDNN_DATA_DOUBLE) {
+      run(double{}, x, w, y);
+    } else if (is_16bit(type)) {
+      // In float on widened copies (the written one too: beta may blend it), then the written
+      // one rounded back once.
+      const kiln::sim::Format16 f = format_16(type);
+      std::vector<float> xf = kiln::sim::widen_16(f, x, g.n * g.c * g.h * g.w);
+      std::vector<float> wf = kiln::sim::widen_16(f, w, g.k * g.c * g.r * g.s);
+      std::vector<float> yf = kiln::sim::widen_16(f, y, g.n * g.k * g.p * g.q);
+      run(float{}, xf.data(), wf.data(), yf.data());
+      switch (pass) {
+        case ConvPass::Forward: kiln::sim::narrow_16(f, yf, const_cast<void*>(y)); break;
+        case ConvPass::BackwardData: kiln::sim::narrow_16(f, xf, const_cast<void*>(x)); break;
+        case ConvPass::BackwardFilter: kiln::sim::narrow_16(f, wf, const_cast<void*>(w)); break;
+      }
+    } else {
+      run(float{}, x, w, y);
+    }
   });
 }
 
@@ -498,7 +542,10 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t desc,
                           "dilation below 1, or an invalid mode");
     if (compute_type != CUDNN_DATA_FLOAT && compute_type != CUDNN_DATA_DOUBLE)
       return library_fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE,
-                          "cudnnSetConvolution2dDescriptor: only FLOAT and DOUBLE are simulated");
+                          std::string("cudnnSetConvolution2dDescriptor: compute type ") +
+                              type_name(compute_type) +
+                              " is not simulated (FLOAT and DOUBLE are; HALF and BFLOAT16 data "
+                              "compute in FLOAT)");
     d.set = true;
     d.pad_h = pad_h, d.pad_w = pad_w, d.stride_h = u, d.stride_w = v;
     d.dil_h = dilation_h, d.dil_w = dilation_w, d.mode = mode, d.compute = compute_type;
@@ -650,18 +697,25 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
   const size_t dyb = bytes_of(d.dims, d.type), dbb = bytes_of(b.dims, b.type);
   KILN_CUDNN_SIM_TRY(check_ranges(name, h.device, {{"dy", dy, dyb}, {"db", db, dbb}}));
   const int64_t n = d.dims[0], k = d.dims[1], pq = d.dims[2] * d.dims[3];
-  const bool dbl = d.type == CUDNN_DATA_DOUBLE;
+  const bool dbl = d.type == CUDNN_DATA_DOUBLE, half = is_16bit(d.type);
+  const kiln::sim::Format16 f = format_16(d.type);
   const int device = h.device;
   return queue("cudnnConvolutionBackwardBias", h, [=] {
     kiln::sim::require_device_range("cudnnConvolutionBackwardBias", "dy", dy, dyb, device);
     kiln::sim::require_device_range("cudnnConvolutionBackwardBias", "db", db, dbb, device);
-    if (dbl)
+    const float alpha_f = static_cast<float>(s.alpha), beta_f = static_cast<float>(s.beta);
+    if (dbl) {
       kiln::sim::conv_backward_bias_host<double>(n, k, pq, s.alpha, static_cast<const double*>(dy),
                                                  s.beta, static_cast<double*>(db));
-    else
-      kiln::sim::conv_backward_bias_host<float>(n, k, pq, static_cast<float>(s.alpha),
-                                                static_cast<const float*>(dy),
-                                                static_cast<float>(s.beta), static_cast<float*>(db));
+    } else if (half) {  // in float, db rounded back once
+      const std::vector<float> dyf = kiln::sim::widen_16(f, dy, n * k * pq);
+      std::vector<float> dbf = kiln::sim::widen_16(f, db, k);
+      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, dyf.data(), beta_f, dbf.data());
+      kiln::sim::narrow_16(f, dbf, db);
+    } else {
+      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, static_cast<const float*>(dy),
+                                                beta_f, static_cast<float*>(db));
+    }
   });
 }
 
@@ -685,17 +739,24 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha,
   KILN_CUDNN_SIM_TRY(read_scalars(name, a.type, alpha, beta, &s));
   const size_t ab = bytes_of(a.dims, a.type), cb = bytes_of(c.dims, c.type);
   KILN_CUDNN_SIM_TRY(check_ranges(name, h.device, {{"A", A, ab}, {"C", C, cb}}));
-  const bool dbl = a.type == CUDNN_DATA_DOUBLE;
+  const bool dbl = a.type == CUDNN_DATA_DOUBLE, half = is_16bit(a.type);
+  const kiln::sim::Format16 f = format_16(a.type);
   const int device = h.device;
   return queue("cudnnAddTensor", h, [=] {
     kiln::sim::require_device_range("cudnnAddTensor", "A", A, ab, device);
     kiln::sim::require_device_range("cudnnAddTensor", "C", C, cb, device);
-    if (dbl)
+    const float alpha_f = static_cast<float>(s.alpha), beta_f = static_cast<float>(s.beta);
+    if (dbl) {
       kiln::sim::add_tensor_host<double>(a.dims, s.alpha, static_cast<const double*>(A), c.dims,
                                          s.beta, static_cast<double*>(C));
-    else
-      kiln::sim::add_tensor_host<float>(a.dims, static_cast<float>(s.alpha),
-                                        static_cast<const float*>(A), c.dims,
-                                        static_cast<float>(s.beta), static_cast<float*>(C));
+    } else if (half) {  // in float, C rounded back once
+      const std::vector<float> af = kiln::sim::widen_16(f, A, static_cast<int64_t>(ab / 2));
+      std::vector<float> cf = kiln::sim::widen_16(f, C, static_cast<int64_t>(cb / 2));
+      kiln::sim::add_tensor_host<float>(a.dims, alpha_f, af.data(), c.dims, beta_f, cf.data());
+      kiln::sim::narrow_16(f, cf, C);
+    } else {
+      kiln::sim::add_tensor_host<float>(a.dims, alpha_f, static_cast<const float*>(A), c.dims,
+                                        beta_f, static_cast<float*>(C));
+    }
   });
 }

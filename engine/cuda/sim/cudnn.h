@@ -4,15 +4,19 @@
 // KILN_CUDA_SIM.
 //
 // Semantics follow the cuDNN API reference (https://docs.nvidia.com/deeplearning/cudnn/api/,
-// "cudnn_ops" and "cudnn_cnn"): out = alpha op(in) + beta out with host scaling factors (float
-// for FLOAT data, double for DOUBLE), out not read when beta is 0, descriptors checked against
-// each other (CUDNN_STATUS_BAD_PARAM). The convolutions are computed on the host
+// "cudnn_ops" and "cudnn_cnn"): out = alpha op(in) + beta out with host scaling factors (double
+// for DOUBLE data, float for the others), out not read when beta is 0, descriptors checked
+// against each other (CUDNN_STATUS_BAD_PARAM). The convolutions are computed on the host
 // (sim/cudnn_compute.cpp) and queued on the handle's stream. What is simulated of the
 // algorithms (their list, workspace, math type) is described in sim/cudnn_algos.h.
 //
-// Subset: 4-d NCHW tensors and filters of FLOAT or DOUBLE, 2-d convolutions (padding, stride,
-// dilation, convolution or cross-correlation, group count 1). Other formats and types are
-// CUDNN_STATUS_NOT_SUPPORTED when set.
+// Subset: 4-d NCHW tensors and filters of FLOAT, DOUBLE, HALF or BFLOAT16, 2-d convolutions
+// (padding, stride, dilation, convolution or cross-correlation, group count 1). The data type
+// and the convolution's compute type form one of cuDNN's documented configurations: FLOAT data
+// computed in FLOAT, DOUBLE in DOUBLE, HALF or BFLOAT16 in FLOAT (x, w and y of one type; the
+// 16-bit values are widened exactly, the sums run in float and each result is rounded once to
+// the data type, nearest even). Other formats and types are CUDNN_STATUS_NOT_SUPPORTED when set;
+// another pairing of data and compute type is CUDNN_STATUS_NOT_SUPPORTED when used.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +40,8 @@ enum cudnnStatus_t {
 enum cudnnDataType_t {
   CUDNN_DATA_FLOAT = 0,
   CUDNN_DATA_DOUBLE = 1,
-  CUDNN_DATA_HALF = 2,  // not simulated
+  CUDNN_DATA_HALF = 2,       // IEEE binary16, computed in FLOAT (PSEUDO_HALF_CONFIG)
+  CUDNN_DATA_BFLOAT16 = 9,   // bfloat16, computed in FLOAT
 };
 
 enum cudnnTensorFormat_t {

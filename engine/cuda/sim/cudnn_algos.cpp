@@ -15,14 +15,19 @@ enum class Workspace { None, IndexTable, Im2col, Fft, FftTiling, WinogradTiles, 
 struct Candidate {
   ConvPass pass;
   int algo;
-  bool tensor_op;  // also offered as a TF32 tensor-core kernel (float)
+  bool tensor_op;  // also offered as a tensor-core kernel (float as TF32, half, bfloat16)
   bool deterministic;
   float cost;  // modelled nanoseconds per 1000 multiply-adds (FMA kernel)
   Support support;
   Workspace workspace;
 };
 
-constexpr float kTensorOpSpeedup = 4;  // TF32 tensor cores vs FP32 FMA, roughly
+constexpr float kTensorOpSpeedup = 4;  // tensor cores (TF32, or 16-bit inputs) vs FP32 FMA, roughly
+
+// Data types with tensor-core kernels: FLOAT (as TF32) and the 16-bit types.
+bool has_tensor_op(cudnnDataType_t dt) {
+  return dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16;
+}
 
 constexpr Candidate kCandidates[] = {
     {ConvPass::Forward, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, true, true, 1.0f,
@@ -115,7 +120,7 @@ int64_t next_pow2(int64_t v) {
 }
 
 size_t workspace_bytes(const Candidate& c, const ConvShape& g, cudnnDataType_t dt) {
-  const int64_t es = dt == CUDNN_DATA_DOUBLE ? 8 : 4;
+  const int64_t es = dt == CUDNN_DATA_DOUBLE ? 8 : dt == CUDNN_DATA_FLOAT ? 4 : 2;
   const int64_t crs = g.c * g.r * g.s;
   const int64_t maps = g.n * g.c + g.k * g.c + g.n * g.k;  // feature maps and filters
   int64_t bytes = 0;
@@ -159,7 +164,7 @@ std::vector<ConvAlgoPerf> conv_algorithms(ConvPass pass, const ConvShape& g,
     ConvAlgoPerf p = base;
     p.time = static_cast<float>(macs * c.cost * 1e-9);
     supported.push_back(p);
-    if (c.tensor_op && data_type == CUDNN_DATA_FLOAT) {
+    if (c.tensor_op && has_tensor_op(data_type)) {
       p.math = CUDNN_TENSOR_OP_MATH;
       p.time /= kTensorOpSpeedup;
       supported.push_back(p);

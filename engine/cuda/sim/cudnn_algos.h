@@ -5,18 +5,21 @@
 // A model, not cuDNN's behaviour on any one GPU. It keeps the documented shape of the answers:
 //   - every algorithm of the pass is listed, with a status: CUDNN_STATUS_NOT_SUPPORTED where cuDNN
 //     documents a restriction (FWD_ALGO_DIRECT and BWD_FILTER_ALGO_WINOGRAD are not implemented;
-//     FFT and Winograd need stride 1, no dilation, float; Winograd 3x3 filters, or 5x5 nonfused);
-//   - for float, the GEMM-like algorithms are listed a second time as CUDNN_TENSOR_OP_MATH (the
-//     TF32 tensor-core kernels); the others report CUDNN_FMA_MATH when the descriptor asks for it,
-//     CUDNN_DEFAULT_MATH otherwise. The list does not depend on the descriptor's math type: the
-//     caller filters on mathType (as Kiln's strict-FP32 rule does);
+//     FFT and Winograd need stride 1, no dilation, float (the model offers them for FLOAT data
+//     only, though cuDNN runs some on half); Winograd 3x3 filters, or 5x5 nonfused);
+//   - for float, half and bfloat16, the GEMM-like algorithms are listed a second time as
+//     CUDNN_TENSOR_OP_MATH (the tensor-core kernels: TF32 for float); the others report
+//     CUDNN_FMA_MATH when the descriptor asks for it, CUDNN_DEFAULT_MATH otherwise. The list
+//     does not depend on the descriptor's math type: the caller filters on mathType (as Kiln's
+//     strict-FP32 rule does);
 //   - BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3 are CUDNN_NON_DETERMINISTIC, as documented;
 //   - workspace sizes follow what each algorithm stores (an index table, one image's im2col,
 //     transformed tiles), and time is a fixed cost per multiply-add per algorithm, tensor-op
 //     kernels fastest: the order is plausible, the numbers are not measurements.
 // Running an algorithm checks that the workspace offered is at least what it reports
 // (CUDNN_STATUS_BAD_PARAM otherwise), and a tensor-op algorithm on float data with a math type
-// other than CUDNN_FMA_MATH rounds its inputs to TF32. Every algorithm computes through the same
+// other than CUDNN_FMA_MATH rounds its inputs to TF32 (16-bit inputs need no rounding: their
+// products are exact in float). Every algorithm computes through the same
 // host im2col + GEMM (cudnn_compute.h): their own summation orders are not simulated.
 #pragma once
 

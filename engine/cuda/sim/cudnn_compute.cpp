@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/cuda/sim/library.h"
+#include "engine/host_device.h"
 
 namespace kiln::sim {
 namespace {
@@ -99,6 +100,21 @@ std::vector<T> copy_of(const T* p, int64_t count, bool tf32) {
 }
 
 }  // namespace
+
+std::vector<float> widen_16(Format16 format, const void* p, int64_t count) {
+  const uint16_t* bits = static_cast<const uint16_t*>(p);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i)
+    v[static_cast<size_t>(i)] =
+        format == Format16::Half ? kiln::f16_to_f32(bits[i]) : kiln::bf16_to_f32(bits[i]);
+  return v;
+}
+
+void narrow_16(Format16 format, const std::vector<float>& v, void* p) {
+  uint16_t* bits = static_cast<uint16_t*>(p);
+  for (size_t i = 0; i < v.size(); ++i)
+    bits[i] = format == Format16::Half ? kiln::f32_to_f16(v[i]) : kiln::f32_to_bf16(v[i]);
+}
 
 template <typename T>
 void conv_forward_host(const ConvShape& g, T alpha, const T* x, const T* w, T beta, T* y,

@@ -4,8 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kiln::sim {
+
+// The 16-bit data types (HALF, BFLOAT16) are computed in float: their buffers are widened
+// (exactly) into float copies, the float functions below run, and the written buffer is rounded
+// back (nearest even), with the conversion rules of engine/host_device.h.
+enum class Format16 { Half, BFloat16 };
+std::vector<float> widen_16(Format16 format, const void* p, int64_t count);
+void narrow_16(Format16 format, const std::vector<float>& v, void* p);  // v.size() elements
 
 // A 2-d convolution: x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q) with
 //   P = (H + 2 pad_h - ((R - 1) dil_h + 1)) / stride_h + 1, and likewise Q;

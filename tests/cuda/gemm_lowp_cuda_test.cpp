@@ -1,0 +1,161 @@
+// gemm_lowp_cuda_test.cpp: the mixed-precision GEMM (cuda::gemm_lowp, engine/cuda/kernels/
+// gemm_lowp.cu): bf16 and f16 inputs, f32 output, both paths (Hand: widen + the hand f32 GEMM;
+// Vendor: cublasGemmEx, the simulated one under the simulator, where Vendor is asked for
+// explicitly), all four transpose combinations and odd sizes around the tiles, against a CPU
+// reference in double on the same rounded inputs; C filled with NaN first (it must be written,
+// never read); K = 0; the hand path equals the f32 hand GEMM on the widened inputs bit for bit;
+// a dtype other than bf16 or f16 is an error.
+//
+// Tolerance: the products of two 16-bit values are exact in f32, so only the f32 summation order
+// differs from the double reference: sum_rtol(F32) (parity/parity_harness.h) relative to the
+// scale of C.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/context.h"
+#include "engine/impl.h"
+#include "engine/ops_cuda.h"
+#include "parity/parity_harness.h"
+#include "support/cuda_skip.h"
+#include "support/gradcheck.h"
+
+namespace kiln {
+namespace {
+
+using testing::bit_identical;
+using testing::kCuda;
+using testing::near;
+using testing::random_tensor;
+using testing::sum_rtol;
+
+struct Mnk {
+  int64_t m, n, k;
+};
+// Around the hand kernel's 128x128 block tile, its 8-deep K-step, and the warp; a dimension of 1.
+const Mnk kSizes[] = {{1, 1, 1},    {1, 7, 33},   {7, 1, 130},  {33, 33, 33},
+                      {130, 7, 257}, {129, 128, 9}, {17, 131, 8}};
+
+const uint16_t* bits(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+
+// C (M,N) = op(A) op(B) in double from the f32 values of A and B (row-major, A stored (M,K) or
+// (K,M) when ta, B (K,N) or (N,K) when tb).
+Tensor reference(bool ta, bool tb, const Mnk& s, const Tensor& a32, const Tensor& b32) {
+  const std::vector<float> a = a32.to_vector<float>(), b = b32.to_vector<float>();
+  std::vector<double> c(static_cast<size_t>(s.m * s.n), 0.0);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double acc = 0;
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double av = ta ? a[p * s.m + i] : a[i * s.k + p];
+        const double bv = tb ? b[j * s.k + p] : b[p * s.n + j];
+        acc += av * bv;
+      }
+      c[static_cast<size_t>(i * s.n + j)] = acc;
+    }
+  return Tensor::from_vector(c, {s.m, s.n});
+}
+
+// One case: random inputs rounded to `in`, C on cuda:0 through `impl`, against the reference.
+void check(DType in, Impl impl, bool ta, bool tb, const Mnk& s, uint32_t seed) {
+  const std::string what = std::string(impl_name(impl)) + " " + dtype_name(in) + " m" +
+                           std::to_string(s.m) + " n" + std::to_string(s.n) + " k" +
+                           std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+  SCOPED_TRACE(what);
+  const Tensor a16 = random_tensor({s.m * s.k}, seed, -1, 1, DType::F32).to(in);
+  const Tensor b16 = random_tensor({s.k * s.n}, seed + 1, -1, 1, DType::F32).to(in);
+  const Tensor want = reference(ta, tb, s, a16.to(DType::F32), b16.to(DType::F32));
+  const Tensor a_d = a16.to(kCuda), b_d = b16.to(kCuda);
+  Tensor c_d = Tensor::full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), DType::F32, kCuda);
+  {
+    cuda::DeviceGuard guard(0);
+    cuda::gemm_lowp(in, impl, ta, tb, s.m, s.n, s.k, bits(a_d), bits(b_d), c_d.data<float>());
+  }
+  EXPECT_TRUE(near(what, c_d.to(DType::F64), want, sum_rtol(DType::F32)));
+}
+
+void check_all(DType in, Impl impl) {
+  uint32_t seed = 1;
+  for (const Mnk& s : kSizes)
+    for (int t = 0; t < 4; ++t) check(in, impl, t & 1, t & 2, s, seed += 2);
+}
+
+TEST(GemmLowpCuda, HandBf16MatchesReference) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_all(DType::BF16, Impl::Hand);
+}
+
+TEST(GemmLowpCuda, HandF16MatchesReference) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_all(DType::F16, Impl::Hand);
+}
+
+TEST(GemmLowpCuda, VendorBf16MatchesReference) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_all(DType::BF16, Impl::Vendor);
+}
+
+TEST(GemmLowpCuda, VendorF16MatchesReference) {
+  KILN_SKIP_WITHOUT_CUDA();
+  check_all(DType::F16, Impl::Vendor);
+}
+
+TEST(GemmLowpCuda, EmptyKWritesZeros) {
+  KILN_SKIP_WITHOUT_CUDA();
+  // K = 0: C = 0 over NaN, on both paths; A and B are empty.
+  for (Impl impl : {Impl::Hand, Impl::Vendor}) {
+    const Tensor empty = Tensor::empty({0}, DType::BF16, kCuda);
+    Tensor c = Tensor::full({7, 33}, std::numeric_limits<double>::quiet_NaN(), DType::F32, kCuda);
+    {
+      cuda::DeviceGuard guard(0);
+      cuda::gemm_lowp(DType::BF16, impl, false, true, 7, 33, 0, bits(empty), bits(empty),
+                      c.data<float>());
+    }
+    EXPECT_EQ(c.to_vector<float>(), std::vector<float>(7 * 33, 0.0f)) << impl_name(impl);
+  }
+}
+
+TEST(GemmLowpCuda, HandIsTheF32HandGemmOnWidenedInputs) {
+  KILN_SKIP_WITHOUT_CUDA();
+  // The Hand path widens exactly and runs the register-blocked f32 kernel: the same bits as
+  // calling that kernel on inputs converted by Tensor::to.
+  const Mnk s{130, 33, 40};
+  for (DType in : {DType::BF16, DType::F16}) {
+    const Tensor a16 = random_tensor({s.k * s.m}, 40, -1, 1, DType::F32).to(in).to(kCuda);
+    const Tensor b16 = random_tensor({s.n * s.k}, 41, -1, 1, DType::F32).to(in).to(kCuda);
+    const Tensor a32 = a16.to(DType::F32), b32 = b16.to(DType::F32);
+    Tensor got = Tensor::empty({s.m, s.n}, DType::F32, kCuda);
+    Tensor want = Tensor::empty({s.m, s.n}, DType::F32, kCuda);
+    {
+      cuda::DeviceGuard guard(0);
+      cuda::gemm_lowp(in, Impl::Hand, true, true, s.m, s.n, s.k, bits(a16), bits(b16),
+                      got.data<float>());
+      cuda::gemm_hand<float>(cuda::GemmKernel::RegisterBlocked, true, true, s.m, s.n, s.k,
+                             a32.data<float>(), b32.data<float>(), want.data<float>());
+    }
+    EXPECT_TRUE(bit_identical(dtype_name(in), got, want));
+  }
+}
+
+TEST(GemmLowpCuda, OtherDtypesAreAnError) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Tensor a = Tensor::zeros({4}, DType::F32, kCuda);
+  cuda::DeviceGuard guard(0);
+  const uint16_t* p = bits(a);
+  float* c = a.data<float>();
+  for (DType bad : {DType::F32, DType::F64}) {
+    try {
+      cuda::gemm_lowp(bad, Impl::Hand, false, false, 1, 1, 1, p, p, c);
+      FAIL() << "no error for " << dtype_name(bad);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16 or f16"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(cuda::gemm_lowp(DType::BF16, Impl::Vendor, false, false, -1, 1, 1, p, p, c), Error);
+}
+
+}  // namespace
+}  // namespace kiln
