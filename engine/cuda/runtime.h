@@ -38,5 +38,9 @@
 #define KILN_DYNAMIC_SHARED(T, name)                                   \
   extern __shared__ __align__(16) unsigned char kiln_dynamic_shared_[]; \
   T* name = reinterpret_cast<T*>(kiln_dynamic_shared_)
-#define KILN_SHARED(T, name, ...) __shared__ __align__(16) T name __VA_ARGS__
+// 16 bytes, or the type's own alignment when larger (an explicit __align__ would otherwise
+// lower an alignas(32) type to 16).
+#define KILN_SHARED(T, name, ...)                                                      \
+  __shared__ __align__(alignof(T __VA_ARGS__) > 16 ? alignof(T __VA_ARGS__) : 16) T name \
+      __VA_ARGS__
 #endif
