@@ -54,7 +54,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* 
 
 // The steps of our own GEMM, from naive to fast (engine/cuda/kernels/gemm.cu explains each).
 // All are kept, tested and benchmarked (apps/gemm_bench): a later step must beat an earlier
-// one to earn its complexity.
+// one to earn its complexity. The fourth, on tensor cores, takes 16-bit inputs and has its own
+// function (gemm_tensor_core, below).
 enum class GemmKernel {
   Naive,            // one thread per C element, operands straight from global memory
   Tiled,            // 16x16 shared-memory tiles: each operand element read once per tile
@@ -65,6 +66,8 @@ const char* gemm_kernel_name(GemmKernel kernel);  // "naive" | "tiled" | "regblo
 template <typename T>
 void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const T* a, const T* b, T* c, T beta = T(0));
+// Step 4 of engine/cuda/kernels/gemm.cu: tensor cores. C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in`), f32 accumulation.
+void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c);
 // cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h); the simulated cuBLAS under the
 // simulator (engine/cuda/sim/cublas.h).
 template <typename T>

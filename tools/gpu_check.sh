@@ -7,7 +7,8 @@
 #   2. build: Release, -DKILN_CUDA=ON for the GPU present (sm_90 on H100/H200) into build-gpu/
 #   3. test:  ctest -L gpu, once with the hand kernels and once with KILN_KERNELS=vendor (cuBLAS,
 #             cuDNN) (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
-#   4. bench: gemm_bench (hand vs cuBLAS), conv_bench (hand vs cuDNN, ResNet-50 shapes),
+#   4. bench: gemm_bench (hand vs cuBLAS), gemm_steps (every GEMM step at 4096^3: the f32 steps,
+#             the tensor-core kernel on bf16 and f16, cuBLAS SGEMM), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
 #             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)
@@ -17,7 +18,7 @@
 #   --only STAGES   build | test | bench, comma-separated (default: all). The build always runs
 #                   first (incremental); the report merges every step recorded in REPORT_DIR, so
 #                   a check split over two calls into one REPORT_DIR ends with one full report.
-#                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, conv_bench, mnist_vendor,
+#                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, gemm_steps, conv_bench, mnist_vendor,
 #                   pytorch, mnist_hand, resnet_gpu (e.g. --only pytorch,mnist_hand after a run out of time).
 #                   --only report rewrites report.md/json from what REPORT_DIR holds, nothing else.
 #   --cpu-tests     also run the CPU suite (ctest -LE 'gpu|sim'; minutes)
@@ -54,8 +55,8 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$report" ]] || die_usage "REPORT_DIR is missing"
 for s in ${only//,/ }; do
-  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_gpu_vendor|ctest_cpu|gemm_bench|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
-    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
+  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_gpu_vendor|ctest_cpu|gemm_bench|gemm_steps|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
+    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, gemm_steps, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
 done
 has_stage() { [[ ",$only," == *",$1,"* ]]; }
 want() { has_stage "$1" || has_stage "$2"; }  # want STEP STAGE: the step is selected
@@ -361,7 +362,7 @@ run_mnist() {  # run_mnist hand|vendor
     --json "$report/mnist_$1.json"
 }
 
-bench_steps=(gemm_bench conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu)
+bench_steps=(gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu)
 for step in "${bench_steps[@]}"; do
   want "$step" bench || continue
   if ((!build_ok)); then
@@ -373,6 +374,12 @@ for step in "${bench_steps[@]}"; do
       rm -f "$report/gemm_bench.json"
       bench_program gemm_bench "$build_dir/apps/gemm_bench" 120 --sizes 1024,2048,4096,8192 --kernels hand,vendor \
         --json "$report/gemm_bench.json" ;;
+    gemm_steps)
+      # Step 4 (tensor cores, bf16 and f16 inputs) against the f32 steps and cuBLAS SGEMM at
+      # 4096^3; gemm_bench prints each tensor-core kernel over regblock and over cuBLAS.
+      rm -f "$report/gemm_steps.json"
+      bench_program gemm_steps "$build_dir/apps/gemm_bench" 90 --sizes 4096 \
+        --kernels naive,tiled,regblock,tc_bf16,tc_f16,vendor --iters 5 --json "$report/gemm_steps.json" ;;
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;

@@ -19,7 +19,7 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     f = line.rstrip("\n").split("\t")
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
-order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "gemm_bench", "conv_bench",
+order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "gemm_bench", "gemm_steps", "conv_bench",
          "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu", "mp_gpu", "mp_cpu"]
 steps = dict(sorted(steps.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
@@ -96,7 +96,8 @@ report = {
     "epochs": epochs, "steps": steps, "mnist": runs, "ratio_kiln_vendor_over_pytorch": ratio,
     "tests": {"gpu": ctest_summary("ctest_gpu"), "gpu_vendor": ctest_summary("ctest_gpu_vendor"),
               "cpu": ctest_summary("ctest_cpu")},
-    "gemm": bench("gemm_bench"), "conv": bench("conv_bench"), "resnet": bench("resnet_gpu"),
+    "gemm": bench("gemm_bench"), "gemm_steps": bench("gemm_steps"), "conv": bench("conv_bench"),
+    "resnet": bench("resnet_gpu"),
 }
 report["ok"] = bool(steps) and all(s["status"] in ("ok", "missing") for s in steps.values())
 with open(os.path.join(rdir, "report.json"), "w") as f:
@@ -154,11 +155,13 @@ for key, title in (("gpu", "ctest -L gpu"), ("gpu_vendor", "KILN_KERNELS=vendor 
     md += [f"    {l}" for l in t["summary"]] or ["    (no summary line: see the log)"]
     if t["failed_tests"]:
         md += ["", "Failed:", ""] + [f"    {l}" for l in t["failed_tests"][:40]]
-for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"), ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
+for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
+                   ("gemm_steps", "GEMM steps at 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM (gemm_bench)"),
+                   ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
                    ("resnet", "ResNet-50 training, Kiln vs PyTorch, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)")):
     b = report[key]
     md += ["", f"## {title}", ""]
-    step = steps.get(key + "_bench") or steps.get(key + "_gpu")
+    step = steps.get(key) or steps.get(key + "_bench") or steps.get(key + "_gpu")
     if b is None or (step and step["status"] == "missing"):
         md.append(f"Not run: {step['note'] if step else 'no result in this report directory'}.")
         continue

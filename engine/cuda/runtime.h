@@ -8,7 +8,8 @@
 // The few places where CUDA syntax cannot be expressed in plain C++ have a macro here:
 //   KILN_DYNAMIC_SHARED(T, name)  declares `T* name` pointing at the block's dynamic shared
 //                                 memory (the `extern __shared__` array of the launch).
-//   KILN_SHARED(T, name, dims)    declares a static shared variable, 16-byte aligned:
+//   KILN_SHARED(T, name, dims)    declares a static shared variable, 16-byte aligned (or more,
+//                                 when T asks for it with alignas):
 //                                 KILN_SHARED(float, tile, [32][33]) is
 //                                 `__shared__ __align__(16) float tile[32][33]` under nvcc. Under
 //                                 the simulator `name` is a reference into the block's shared
@@ -28,7 +29,8 @@
   static char kiln_shared_key_##name;                                                   \
   ::kiln::sim::detail::Shared<T __VA_ARGS__>& name =                                    \
       *static_cast<::kiln::sim::detail::Shared<T __VA_ARGS__>*>(::kiln::sim::detail::static_shared( \
-          &kiln_shared_key_##name, sizeof(::kiln::sim::detail::Shared<T __VA_ARGS__>)))
+          &kiln_shared_key_##name, sizeof(::kiln::sim::detail::Shared<T __VA_ARGS__>),         \
+          alignof(::kiln::sim::detail::Shared<T __VA_ARGS__>)))
 #else
 #include <cuda_runtime.h>
 // One untyped array for every kernel (a typed `extern __shared__ T s[]` in a template clashes
@@ -36,5 +38,9 @@
 #define KILN_DYNAMIC_SHARED(T, name)                                   \
   extern __shared__ __align__(16) unsigned char kiln_dynamic_shared_[]; \
   T* name = reinterpret_cast<T*>(kiln_dynamic_shared_)
-#define KILN_SHARED(T, name, ...) __shared__ __align__(16) T name __VA_ARGS__
+// 16 bytes, or the type's own alignment when larger (an explicit __align__ would otherwise
+// lower an alignas(32) type to 16).
+#define KILN_SHARED(T, name, ...)                                                      \
+  __shared__ __align__(alignof(T __VA_ARGS__) > 16 ? alignof(T __VA_ARGS__) : 16) T name \
+      __VA_ARGS__
 #endif

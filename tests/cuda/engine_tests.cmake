@@ -1,11 +1,19 @@
 # Tests of the engine's CUDA kernels (engine/cuda/kernels) beyond the parity table of
 # tests/parity: the ops' errors, determinism and a second device (ops_cuda_test), every
-# step of the hand GEMM and cuBLAS called directly (gemm_cuda_test), and the fused optimizer
-# updates (optim_cuda_test). Included by CMakeLists.txt here.
+# step of the hand GEMM and cuBLAS called directly (gemm_cuda_test, gemm_tensor_core_test), and
+# the fused optimizer updates (optim_cuda_test). Included by CMakeLists.txt here.
 kiln_test(ops_cuda_test SOURCES ops_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 kiln_test(gemm_cuda_test SOURCES gemm_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Step 4, the tensor-core GEMM (bf16 / f16 in, f32 out); under the simulator once more with the
+# warps and lanes shuffled between barriers, so a missing barrier cannot hide behind the order.
+kiln_test(gemm_tensor_core_test SOURCES gemm_tensor_core_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+if(KILN_CUDA_SIM)
+  kiln_test_run(gemm_tensor_core_test_shuffle COMMAND gemm_tensor_core_test LABELS sim
+                ENVIRONMENT KILN_SIM_SHUFFLE=1 KILN_SIM_SHUFFLE_SEED=5)
+endif()
 kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 # The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.

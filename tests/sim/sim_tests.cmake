@@ -25,6 +25,9 @@ kiln_test_run(sim_nccl_test_4_devices
 kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
 
+# The warp matrix functions (nvcuda::wmma, sim/mma.h) and the 16-bit float types (sim/fp16.h).
+kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim LIBS kiln_engine)
+
 # Static shared memory (KILN_SHARED), and correctly synchronised kernels that ThreadSanitizer
 # must not report (build-tsan).
 kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_engine)

@@ -52,8 +52,9 @@ enum class WarpOp { Sync, Shuffle, Ballot, All };
 uint64_t warp_exchange(WarpOp op, unsigned int mask, uint64_t value, int src_lane);
 unsigned int active_mask();
 // The running block's storage for the static shared variable identified by `key` (KILN_SHARED,
-// engine/cuda/runtime.h): allocated, NaN-filled and guarded by the first thread to ask.
-void* static_shared(const void* key, size_t bytes);
+// engine/cuda/runtime.h): allocated, NaN-filled and guarded by the first thread to ask; aligned
+// to max(16, align) bytes (align: the type's alignof, at most 64).
+void* static_shared(const void* key, size_t bytes, size_t align);
 template <typename T>
 using Shared = T;  // names an array type in a declaration: Shared<float[4]>& r
 

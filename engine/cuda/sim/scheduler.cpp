@@ -123,7 +123,7 @@ class BlockRunner {
   int barrier(int predicate);
   uint64_t warp_exchange(detail::WarpOp op, unsigned int mask, uint64_t value, int src);
   unsigned int active_mask();
-  void* static_shared(const void* key, size_t bytes);
+  void* static_shared(const void* key, size_t bytes, size_t align);
 
  private:
   static void fiber_main(void* arg);
@@ -165,7 +165,8 @@ class BlockRunner {
     dynamic_shared_ = nullptr;
   }
   // Static shared memory (KILN_SHARED): one arena, allocated on first use and kept. Layout:
-  // guard, variable, guard, variable, guard, ... (each variable 16-byte aligned). Unused parts
+  // guard, variable, guard, variable, guard, ... (each variable aligned to 16 bytes, or to its
+  // type's alignment when that is larger, up to 64). Unused parts
   // stay poisoned for ASan. static_bytes_ is what counts against the limit (no guards).
   static constexpr size_t kStaticArenaBytes = 320 * 1024;  // 227 KiB + guards of 1500 variables
   struct StaticSlot {
@@ -506,10 +507,14 @@ void BlockRunner::reset_static_shared() {
 
 // The storage of the static shared variable `key` in this block: the first thread to reach the
 // declaration allocates and NaN-fills it, the others find it.
-void* BlockRunner::static_shared(const void* key, size_t bytes) {
+void* BlockRunner::static_shared(const void* key, size_t bytes, size_t align) {
   for (const StaticSlot& s : static_slots_)
     if (s.key == key) return static_arena_ + s.offset;
-  const size_t total = (static_bytes_ + 15) / 16 * 16 + bytes;
+  if (align < 16) align = 16;
+  if (align > 64 || (align & (align - 1)) != 0)
+    throw Error("CUDA simulator: a KILN_SHARED variable asks for " + std::to_string(align) +
+                "-byte alignment; the simulator's arena gives powers of two up to 64");
+  const size_t total = (static_bytes_ + align - 1) / align * align + bytes;
   const size_t limit = shared_memory_limit(launch_->kernel);
   if (total + launch_->shared_bytes > limit)
     throw SharedMemoryLimitError(
@@ -519,7 +524,7 @@ void* BlockRunner::static_shared(const void* key, size_t bytes) {
         std::to_string(limit) + " B (above 48 KiB a kernel must opt in with "
         "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), up to "
         "227 KiB, for static and dynamic together)");
-  const size_t offset = (static_end_ + 15) / 16 * 16;
+  const size_t offset = (static_end_ + align - 1) / align * align;  // the arena is 64-aligned
   if (offset + bytes + kSharedGuard > kStaticArenaBytes)
     throw SharedMemoryLimitError("CUDA simulator: too many static shared variables in one block");
   char* p = static_arena_ + offset;
@@ -549,10 +554,10 @@ uint64_t warp_exchange(WarpOp op, unsigned int mask, uint64_t value, int src_lan
   return t_runner->warp_exchange(op, mask, value, src_lane);
 }
 unsigned int active_mask() { return t_runner->active_mask(); }
-void* static_shared(const void* key, size_t bytes) {
+void* static_shared(const void* key, size_t bytes, size_t align) {
   if (t_runner == nullptr || detail::t_thread == nullptr)
     throw Error("CUDA simulator: a KILN_SHARED variable declared outside a kernel");
-  return t_runner->static_shared(key, bytes);
+  return t_runner->static_shared(key, bytes, align);
 }
 }  // namespace detail
 
