@@ -67,7 +67,10 @@ template <typename T>
 void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const T* a, const T* b, T* c, T beta = T(0));
 // Step 4 of engine/cuda/kernels/gemm.cu: tensor cores. C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in`), f32 accumulation.
-void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b, float* c);
+void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      const uint16_t* a, const uint16_t* b, float* c);
+// Whether the current device has the bf16/f16 tensor cores gemm_tensor_core needs (8.0+).
+bool tensor_cores_available();
 // cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h); the simulated cuBLAS under the
 // simulator (engine/cuda/sim/cublas.h).
 template <typename T>

@@ -6,6 +6,7 @@
 #include "engine/dispatch.h"
 #include "engine/gemm_lowp_cpu.h"
 #include "engine/impl.h"
+#include "engine/ops_cuda.h"
 #include "engine/ops.h"
 
 namespace kiln {
@@ -27,10 +28,8 @@ Tensor matmul_lowp_product(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   on_device("matmul", a.device(), [&] {
     cpu::gemm_lowp(a.dtype(), kernel_impl(), ta, tb, m, n, k, bits(a), bits(b), c.data<float>());
   }, [&] {
-    // The rounded values, exactly, in f32: the f32 kernels then sum their products in f32.
-    NoGradGuard no_grad;
-    AutocastGuard f32_only(DType::F32, /*enabled=*/false);
-    c = matmul(a.to(DType::F32), b.to(DType::F32), ta, tb);
+    cuda::gemm_lowp(a.dtype(), cuda_kernel_impl(), ta, tb, m, n, k, bits(a), bits(b),
+                    c.data<float>());
   });
   return c;
 }

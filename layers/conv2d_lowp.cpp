@@ -1,9 +1,10 @@
 // conv2d_lowp.cpp: conv2d under autocast (engine/autocast.h): x and w rounded to bf16 or f16,
 // the products summed in f32, y and every gradient f32; the bias stays f32.
 //
-// The kernels: where a vendor library has a low-precision convolution it runs on the rounded
-// tensors directly; otherwise the rounded values are widened back to f32 (exactly) and the f32
-// kernels run on them. Both compute the same thing, sums of products of bf16/f16 values in f32;
+// The kernels: where a vendor library has a low-precision convolution (oneDNN bf16 on the CPU,
+// cuDNN bf16/f16 on CUDA) it runs on the rounded tensors directly; otherwise (the hand kernels,
+// f16 on the CPU) the rounded values are widened back to f32 (exactly) and the f32 kernels run
+// on them. Both compute the same thing, sums of products of bf16/f16 values in f32;
 // the first reads half the bytes and, on hardware with bf16 dot-product or tensor-core units,
 // multiplies several times faster.
 #include <vector>
@@ -25,18 +26,23 @@ const uint16_t* bits(const Tensor& t) {
 }
 float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
-// The vendor library's own low-precision convolution, where there is one for x's dtype.
-bool vendor_lowp(const Tensor& x_low, Impl impl) {
-  return impl == Impl::Vendor && x_low.device().is_cpu();
-}
-
-// y = conv(x_low, w_low) + b, y f32.
+// y = conv(x_low, w_low) + b, y f32. Vendor: oneDNN's bf16 convolution on the CPU (where it
+// has one for the dtype) and cuDNN's on CUDA.
 void forward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& b, Tensor& y,
                   const ConvGeometry& g, Impl impl) {
-  if (vendor_lowp(x_low, impl) &&
-      conv2d_forward_dnnl_lowp(x_low.dtype(), bits(x_low), bits(w_low),
-                               b.defined() ? b.data<float>() : nullptr, y.data<float>(), g))
-    return;
+  const float* bp = b.defined() ? b.data<float>() : nullptr;
+  if (impl == Impl::Vendor) {
+    bool done = false;
+    on_device("conv2d", x_low.device(), [&] {
+      done = conv2d_forward_dnnl_lowp(x_low.dtype(), bits(x_low), bits(w_low), bp,
+                                      y.data<float>(), g);
+    }, [&] {
+      cuda::conv2d_forward_cudnn_lowp(x_low.dtype(), bits(x_low), bits(w_low), bp,
+                                      y.data<float>(), g);
+      done = true;
+    });
+    if (done) return;
+  }
   conv_detail::run_forward(widen(x_low), widen(w_low), b, y, g, impl);
 }
 
@@ -45,12 +51,19 @@ void backward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& dy_lo
   // oneDNN computes db only together with dw (it needs x); a lone db (a frozen weight, a
   // trained bias) is a plain sum over dy.
   const bool lone_db = db.defined() && !dw.defined();
-  if (vendor_lowp(dy_low, impl) &&
-      conv2d_backward_dnnl_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
-                                f32_or_null(dx), f32_or_null(dw), lone_db ? nullptr : f32_or_null(db),
-                                g)) {
-    if (lone_db) db.copy_(sum(widen(dy_low), {0, 2, 3}));
-    return;
+  if (impl == Impl::Vendor) {
+    bool done = false;
+    on_device("conv2d_backward", dy_low.device(), [&] {
+      done = conv2d_backward_dnnl_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
+                                       f32_or_null(dx), f32_or_null(dw),
+                                       lone_db ? nullptr : f32_or_null(db), g);
+      if (done && lone_db) db.copy_(sum(widen(dy_low), {0, 2, 3}));
+    }, [&] {
+      cuda::conv2d_backward_cudnn_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
+                                       f32_or_null(dx), f32_or_null(dw), f32_or_null(db), g);
+      done = true;
+    });
+    if (done) return;
   }
   conv_detail::run_backward(widen(x_low), widen(w_low), widen(dy_low), dx, dw, db, g, impl);
 }

@@ -303,9 +303,15 @@ INSTANTIATE_TEST_SUITE_P(Table, GradcheckCuda, ::testing::ValuesIn(cases_in(kGra
 INSTANTIATE_TEST_SUITE_P(Table, VendorCuda, ::testing::ValuesIn(cases_in(kVendorCuda)),
                          test_name);
 
+// Hand: the tensor-core GEMM (step 4 of gemm.cu), widened operands for conv; Vendor: cuBLAS
+// GemmEx and cuDNN's bf16/f16 convolutions (the simulator's stand-ins under the simulator).
 TEST_P(Autocast, CloseToF32OnCuda) {
   KILN_SKIP_WITHOUT_CUDA();
-  autocast_vs_f32(GetParam(), kCuda);
+  for (Impl impl : {Impl::Hand, Impl::Vendor}) {
+    SCOPED_TRACE(impl_name(impl));
+    testing::ImplScope scope(impl);
+    autocast_vs_f32(GetParam(), kCuda);
+  }
 }
 INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocastCuda)),
                          test_name);

@@ -563,12 +563,23 @@ void check_tensor_cores() {
   int major = 0, minor = 0;
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major < 8)
+  if (!tensor_cores_available())
     throw Error(detail::str("gemm_tensor_core: cuda:", device, " has compute capability ", major,
                             ".", minor, "; the kernel needs 8.0 or newer (bf16 tensor cores): "
                             "use the f32 GEMM (gemm_hand) on this device"),
                 ErrorKind::Usage);
 }
+
+}  // namespace
+
+bool tensor_cores_available() {
+  int major = 0;
+  KILN_CUDA_CHECK(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current_device()));
+  return major >= 8;
+}
+
+namespace {
 
 template <typename E>
 void launch_tensor_core(bool ta, bool tb, const GemmShape& s, const uint16_t* a,

@@ -11,13 +11,13 @@
 //   the row-major product is asked of the column-major library as C^T = op(B)^T op(A)^T: a
 //   row-major (M,N) matrix is a column-major (N,M) one, so the operands swap places.
 //
-// Hand: A and B are widened to f32 on the device (copy.h's convert: the exact widening of
-//   engine/host_device.h) into scratch tensors from the caching allocator, and the f32 hand GEMM
-//   multiplies them. The scratch goes back to the allocator when the call returns; the kernels
-//   that read it are queued on current_stream(), where the next user of the block queues too.
-//   The widening costs one pass over A and B and twice their memory; a kernel that reads the
-//   16-bit values directly replaces it in gemm_lowp_hand() below, the one place the Hand path
-//   is chosen.
+// Hand: on devices with bf16/f16 tensor cores (compute capability 8.0+, and the simulator),
+//   step 4 of gemm.cu reads the 16-bit values directly. Elsewhere A and B are widened to f32 on
+//   the device (copy.h's convert: the exact widening of engine/host_device.h) into scratch
+//   tensors from the caching allocator, and the f32 hand GEMM multiplies them. The scratch goes
+//   back to the allocator when the call returns; the kernels that read it are queued on
+//   current_stream(), where the next user of the block queues too. gemm_lowp_hand() below is
+//   the one place the Hand path is chosen.
 #include "engine/cuda/runtime.h"
 
 #include <cstdint>
@@ -44,6 +44,10 @@ Tensor f32_scratch(int64_t n) {
 // counts do not depend on the transposes.
 void gemm_lowp_hand(DType in, bool ta, bool tb, const GemmShape& s, const uint16_t* a,
                     const uint16_t* b, float* c) {
+  if (tensor_cores_available()) {  // step 4 of gemm.cu: the 16-bit values straight in
+    gemm_tensor_core(in, ta, tb, s.m, s.n, s.k, a, b, c);
+    return;
+  }
   const int64_t a_count = static_cast<int64_t>(s.m) * s.k;
   const int64_t b_count = static_cast<int64_t>(s.k) * s.n;
   const Tensor a32 = f32_scratch(a_count), b32 = f32_scratch(b_count);
