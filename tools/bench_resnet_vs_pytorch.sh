@@ -3,13 +3,15 @@
 # steps and inference, CPU, batch in memory, alternating the programs in one run so machine
 # drift hits all of them. Prints every run, then medians and each Kiln / PyTorch-best ratio.
 #
-#   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2] [device=cpu]
+#   tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2] [device=cpu] [precision=fp32]
 #   KILN_BENCH_CSV=out/resnet.csv tools/bench_resnet_vs_pytorch.sh   (also writes the medians;
 #   /usr/bin/python3 tools/plot.py --csv out/resnet.csv --out resnet.png draws them)
 #
-# With device cuda[:N] (a GPU machine, e.g. from tools/gpu_check.sh): ResNet-50 training at
-# 128x128, batch 32, on the GPU, FP32 with TF32 off and on, Kiln against PyTorch in the same
-# mode (cudnn.benchmark on for PyTorch, as its users run it). PYTHON overrides the command that
+# precision bf16 or fp16 (CPU): every Kiln and PyTorch run under autocast (Kiln's --precision,
+# torch.autocast("cpu")). With device cuda[:N] (a GPU machine, e.g. from tools/gpu_check.sh):
+# ResNet-50 training at 128x128, batch 32, on the GPU, in FP32 with TF32 off and on, then bf16
+# and fp16 autocast (PyTorch AMP, with its GradScaler for fp16), Kiln against PyTorch in the
+# same mode (cudnn.benchmark on for PyTorch, as its users run it). PYTHON overrides the command that
 # runs PyTorch (default /usr/bin/python3; words are split, so `env VAR=... python3` works).
 #
 # Workloads (the image size and batch of the model-parallel ResNet-50 tutorial's benchmark):
@@ -30,6 +32,7 @@ bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
 rounds=${1:-3}
 threads=${2:-2}
 device=${3:-cpu}
+precision=${4:-fp32}
 read -r -a python <<<"${PYTHON:-/usr/bin/python3}"
 [[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
 "${python[@]}" -c "import torch, torchvision" 2>/dev/null || {
@@ -37,7 +40,7 @@ read -r -a python <<<"${PYTHON:-/usr/bin/python3}"
   exit 2
 }
 tuned=(MALLOC_MMAP_THRESHOLD_=17179869184 MALLOC_TRIM_THRESHOLD_=17179869184)
-common=(--threads "$threads" --batch-size 32 --image-size 128 --steps 8 --warmup 3)
+common=(--threads "$threads" --batch-size 32 --image-size 128 --steps 8 --warmup 3 --precision "$precision")
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -51,20 +54,20 @@ if [[ "$device" == cuda* ]]; then
   gcommon=(--model resnet50 --mode train --device "$device" --batch-size 32 --image-size 128 --steps 20 --warmup 5)
   for r in $(seq "$rounds"); do
     echo "== round $r of $rounds ($device)"
-    for tf in "" --tf32; do
-      run kiln "$bench" "${gcommon[@]}" $tf
-      run "pytorch[cudnn.benchmark]" "${python[@]}" "$root/tools/bench_pytorch_step.py" "${gcommon[@]}" $tf
+    for math in "" --tf32 "--precision bf16" "--precision fp16"; do
+      run kiln "$bench" "${gcommon[@]}" $math
+      run "pytorch[cudnn.benchmark]" "${python[@]}" "$root/tools/bench_pytorch_step.py" "${gcommon[@]}" $math
     done
   done
   "${python[@]}" - "$log" <<'PY'
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    m = re.match(r"(kiln|pytorch)\S* model=\w+ mode=\w+(\+tf32)? .*images_per_sec=([\d.]+)", line)
+    m = re.match(r"(kiln|pytorch)\S* model=\w+ mode=\w+\+?(\S*) .*images_per_sec=([\d.]+)", line)
     if m:
-        runs.setdefault((m[1], "tf32" if m[2] else "fp32"), []).append(float(m[3]))
+        runs.setdefault((m[1], m[2] or "fp32"), []).append(float(m[3]))
 print("resnet50 train on the GPU (batch 32, 128x128, median img/s):")
-for math in ("fp32", "tf32"):
+for math in ("fp32", "tf32", "bf16", "fp16"):
     k, p = runs.get(("kiln", math)), runs.get(("pytorch", math))
     if k and p:
         k, p = statistics.median(k), statistics.median(p)
