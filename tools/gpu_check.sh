@@ -8,7 +8,8 @@
 #   3. test:  ctest -L gpu, once with the hand kernels and once with KILN_KERNELS=vendor (cuBLAS,
 #             cuDNN) (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
 #   4. bench: gemm_bench (hand vs cuBLAS), gemm_steps (every GEMM step at 4096^3: the f32 steps,
-#             the tensor-core kernel on bf16 and f16, cuBLAS SGEMM), conv_bench (hand vs cuDNN, ResNet-50 shapes),
+#             the tensor-core kernel on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on bf16: the
+#             report's tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
 #             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)
@@ -372,14 +373,15 @@ for step in "${bench_steps[@]}"; do
   case "$step" in
     gemm_bench)
       rm -f "$report/gemm_bench.json"
-      bench_program gemm_bench "$build_dir/apps/gemm_bench" 120 --sizes 1024,2048,4096,8192 --kernels hand,vendor \
+      bench_program gemm_bench "$build_dir/apps/gemm_bench" 120 --device cuda --sizes 1024,2048,4096,8192 --kernels hand,vendor \
         --json "$report/gemm_bench.json" ;;
     gemm_steps)
-      # Step 4 (tensor cores, bf16 and f16 inputs) against the f32 steps and cuBLAS SGEMM at
-      # 4096^3; gemm_bench prints each tensor-core kernel over regblock and over cuBLAS.
+      # Step 4 (tensor cores, bf16 and f16 inputs) against the f32 steps, cuBLAS SGEMM and
+      # cublasGemmEx on the same bf16 inputs at 4096^3; gemm_bench prints each tensor-core kernel
+      # over regblock and over cuBLAS, and tc_bf16/vendor_bf16 (the report's headline figure).
       rm -f "$report/gemm_steps.json"
-      bench_program gemm_steps "$build_dir/apps/gemm_bench" 90 --sizes 4096 \
-        --kernels naive,tiled,regblock,tc_bf16,tc_f16,vendor --iters 5 --json "$report/gemm_steps.json" ;;
+      bench_program gemm_steps "$build_dir/apps/gemm_bench" 90 --device cuda --sizes 4096 \
+        --kernels naive,tiled,regblock,tc_bf16,tc_f16,vendor,vendor_bf16 --iters 5 --json "$report/gemm_steps.json" ;;
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;

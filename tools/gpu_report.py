@@ -86,6 +86,11 @@ def bench(step):
             "gflops_lines": [l for l in lines if "GFLOP" in l],
             "json": load(step + ".json")}
 
+def gemm_ratio(step, key):
+    """gemm_bench's ratio `key` (e.g. tc_bf16_over_vendor_bf16) from the step's JSON, per size."""
+    j = load(step + ".json") or {}
+    return {str(r["size"]): r[key] for r in j.get("hand_over_vendor", []) if key in r} or None
+
 report = {
     "date": info.get("date"), "commit": info.get("commit"), "changed_files": info.get("changed_files"),
     "commit_source": info.get("commit_source"),
@@ -98,6 +103,8 @@ report = {
               "cpu": ctest_summary("ctest_cpu")},
     "gemm": bench("gemm_bench"), "gemm_steps": bench("gemm_steps"), "conv": bench("conv_bench"),
     "resnet": bench("resnet_gpu"),
+    # Our tensor-core GEMM over cublasGemmEx on the same bf16 inputs, per size (aim >= 0.50).
+    "tc_bf16_over_vendor_bf16": gemm_ratio("gemm_steps", "tc_bf16_over_vendor_bf16"),
 }
 report["ok"] = bool(steps) and all(s["status"] in ("ok", "missing") for s in steps.values())
 with open(os.path.join(rdir, "report.json"), "w") as f:
@@ -156,7 +163,7 @@ for key, title in (("gpu", "ctest -L gpu"), ("gpu_vendor", "KILN_KERNELS=vendor 
     if t["failed_tests"]:
         md += ["", "Failed:", ""] + [f"    {l}" for l in t["failed_tests"][:40]]
 for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
-                   ("gemm_steps", "GEMM steps at 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM (gemm_bench)"),
+                   ("gemm_steps", "GEMM steps at 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM and bf16 GemmEx (gemm_bench)"),
                    ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
                    ("resnet", "ResNet-50 training, Kiln vs PyTorch, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)")):
     b = report[key]
@@ -165,6 +172,10 @@ for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
     if b is None or (step and step["status"] == "missing"):
         md.append(f"Not run: {step['note'] if step else 'no result in this report directory'}.")
         continue
+    if key == "gemm_steps" and report["tc_bf16_over_vendor_bf16"]:
+        md += [f"**tc_bf16 / vendor_bf16** (our tensor-core GEMM over cublasGemmEx, same bf16 inputs), "
+               f"N = {size}: {r:.2f} (aim >= 0.50)." for size, r in report["tc_bf16_over_vendor_bf16"].items()]
+        md.append("")
     md += ["```", f"$ {b['command']}"] + b["output"] + ["```"]
 with open(os.path.join(rdir, "report.md"), "w") as f:
     f.write("\n".join(md) + "\n")

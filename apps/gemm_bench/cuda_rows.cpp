@@ -1,15 +1,27 @@
-// cuda_rows.cpp: gemm_bench on cuda:0: our SGEMM steps (engine/cuda/kernels/gemm.cu) and cuBLAS
-// on square f32 matrices (contract: rows.h). Each result is checked against a reference
-// (cuBLAS when it ran, else the CPU's BLAS up to N = 2048). Time: wall clock of `iters`
-// back-to-back products on the stream, after `warmup` untimed ones, divided by iters. Under
-// the CUDA simulator every line says SIMULATED.
+// cuda_rows.cpp: gemm_bench on cuda:0: the steps of our GEMM (engine/cuda/kernels/gemm.cu) and
+// cuBLAS on square matrices, C always f32 (contract: rows.h). Kernels:
+//   naive, tiled, regblock  steps 1-3 on f32 inputs
+//   hand                    what matmul uses with KILN_KERNELS=hand: regblock for float
+//   vendor                  cuBLAS SGEMM (TF32 only with KILN_TF32=1)
+//   tc_bf16, tc_f16         step 4, tensor cores (cuda::gemm_tensor_core): A and B rounded to
+//                           bf16 / f16, f32 sums; compute capability 8.0+ (else skipped)
+//   vendor_bf16             cublasGemmEx on the bf16 inputs, f32 sums (cuda::gemm_lowp, Vendor)
+// Each result is checked against the f32 product of exactly its inputs (bf16 / f16 widened
+// exactly): cuBLAS SGEMM's when a vendor kernel runs (for f32 with vendor, vendor's own result),
+// else the CPU's BLAS up to N = 2048. Then the ratios: hand/vendor, each tensor-core kernel over
+// the fastest f32 step and over cuBLAS SGEMM, and tc_bf16/vendor_bf16 (our tensor cores against
+// cuBLAS's on the same inputs). Time: wall clock of `iters` back-to-back products on the stream,
+// after `warmup` untimed ones, divided by iters. Under the CUDA simulator every line says
+// SIMULATED.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/blas.h"
 #include "engine/cuda/context.h"
+#include "engine/impl.h"
 #include "engine/ops_cpu.h"
 #include "engine/ops_cuda.h"
 
@@ -18,17 +30,86 @@ namespace {
 
 const char* const kSimTag = cuda::kSimulated ? "  SIMULATED" : "";
 
-// One product with the named kernel, queued on the current stream of cuda:0.
-void run_kernel(const std::string& kernel, int64_t n, const float* a, const float* b, float* c) {
-  if (kernel == "vendor") return cuda::gemm_vendor<float>(false, false, n, n, n, a, b, c);
+// The input dtype of a kernel: bf16 / f16 for the tensor-core and cublasGemmEx rows, else f32.
+DType input_dtype(const std::string& kernel) {
+  if (kernel == "tc_bf16" || kernel == "vendor_bf16") return DType::BF16;
+  if (kernel == "tc_f16") return DType::F16;
+  return DType::F32;
+}
+
+bool is_tensor_core(const std::string& kernel) { return kernel == "tc_bf16" || kernel == "tc_f16"; }
+
+// One product with the named kernel, queued on the current stream of cuda:0. a and b are float,
+// or bf16 / f16 bit patterns for the kernels whose input_dtype says so.
+void run_kernel(const std::string& kernel, int64_t n, const void* a, const void* b, float* c) {
+  const DType in = input_dtype(kernel);
+  if (in != DType::F32) {
+    const auto* a16 = static_cast<const uint16_t*>(a);
+    const auto* b16 = static_cast<const uint16_t*>(b);
+    if (kernel == "vendor_bf16")
+      return cuda::gemm_lowp(in, Impl::Vendor, false, false, n, n, n, a16, b16, c);
+    return cuda::gemm_tensor_core(in, false, false, n, n, n, a16, b16, c);
+  }
+  const auto* af = static_cast<const float*>(a);
+  const auto* bf = static_cast<const float*>(b);
+  if (kernel == "vendor") return cuda::gemm_vendor<float>(false, false, n, n, n, af, bf, c);
   cuda::GemmKernel k = cuda::GemmKernel::RegisterBlocked;  // "hand" and "regblock"
   if (kernel == "naive") k = cuda::GemmKernel::Naive;
   if (kernel == "tiled") k = cuda::GemmKernel::Tiled;
-  cuda::gemm_hand<float>(k, false, false, n, n, n, a, b, c);
+  cuda::gemm_hand<float>(k, false, false, n, n, n, af, bf, c);
 }
 
-// The largest acceptable max-error: float rounding, or TF32's 10-bit inputs when cuBLAS uses them.
+// Milliseconds per product: `iters` back-to-back after `warmup`, the stream drained around them.
+double time_ms(const Options& o, const std::string& kernel, int64_t n, const void* a,
+               const void* b, float* c) {
+  cuda::DeviceGuard guard(0);
+  for (int i = 0; i < o.warmup; ++i) run_kernel(kernel, n, a, b, c);
+  cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) run_kernel(kernel, n, a, b, c);
+  cuda::synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+         o.iters;
+}
+
+// The largest acceptable max-error: float rounding, or TF32's 10-bit inputs when cuBLAS SGEMM
+// uses them (bf16 and f16 values are exact in TF32, so their references stay f32 products).
 double tolerance() { return cuda::tf32_enabled() ? 1e-2 : 1e-4; }
+
+// The operands of one input dtype on the GPU, and the reference: the product of exactly those
+// values (empty when nothing computed one).
+struct Inputs {
+  Tensor a_d, b_d;
+  std::vector<float> reference;
+};
+
+// a and b rounded to `in` (unchanged for f32) and copied to `gpu`, with the reference: the f32
+// product of their exact widening. When a vendor kernel is asked for (`cublas`: cuBLAS is
+// trusted) cuBLAS SGEMM computes it; for f32 with vendor among the kernels (`vendor_f32`) that is
+// vendor's own timed result, so none is made here. Without cuBLAS the CPU's BLAS computes it up
+// to N = 2048.
+Inputs make_inputs(DType in, const Tensor& a, const Tensor& b, int64_t n, const Device& gpu,
+                   bool cublas, bool vendor_f32) {
+  const Tensor ar = in == DType::F32 ? a : a.to(in), br = in == DType::F32 ? b : b.to(in);
+  Inputs x{ar.to(gpu), br.to(gpu), {}};
+  if (in == DType::F32 && vendor_f32) return x;
+  const Tensor aw = ar.to(DType::F32), bw = br.to(DType::F32);
+  if (cublas) {
+    const Tensor aw_d = aw.to(gpu), bw_d = bw.to(gpu);
+    Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
+    {
+      cuda::DeviceGuard guard(0);
+      cuda::gemm_vendor<float>(false, false, n, n, n, aw_d.data<float>(), bw_d.data<float>(),
+                               c_d.data<float>());
+    }
+    x.reference = c_d.to_vector<float>();
+  } else if (n <= 2048) {
+    Tensor c = Tensor::empty({n, n});
+    cpu::gemm<float>(false, false, n, n, n, aw.data<float>(), bw.data<float>(), c.data<float>());
+    x.reference = c.to_vector<float>();
+  }
+  return x;
+}
 
 }  // namespace
 
@@ -37,65 +118,79 @@ bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios
   if (cuda::kSimulated)
     std::printf("gemm_bench: SIMULATED: the CUDA simulator runs the kernels on the CPU; these "
                 "figures say nothing about a GPU\n");
-  std::printf("gemm_bench: float32 C = A B on %s, %d timed iteration(s) after %d warm-up%s\n",
+  std::printf("gemm_bench: C (f32) = A B on %s (A and B f32, or bf16 / f16 for tc_* and "
+              "vendor_bf16), %d timed iteration(s) after %d warm-up%s\n",
               gpu.str().c_str(), o.iters, o.warmup, kSimTag);
+  bool tensor_cores = true;
+  {
+    cuda::DeviceGuard guard(0);
+    tensor_cores = cuda::tensor_cores_available();
+  }
+  const auto asked = [&](const char* k) {
+    return std::find(o.kernels.begin(), o.kernels.end(), k) != o.kernels.end();
+  };
+  const bool vendor_f32 = asked("vendor"), cublas = vendor_f32 || asked("vendor_bf16");
   bool all_ok = true;
   for (int64_t n : o.sizes) {
     const Tensor a = random_matrix(n, 1), b = random_matrix(n, 2);
-    const Tensor a_d = a.to(gpu), b_d = b.to(gpu);
-    // The reference result: cuBLAS when it runs, else the CPU up to 2048.
-    std::vector<float> reference;
-    const bool vendor_runs =
-        std::find(o.kernels.begin(), o.kernels.end(), "vendor") != o.kernels.end();
-    if (!vendor_runs && n <= 2048) {
-      Tensor c = Tensor::empty({n, n});
-      cpu::gemm<float>(false, false, n, n, n, a.data<float>(), b.data<float>(), c.data<float>());
-      reference = c.to_vector<float>();
-    }
-    double hand_gflops = 0, vendor_gflops = 0;
-    // vendor first, so its result is the reference of the others.
+    std::map<DType, Inputs> inputs;  // made when a kernel first needs them
+    std::map<std::string, double> gflops_of;
+    // vendor first, so its result is the reference of the other f32 kernels.
     std::vector<std::string> order = o.kernels;
     std::stable_partition(order.begin(), order.end(),
                           [](const std::string& k) { return k == "vendor"; });
     for (const std::string& kernel : order) {
-      Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
-      double ms = 0;
-      {
-        cuda::DeviceGuard guard(0);
-        for (int i = 0; i < o.warmup; ++i)
-          run_kernel(kernel, n, a_d.data<float>(), b_d.data<float>(), c_d.data<float>());
-        cuda::synchronize();
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < o.iters; ++i)
-          run_kernel(kernel, n, a_d.data<float>(), b_d.data<float>(), c_d.data<float>());
-        cuda::synchronize();
-        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                 .count() / o.iters;
+      if (is_tensor_core(kernel) && !tensor_cores) {
+        std::printf("N %6lld  %-11s skipped: %s has no bf16/f16 tensor cores (compute capability "
+                    "8.0+)\n",
+                    static_cast<long long>(n), kernel.c_str(), gpu.str().c_str());
+        continue;
       }
+      const DType in = input_dtype(kernel);
+      auto it = inputs.find(in);
+      if (it == inputs.end())
+        it = inputs.emplace(in, make_inputs(in, a, b, n, gpu, cublas, vendor_f32)).first;
+      Inputs& x = it->second;
+      Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
+      const double ms = time_ms(o, kernel, n, x.a_d.raw_data(), x.b_d.raw_data(),
+                                c_d.data<float>());
       const double gflops = 2.0 * n * n * n / (ms * 1e6);
       const std::vector<float> got = c_d.to_vector<float>();
       double err = -1;
-      if (kernel == "vendor" && reference.empty()) reference = got;
-      else if (!reference.empty()) err = rel_error(got, reference);
+      if (kernel == "vendor" && x.reference.empty()) x.reference = got;
+      else if (!x.reference.empty()) err = rel_error(got, x.reference);
       const bool ok = !(err > tolerance());  // NaN fails
       all_ok = all_ok && ok;
       char check[64];
       if (err < 0)
         std::snprintf(check, sizeof check, "%s", kernel == "vendor" ? "reference" : "unchecked");
       else std::snprintf(check, sizeof check, "max err %.1e%s", err, ok ? "" : " WRONG");
-      std::printf("N %6lld  %-8s %10.1f GFLOP/s  %9.3f ms  %s%s\n", static_cast<long long>(n),
-                  kernel.c_str(), gflops, ms, check, kSimTag);
-      if (kernel == "hand") hand_gflops = gflops;
-      if (kernel == "vendor") vendor_gflops = gflops;
-      results.push_back({{"size", n}, {"kernel", kernel}, {"ms", ms}, {"gflops", gflops},
+      std::printf("N %6lld  %-11s %-4s %10.1f GFLOP/s  %9.3f ms  %s%s\n",
+                  static_cast<long long>(n), kernel.c_str(), dtype_name(in), gflops, ms, check,
+                  kSimTag);
+      gflops_of[kernel] = gflops;
+      results.push_back({{"size", n}, {"kernel", kernel}, {"dtype", dtype_name(in)}, {"ms", ms},
+                         {"gflops", gflops},
                          {"max_rel_error", err < 0 ? nlohmann::json() : nlohmann::json(err)},
                          {"ok", ok}});
     }
-    if (hand_gflops > 0 && vendor_gflops > 0) {
-      std::printf("N %6lld  hand/vendor %.2f%s\n", static_cast<long long>(n),
-                  hand_gflops / vendor_gflops, kSimTag);
-      ratios.push_back({{"size", n}, {"hand_over_vendor", hand_gflops / vendor_gflops}});
+    // The comparisons the rows are for, where both sides ran: {size, "x_over_y": ratio}.
+    const auto ratio = [&](const std::string& x, const std::string& y) {
+      if (!gflops_of.count(x) || !gflops_of.count(y)) return;
+      const double r = gflops_of[x] / gflops_of[y];
+      std::printf("N %6lld  %s/%s %.2f%s\n", static_cast<long long>(n), x.c_str(), y.c_str(), r,
+                  kSimTag);
+      ratios.push_back({{"size", n}, {x + "_over_" + y, r}});
+    };
+    ratio("hand", "vendor");
+    // Each tensor-core kernel against the fastest f32 step (regblock, which hand is for float)
+    // and cuBLAS SGEMM; tc_bf16 also against cuBLAS on the same bf16 inputs.
+    const std::string f32_step = gflops_of.count("regblock") ? "regblock" : "hand";
+    for (const char* tc : {"tc_bf16", "tc_f16"}) {
+      ratio(tc, f32_step);
+      ratio(tc, "vendor");
     }
+    ratio("tc_bf16", "vendor_bf16");
   }
   return all_ok;
 }

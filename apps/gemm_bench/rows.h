@@ -1,5 +1,6 @@
 // rows.h: gemm_bench's two sets of measurements, one per device, and what they share.
-//   cuda_rows.cpp  our CUDA SGEMM steps vs cuBLAS (built with a CUDA backend only)
+//   cuda_rows.cpp  our CUDA GEMM steps (f32, and bf16 / f16 on tensor cores) vs cuBLAS (built with
+//                  a CUDA backend only)
 //   cpu_rows.cpp   bf16 / f16 products with f32 sums (cpu::gemm_lowp's paths) vs f32 OpenBLAS
 // Each prints one line per size and kernel, appends the same to `results` (JSON), and returns
 // false when a kernel's result was wrong.
@@ -28,7 +29,8 @@ Tensor random_matrix(int64_t n, uint32_t seed);
 // max |got - want| / max |want| (NaN if any element is NaN).
 double rel_error(const std::vector<float>& got, const std::vector<float>& want);
 
-// `ratios` gets {size, hand_over_vendor, ...} per size where both ran.
+// `ratios` gets {size, "x_over_y": ratio} (CPU rows add dtype) per size where both kernels ran:
+// hand_over_vendor, tc_bf16_over_vendor_bf16, ...
 bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios);
 bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios);
 
