@@ -14,9 +14,10 @@ namespace kiln {
 // value, so new dtypes go at the end and existing ones never move.
 //   F16   IEEE 754 binary16 (element type Half, engine/host_device.h)
 //   BF16  bfloat16, the top half of an f32 (element type BFloat16)
-// F16 and BF16 are storage formats for now: tensors of them can be created, filled, printed,
-// copied, reshaped, saved, loaded and converted (to(DType)), but compute ops have no kernels for
-// them yet and say so (dispatch_floating); convert to f32 first.
+// F16 and BF16 are storage formats: tensors of them can be created, filled, printed, copied,
+// reshaped, saved, loaded and converted (to(DType)), but compute ops take f32/f64 and say so
+// (dispatch_floating). Mixed precision computes with them under autocast (engine/autocast.h):
+// conv2d and matmul round their f32 inputs to bf16/f16 and run 16-bit kernels internally.
 enum class DType : uint8_t { F32, F64, I32, I64, U8, F16, BF16 };
 
 // The largest dtype code this build knows (checkpoint readers validate against it).
@@ -59,7 +60,8 @@ inline bool is_low_precision(DType t) { return t == DType::F16 || t == DType::BF
 // The error for a compute op given an f16 or bf16 tensor.
 inline std::string low_precision_unsupported(const char* op, DType t) {
   return std::string(op) + ": " + dtype_name(t) +
-         " tensors are not supported yet; convert with .to(DType::F32)";
+         " tensors are not supported yet; convert with .to(DType::F32) (for mixed precision, "
+         "keep f32 tensors and compute under an AutocastGuard, engine/autocast.h)";
 }
 
 // The C++ type of each dtype, and back.
