@@ -77,6 +77,31 @@ KILN_HOST_DEVICE inline T leaky_relu_grad_of(T x, T g, T slope) {
   return x > T(0) ? g : g * slope;
 }
 
+// ---- Loss scaling (engine/optim/grad_scaler.h) -----------------------------------------------
+
+// Whether x is inf or NaN: its exponent bits are all ones. Integer code, so the CPU loop
+// vectorises and no floating-point compiler flag can fold the test away.
+KILN_HOST_DEVICE inline bool is_nonfinite(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (u & 0x7f800000u) == 0x7f800000u;
+}
+KILN_HOST_DEVICE inline bool is_nonfinite(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+}
+
+// One gradient element unscaled in place, g = g / scale (correctly rounded: exact for a
+// power-of-two scale unless the result is subnormal), and whether the RESULT is inf or NaN.
+// Testing the result, not the input, also catches a finite gradient that a scale below 1
+// pushed past the largest finite value: the optimizer must never see an infinity.
+template <typename T>
+KILN_HOST_DEVICE inline bool unscale_elem(T& g, T scale) {
+  g = g / scale;
+  return is_nonfinite(g);
+}
+
 // ---- Low-precision floats: f16 (IEEE binary16) and bf16 (bfloat16) ------------------------------
 //
 //            sign  exponent  mantissa   largest finite   smallest normal   smallest subnormal

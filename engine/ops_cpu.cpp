@@ -2,6 +2,8 @@
 // across elements (or rows) when there is enough work to pay for waking the threads.
 #include "engine/ops_cpu.h"
 
+#include "engine/host_device.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -206,6 +208,16 @@ void softmax_backward(const T* gy, const T* y, T* gx, int64_t outer, int64_t len
   }
 }
 
+// One pass over the gradient: divide, and OR together "this result is not finite". The
+// reduction is a plain integer OR, so the loop vectorises (and splits across threads when big).
+template <typename T>
+void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf) {
+  int32_t bad = 0;
+#pragma omp parallel for simd reduction(| : bad) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<int32_t>(unscale_elem(g[i], scale));
+  if (bad) *found_inf = 1;
+}
+
 #define KILN_INSTANTIATE(T)                                                                    \
   template void binary<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t);      \
   template void unary<T>(UnaryOp, const T*, T*, int64_t, T);                                   \
@@ -215,7 +227,8 @@ void softmax_backward(const T* gy, const T* y, T* gx, int64_t outer, int64_t len
   template void argmax_dim<T>(const T*, int64_t*, int64_t, int64_t, int64_t);                  \
   template void transpose<T>(const T*, T*, const int64_t*, int64_t, int64_t, int64_t);         \
   template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool);                     \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);  \
+  template void unscale_and_check<T>(T*, int64_t, T, int32_t*);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

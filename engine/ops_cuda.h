@@ -4,8 +4,9 @@
 // memory of the current device, and the work is queued on cuda::current_stream() (the call
 // returns before the kernel has run; later work on the same stream sees its result). The
 // caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
-// Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,gemm_lowp,transpose,softmax}.cu; each file
-// opens with how its kernels divide the work among threads.
+// Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,gemm_lowp,transpose,softmax}.cu,
+// and unscale_and_check in optim.cu beside the optimizers' updates; each file opens with how
+// its kernels divide the work among threads.
 #pragma once
 
 #include <cstdint>
@@ -98,5 +99,11 @@ void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool l
 template <typename T>
 void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int64_t len,
                       int64_t inner, bool log);
+
+// Loss scaling's fused unscale-and-check: g[i] = g[i] / scale, and *found_inf = 1 (a DEVICE
+// int32) if any result is inf or NaN, else *found_inf untouched: the caller zeroes the flag once,
+// runs this over every gradient of the device, and reads the flag once.
+template <typename T>
+void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf);
 
 }  // namespace kiln::cuda

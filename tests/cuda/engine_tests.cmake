@@ -19,3 +19,6 @@ kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
 # The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.
 kiln_test(gemm_lowp_cuda_test SOURCES gemm_lowp_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Loss scaling's fused unscale-and-check against the CPU loop, and over several devices.
+kiln_test(grad_scaler_cuda_test SOURCES grad_scaler_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

@@ -1,4 +1,5 @@
-// optim.cu: fused optimizer updates on the GPU (declared in engine/optim/optim_cuda.h).
+// optim.cu: fused optimizer updates on the GPU (declared in engine/optim/optim_cuda.h), and
+// loss scaling's fused unscale-and-check (declared in engine/ops_cuda.h).
 //
 // Parallelisation: one thread per parameter element, 256 threads per block, a grid-stride loop
 // beyond kMaxElementwiseBlocks blocks; one launch per parameter tensor. Each thread loads the
@@ -8,6 +9,14 @@
 // adam.h, adadelta_update in adadelta.h, marked KILN_HOST_DEVICE), so the two devices cannot
 // drift apart; results differ from the CPU only by rounding (nvcc fuses a * b + c into one
 // FMA, and sqrt may differ by an ulp).
+//
+// unscale_and_check: the same grid-stride loop over one gradient, dividing by the scale
+// (unscale_elem, engine/host_device.h: a division, so CPU and GPU agree bit for bit) and noting
+// in a register whether any result was inf or NaN. After the loop each warp votes
+// (__any_sync) and lane 0 of a warp that saw one sets the device flag with atomicOr: at most
+// one atomic per warp, none when every gradient is finite (the common case). No shared memory,
+// no barrier. The flag is the caller's: zeroed once, shared by every gradient of the device,
+// read by the host once (engine/optim/grad_scaler.cpp).
 #include "engine/cuda/runtime.h"
 
 #include "engine/cuda/context.h"
@@ -17,6 +26,7 @@
 #include "engine/optim/adam.h"
 #include "engine/optim/optim_cuda.h"
 #include "engine/optim/sgd.h"
+#include "engine/ops_cuda.h"
 
 namespace kiln::cuda {
 
@@ -55,6 +65,18 @@ __global__ void adadelta_step_kernel(T* __restrict__ p, const T* __restrict__ g,
     adadelta_update<T>(p[i], g[i], s[i], a[i], lr, rho, eps, wd);
 }
 
+// g is (n); found_inf is one int32 of device memory.
+template <typename T>
+__global__ void unscale_and_check_kernel(T* __restrict__ g, int64_t n, T scale,
+                                         int32_t* __restrict__ found_inf) {
+  bool bad = false;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    bad |= unscale_elem<T>(g[i], scale);
+  // Every thread of the block reaches this vote (256 threads: whole warps, no early return).
+  if (__any_sync(kFullMask, bad) && threadIdx.x % kWarpSize == 0) atomicOr(found_inf, 1);
+}
+
 LaunchConfig optim_config(int64_t n) {
   return LaunchConfig{dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0, current_stream()};
 }
@@ -83,10 +105,17 @@ void adadelta_step_cuda(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T 
   launch(adadelta_step_kernel<T>, optim_config(n), p, g, s, a, n, lr, rho, eps, wd);
 }
 
+template <typename T>
+void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf) {
+  if (n == 0) return;
+  launch(unscale_and_check_kernel<T>, optim_config(n), g, n, scale, found_inf);
+}
+
 #define KILN_INSTANTIATE(T)                                                                  \
   template void sgd_step_cuda<T>(T*, const T*, T*, int64_t, T, T, T, T, bool, bool);         \
   template void adam_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T, T, T, T);       \
-  template void adadelta_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T);
+  template void adadelta_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T);            \
+  template void unscale_and_check<T>(T*, int64_t, T, int32_t*);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE
