@@ -212,7 +212,9 @@ void add_flags(CLI::App& app, Options& o) {
                  "of a full bucket starts while backward goes on)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--fp16-allreduce", o.fp16_allreduce, "send gradients as IEEE half (half the bytes "
-               "on the wire)");
+               "on the wire; values above 65504 become inf)");
+  app.add_flag("--bf16-allreduce", o.bf16_allreduce, "send gradients as bfloat16 (half the bytes "
+               "on the wire, f32's range, 8 bits of precision)");
   app.add_flag("--no-bucket-view", o.no_bucket_view, "copy gradients into the allreduce buckets "
                "and back instead of letting each .grad be a view into its bucket");
   app.add_flag("--batch-per-rank", o.batch_per_rank, "Horovod's recipe: --batch-size is per worker "

@@ -3,12 +3,10 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <string>
 
 #include "comm/algorithms.h"
-#include "comm/fp16.h"
 #include "engine/autograd.h"
 #include "engine/trace.h"
 
@@ -27,9 +25,6 @@ Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape) {
   return Tensor::from_storage(flat.impl()->storage, shape, flat.dtype(),
                               flat.impl()->offset + offset);
 }
-
-// The tensor's values on the host (itself when it is already there).
-Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device()); }
 
 }  // namespace
 
@@ -58,9 +53,11 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tenso
              "communicator (a dedicated parameter-server rank runs comm::serve instead)");
   KILN_CHECK(options_.bucket_bytes > 0, "DataParallel: bucket_bytes must be > 0");
   const Device dev = comm_->transport().device();
-  if (options_.fp16) {
-    KILN_CHECK(dev.is_cpu(), "DataParallel: fp16 compression is implemented for host transports "
-               "(local, mpi); with ", comm_->transport().name(), " drop --fp16-allreduce");
+  const bool compressed = options_.wire != WireFormat::Uncompressed;
+  if (compressed) {
+    KILN_CHECK(dev.is_cpu(), "DataParallel: ", wire_format_name(options_.wire), " compression is "
+               "implemented for host transports (local, mpi); with ", comm_->transport().name(),
+               " send the gradients uncompressed");
   }
 
   // Buckets in reverse registration order, cut at bucket_bytes and where the dtype changes.
@@ -71,8 +68,9 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tenso
     KILN_CHECK(p.defined() && p.is_leaf(), "DataParallel: parameter ", k, " is not a leaf tensor");
     KILN_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, "DataParallel: parameter ", k,
                " is ", p.str(), "; only f32 and f64 parameters can be averaged");
-    KILN_CHECK(!options_.fp16 || p.dtype() == DType::F32, "DataParallel: fp16 compression needs "
-               "f32 parameters; parameter ", k, " is ", p.str());
+    KILN_CHECK(!compressed || p.dtype() == DType::F32, "DataParallel: ",
+               wire_format_name(options_.wire), " compression needs f32 parameters; parameter ",
+               k, " is ", p.str());
     if (!p.requires_grad()) continue;
     const size_t bytes = p.nbytes();
     const bool fits = !buckets_.empty() && buckets_.back().dtype == p.dtype() &&
@@ -90,13 +88,13 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tenso
   }
   for (Bucket& b : buckets_) {
     b.flat = Tensor::zeros({b.count}, b.dtype, dev);
-    if (options_.fp16) b.wire = Tensor::zeros({2 * b.count}, DType::U8, dev);
+    if (compressed) b.wire = Tensor::zeros({b.count}, wire_dtype(options_.wire, b.dtype), dev);
   }
   // Gradients as bucket views: each .grad is written by backward straight into its slot of the
-  // flat buffer. Not with fp16 (the wire holds halves, not the gradient) nor for a parameter
-  // on another device than the transport's (its .grad cannot live in the bucket).
+  // flat buffer. Not with compression (the wire holds 16-bit values, not the gradient) nor for
+  // a parameter on another device than the transport's (its .grad cannot live in the bucket).
   grad_view_.resize(params_.size());
-  if (options_.grad_as_bucket_view && !options_.fp16) {
+  if (options_.grad_as_bucket_view && !compressed) {
     for (const Bucket& b : buckets_) {
       for (size_t s = 0; s < b.params.size(); ++s) {
         Tensor& p = params_[b.params[s]];
@@ -180,7 +178,8 @@ void DataParallel::reset_pass() {
   next_launch_ = 0;
 }
 
-// Copies parameter k's gradient (or zeros) into its slot of the bucket's flat/wire buffer;
+// Copies parameter k's gradient (or zeros) into its slot of the bucket's flat buffer, or of its
+// wire buffer when compressed (copy_ rounds to f16 / bf16 by the engine's rule, vectorised);
 // nothing to do for a gradient that already is its bucket view.
 void DataParallel::pack(size_t k, const Tensor* grad) {
   if (grad_view_[k].defined()) {
@@ -195,18 +194,7 @@ void DataParallel::pack(size_t k, const Tensor* grad) {
   size_t slot = 0;
   while (b.params[slot] != k) ++slot;
   const int64_t off = b.offset[slot], n = params_[k].numel();
-  if (options_.fp16) {
-    uint16_t* out = reinterpret_cast<uint16_t*>(b.wire.raw_data()) + off;
-    if (grad == nullptr) {
-      std::memset(out, 0, static_cast<size_t>(n) * 2);
-      return;
-    }
-    const Tensor host = on_host(*grad);
-    const float* in = host.data<float>();
-    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(in[i]);
-    return;
-  }
-  Tensor view = view_of(b.flat, off, {n});
+  Tensor view = view_of(b.wire.defined() ? b.wire : b.flat, off, {n});
   if (grad == nullptr) {
     view.zero_();
   } else {
@@ -240,10 +228,10 @@ void DataParallel::launch(Bucket& b, bool from_hook) {
   if (from_hook) ++stats_.buckets_from_hooks;
   // Sum on the wire; the division by N happens once, in f32/f64, when unpacking.
   Buffer buf;
-  if (options_.fp16) {
+  if (b.wire.defined()) {
     buf.data = b.wire.raw_data();
     buf.count = b.count;
-    buf.type = ElemType::F16;
+    buf.type = elem_type_of(b.wire.dtype());
     buf.device = b.wire.device();
   } else {
     buf = buffer_of(b.flat, comm_->transport());
@@ -268,7 +256,7 @@ void DataParallel::launch(Bucket& b, bool from_hook) {
         c->allreduce_now(buf, ReduceOp::Sum, alg);
         *bytes = c->bytes_sent() - before;
       },
-      options_.fp16 ? b.wire : b.flat);
+      b.wire.defined() ? b.wire : b.flat);
 }
 
 void DataParallel::synchronize() {
@@ -302,16 +290,13 @@ void DataParallel::synchronize() {
     stats_.bytes_sent += b.bytes;
   }
 
-  // Unpack: average = sum / N, written into each .grad.
+  // Unpack: average = sum / N, written into each .grad. A compressed sum is widened (exactly)
+  // into the flat buffer first.
   const double inv = 1.0 / static_cast<double>(comm_->size());
   NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
-    if (options_.fp16) {
-      const uint16_t* in = reinterpret_cast<const uint16_t*>(b.wire.raw_data());
-      float* out = b.flat.data<float>();
-      const float f = static_cast<float>(inv);
-      for (int64_t i = 0; i < b.count; ++i) out[i] = f16_to_f32(in[i]) * f;
-    } else if (b.flat.device().is_cpu()) {
+    if (b.wire.defined()) b.flat.copy_(b.wire);
+    if (b.flat.device().is_cpu()) {
       if (b.dtype == DType::F32) {
         float* p = b.flat.data<float>();
         const float f = static_cast<float>(inv);

@@ -53,13 +53,17 @@
 // replaces it. Consequences: a .grad read after a step is overwritten by the next backward
 // (clone() it to keep it); a second backward before synchronize() is still an error, found
 // only after it added into a bucket whose allreduce may be running (the step is lost either
-// way); a parameter on another device than the transport's, and fp16 compression (the wire
-// holds halves, which must be converted), keep the copies.
+// way); a parameter on another device than the transport's, and compression (the wire holds
+// 16-bit values, which must be converted), keep the copies.
 // grad_as_bucket_view = false keeps the copies for every parameter (for comparison).
 //
-// fp16 compression halves the bytes on the wire: gradients are rounded to IEEE half in the
-// bucket, summed in f32 by the reduction (comm/algorithms.h reduce_into) and rounded again;
-// the error is about 2^-11 relative per rounding, harmless for SGD's noisy gradients.
+// Compression (comm/wire_format.h) halves the bytes on the wire: gradients are rounded to f16
+// or bf16 into a 16-bit copy of the bucket, summed in f32 by the reduction (comm/algorithms.h
+// reduce_into) and rounded again, and widened back into the bucket to be averaged. The error
+// per rounding is about 2^-11 relative for f16 and 2^-8 for bf16, harmless for SGD's noisy
+// gradients; but f16 turns any gradient (or sum of gradients) above 65504 into inf, where bf16
+// keeps f32's range. Under loss scaling such an inf makes every rank skip the step
+// (engine/optim/grad_scaler.h); without it, the inf reaches the weights.
 //
 // no_sync(): gradient accumulation. Under the guard the hooks do nothing, so gradients add up
 // locally in .grad over several micro-batches; the next backward outside the guard allreduces
@@ -76,6 +80,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/wire_format.h"
 #include "engine/optim/lr_schedule.h"
 #include "engine/tensor.h"
 
@@ -84,7 +89,7 @@ namespace kiln::comm {
 struct DataParallelOptions {
   size_t bucket_bytes = size_t{25} << 20;  // fusion bucket capacity (a larger tensor gets its own)
   Algorithm algorithm = Algorithm::Ring;
-  bool fp16 = false;                // compress gradients to IEEE half on the wire
+  WireFormat wire = WireFormat::Uncompressed;  // f16 / bf16: compress gradients on the wire
   bool broadcast_from_rank0 = true; // constructor broadcasts parameters and buffers
   // Each .grad is a view into its bucket (no copies in or out); false: the gradients are
   // copied into the buckets and the averages back into each .grad.
@@ -157,7 +162,7 @@ class DataParallel {
     int64_t count = 0;
     DType dtype = DType::F32;
     Tensor flat;                  // count elements of dtype on the transport's device
-    Tensor wire;                  // fp16: 2 * count bytes (U8) holding the halves
+    Tensor wire;                  // compressed: count elements of the wire dtype (f16, bf16)
     int pending = 0;              // parameters not ready yet in this pass
     bool launched = false;
     std::shared_ptr<Work> work;

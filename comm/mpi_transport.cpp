@@ -216,9 +216,9 @@ class MpiTransport : public Transport {
   void native_allreduce(const Buffer& buf, ReduceOp op) override {
     KILN_CHECK(buf.device.is_cpu(), "allreduce 'native' over mpi: the buffer must be in CPU "
                "memory, got one on ", buf.device.str());
-    if (buf.type == ElemType::F16) {
-      throw Error("allreduce 'native' over mpi: MPI has no half-precision type; use ring, hd or "
-                  "ps for f16 (fp16 compression)", ErrorKind::Usage);
+    if (buf.type == ElemType::F16 || buf.type == ElemType::BF16) {
+      throw Error(std::string("allreduce 'native' over mpi: MPI has no ") + elem_name(buf.type) +
+                  " type; use ring, hd or ps for compressed gradients", ErrorKind::Usage);
     }
     const MPI_Datatype type = buf.type == ElemType::F32 ? MPI_FLOAT : MPI_DOUBLE;
     // MPI counts are ints: reduce at most INT_MAX elements per call.

@@ -188,7 +188,8 @@ class NcclTransport : public Transport {
     if (buf.count == 0) return;
     const ncclDataType_t type = buf.type == ElemType::F32   ? ncclFloat32
                                 : buf.type == ElemType::F64 ? ncclFloat64
-                                                            : ncclFloat16;
+                                : buf.type == ElemType::F16 ? ncclFloat16
+                                                            : ncclBfloat16;
     cuda::DeviceGuard guard(device_);
     order_after_caller();
     KILN_NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.count), type,

@@ -40,13 +40,14 @@ void scale_cpu(T* buf, int64_t n, double factor) {
   }
 }
 
-// Calls fn(T{}) with T the C++ type of the element type (f16: its uint16_t bits).
+// Calls fn(T{}) with T the C++ type of the element type (f16, bf16: the engine's Half, BFloat16).
 template <typename F>
 void dispatch_elem(ElemType type, F&& fn) {
   switch (type) {
     case ElemType::F32: fn(float{}); return;
     case ElemType::F64: fn(double{}); return;
-    case ElemType::F16: fn(uint16_t{}); return;
+    case ElemType::F16: fn(Half{}); return;
+    case ElemType::BF16: fn(BFloat16{}); return;
   }
   throw Error("comm: unknown element type", ErrorKind::Runtime);
 }

@@ -55,9 +55,11 @@ void comm_copy_cuda(void* dst, const void* src, size_t bytes) {
 
 template void comm_reduce_into_cuda<float>(float*, const float*, int64_t);
 template void comm_reduce_into_cuda<double>(double*, const double*, int64_t);
-template void comm_reduce_into_cuda<uint16_t>(uint16_t*, const uint16_t*, int64_t);
+template void comm_reduce_into_cuda<Half>(Half*, const Half*, int64_t);
+template void comm_reduce_into_cuda<BFloat16>(BFloat16*, const BFloat16*, int64_t);
 template void comm_scale_cuda<float>(float*, int64_t, double);
 template void comm_scale_cuda<double>(double*, int64_t, double);
-template void comm_scale_cuda<uint16_t>(uint16_t*, int64_t, double);
+template void comm_scale_cuda<Half>(Half*, int64_t, double);
+template void comm_scale_cuda<BFloat16>(BFloat16*, int64_t, double);
 
 }  // namespace kiln::cuda

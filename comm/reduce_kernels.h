@@ -2,14 +2,16 @@
 // CPU loops in reduce.cpp and the CUDA kernels in reduce_cuda.cu, so both devices give the same
 // bits; and the CUDA entry points (internal to kiln_comm).
 //
-//   add    f32, f64: dst + src in the type;  f16: added in f32, rounded to nearest even
-//   scale  x * factor computed in f64 and rounded once to the type (f16: via f32)
+//   add    f32, f64: dst + src in the type;  f16, bf16: widened to f32 (exactly), added in f32,
+//          rounded once to nearest even (engine/host_device.h)
+//   scale  x * factor computed in f64 and rounded once to the type
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
-#include "comm/fp16.h"
+#include "engine/host_device.h"
 
 namespace kiln::comm {
 
@@ -17,20 +19,26 @@ KILN_HOST_DEVICE inline float scale_elem(float x, double f) {
   return static_cast<float>(static_cast<double>(x) * f);
 }
 KILN_HOST_DEVICE inline double scale_elem(double x, double f) { return x * f; }
-KILN_HOST_DEVICE inline uint16_t scale_elem(uint16_t x, double f) {
-  return f32_to_f16(static_cast<float>(static_cast<double>(f16_to_f32(x)) * f));
+// Half or BFloat16.
+template <typename W, std::enable_if_t<is_low_precision_v<W>, int> = 0>
+KILN_HOST_DEVICE inline W scale_elem(W x, double f) {
+  return narrow<W>(static_cast<double>(widen(x)) * f);
 }
 
 KILN_HOST_DEVICE inline float add_elem(float a, float b) { return a + b; }
 KILN_HOST_DEVICE inline double add_elem(double a, double b) { return a + b; }
-KILN_HOST_DEVICE inline uint16_t add_elem(uint16_t a, uint16_t b) { return f16_add(a, b); }
+// Half or BFloat16: the f32 sum of the widened values, rounded back once.
+template <typename W, std::enable_if_t<is_low_precision_v<W>, int> = 0>
+KILN_HOST_DEVICE inline W add_elem(W a, W b) {
+  return narrow<W>(widen(a) + widen(b));
+}
 
 }  // namespace kiln::comm
 
 namespace kiln::cuda {
 
 // dst[i] = add_elem(dst[i], src[i]) / buf[i] = scale_elem(buf[i], factor) for i < n, on the
-// current device's current_stream(). T is float, double or uint16_t (f16 bits). Asynchronous:
+// current device's current_stream(). T is float, double, Half or BFloat16. Asynchronous:
 // the caller synchronizes.
 template <typename T>
 void comm_reduce_into_cuda(T* dst, const T* src, int64_t n);

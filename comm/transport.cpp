@@ -11,6 +11,7 @@ size_t elem_size(ElemType t) {
     case ElemType::F32: return 4;
     case ElemType::F64: return 8;
     case ElemType::F16: return 2;
+    case ElemType::BF16: return 2;
   }
   return 0;
 }
@@ -20,6 +21,7 @@ const char* elem_name(ElemType t) {
     case ElemType::F32: return "f32";
     case ElemType::F64: return "f64";
     case ElemType::F16: return "f16";
+    case ElemType::BF16: return "bf16";
   }
   return "?";
 }

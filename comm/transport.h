@@ -38,9 +38,9 @@ namespace kiln::comm {
 
 constexpr int kAnySource = -1;
 
-// The element types that travel: the gradients' f32/f64, and f16 for compression on the wire
-// (stored as IEEE binary16 bits in uint16_t; reductions add in f32).
-enum class ElemType : uint8_t { F32, F64, F16 };
+// The element types that travel: the gradients' f32/f64, and f16 / bf16 for compression on the
+// wire (comm/wire_format.h; stored as the engine's Half / BFloat16, reductions add in f32).
+enum class ElemType : uint8_t { F32, F64, F16, BF16 };
 size_t elem_size(ElemType t);
 const char* elem_name(ElemType t);
 

@@ -4,29 +4,39 @@
 #include <cmath>
 
 #include "apps/comm_bench/report.h"
+#include "engine/host_device.h"
 
 namespace kiln::apps::comm_bench {
 
 using comm::ElemType;
 
-uint16_t half_from_int(int v) {
-  if (v == 0) return 0;
-  const uint16_t sign = v < 0 ? 0x8000 : 0;
-  unsigned a = static_cast<unsigned>(v < 0 ? -v : v);
-  int e = 0;
-  while ((a >> e) > 1) ++e;                          // a = 1.f * 2^e
-  const unsigned mant = (a << (10 - e)) & 0x3ff;     // exact for e <= 10
-  return static_cast<uint16_t>(sign | ((e + 15) << 10) | mant);
+namespace {
+
+// Element i of a host buffer of `type`, as a float (the 16-bit formats widen exactly).
+float element(const void* data, ElemType type, int64_t i) {
+  const uint16_t* bits = static_cast<const uint16_t*>(data);
+  switch (type) {
+    case ElemType::F32: return static_cast<const float*>(data)[i];
+    case ElemType::F16: return f16_to_f32(bits[i]);
+    case ElemType::BF16: return bf16_to_f32(bits[i]);
+    default: break;
+  }
+  throw Error(std::string("comm_bench: no check for ") + comm::elem_name(type));
 }
 
-float half_to_float(uint16_t h) {
-  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  float v;
-  if (e == 0) v = std::ldexp(static_cast<float>(m), -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(m | 0x400), e - 25);
-  return (h & 0x8000) ? -v : v;
+// Stores v (a small integer: exact in every type) as element i.
+void set_element(void* data, ElemType type, int64_t i, int v) {
+  uint16_t* bits = static_cast<uint16_t*>(data);
+  switch (type) {
+    case ElemType::F32: static_cast<float*>(data)[i] = static_cast<float>(v); return;
+    case ElemType::F16: bits[i] = f32_to_f16(static_cast<float>(v)); return;
+    case ElemType::BF16: bits[i] = f32_to_bf16(static_cast<float>(v)); return;
+    default: break;
+  }
+  throw Error(std::string("comm_bench: no check for ") + comm::elem_name(type));
 }
+
+}  // namespace
 
 Message make_message(const comm::Transport& t, size_t bytes, ElemType type) {
   Message m;
@@ -42,13 +52,7 @@ void fill_pattern(const comm::Transport& t, Message& m, int rank) {
   const bool on_host = !t.device().is_cuda();
   Tensor host = on_host ? m.data : Tensor::empty({m.data.numel()}, DType::U8);
   const int64_t count = m.buf.count;
-  if (m.buf.type == ElemType::F32) {
-    float* p = static_cast<float*>(host.raw_data());
-    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(pattern(i, rank));
-  } else {
-    uint16_t* p = static_cast<uint16_t*>(host.raw_data());
-    for (int64_t i = 0; i < count; ++i) p[i] = half_from_int(pattern(i, rank));
-  }
+  for (int64_t i = 0; i < count; ++i) set_element(host.raw_data(), m.buf.type, i, pattern(i, rank));
   if (!on_host) m.data.copy_(host);
 }
 
@@ -61,9 +65,7 @@ bool check_sum(const comm::Transport& t, const Message& m, int n, std::string* w
   const Tensor host = t.device().is_cuda() ? m.data.to(Device()) : m.data;
   const int64_t count = m.buf.count;
   for (int64_t i = 0; i < count; ++i) {
-    const float got = m.buf.type == ElemType::F32
-                          ? static_cast<const float*>(host.raw_data())[i]
-                          : half_to_float(static_cast<const uint16_t*>(host.raw_data())[i]);
+    const float got = element(host.raw_data(), m.buf.type, i);
     if (got != static_cast<float>(expected[i % 11])) {
       *what = "element " + std::to_string(i) + " of " + std::to_string(count) + " is " +
               fmt("%g", got) + ", expected " + std::to_string(expected[i % 11]);

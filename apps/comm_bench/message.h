@@ -2,8 +2,8 @@
 //
 // The check: each rank fills the buffer with small integers that depend on its rank and the
 // element index (pattern), one allreduce (sum), and every element is compared with the exact
-// sum (check_sum). Small integers add exactly in f32 and f16, in any order, so any difference
-// is a bug, never rounding.
+// sum (check_sum). Small integers add exactly in f32, f16 (up to 2048) and bf16 (up to 256), in
+// any order, so any difference is a bug, never rounding.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +13,6 @@
 #include "engine/tensor.h"
 
 namespace kiln::apps::comm_bench {
-
-// IEEE binary16 for the small integers of the check (|v| <= 2048 is exact), and back.
-uint16_t half_from_int(int v);
-float half_to_float(uint16_t h);
 
 // The check's value of element i on rank r: an integer in [-5, 5]; the sum over n ranks depends
 // on i % 11 only.

@@ -33,8 +33,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--max-seconds", o.max_seconds, "time budget of one size and algorithm: "
                  "fewer --iters when one allreduce is slow")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--dtype", o.dtype, "element type on the wire: f32 | f16")
-      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  app.add_option("--dtype", o.dtype, "element type on the wire: f32 | f16 | bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "ps: 0 = one shard per rank (co-located); S > 0 "
                  "= the last S ranks are dedicated servers (the others run every algorithm)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -77,7 +77,8 @@ size_t parse_bytes(const std::string& flag, const std::string& s) {
 ElemType parse_dtype(const std::string& s) {
   if (s == "f32") return ElemType::F32;
   if (s == "f16") return ElemType::F16;
-  throw Error("--dtype " + s + ": use f32 or f16", ErrorKind::Usage);
+  if (s == "bf16") return ElemType::BF16;
+  throw Error("--dtype " + s + ": use f32, f16 or bf16", ErrorKind::Usage);
 }
 
 int local_ranks(const std::string& transport) {

@@ -55,13 +55,21 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) 
     throw Error("--allreduce native is MPI_Allreduce / ncclAllReduce: use it with --dist mpi or "
                 "nccl; local ranks use ring, hd, bb or ps", ErrorKind::Usage);
   }
-  if (o.fp16_allreduce && o.ps_async) {
-    throw Error("--fp16-allreduce compresses allreduced gradients; the asynchronous parameter "
-                "server pushes f32: drop one of the two", ErrorKind::Usage);
+  if (o.fp16_allreduce && o.bf16_allreduce) {
+    throw Error("--fp16-allreduce and --bf16-allreduce each choose how gradients travel: give "
+                "one of them (bf16 keeps f32's range, f16 keeps 3 more bits of precision)",
+                ErrorKind::Usage);
   }
-  if (o.fp16_allreduce && d.kind == "nccl") {
-    throw Error("--fp16-allreduce is implemented for host transports (local, mpi), not nccl: "
-                "drop it with --dist " + o.dist, ErrorKind::Usage);
+  const char* compression = o.fp16_allreduce   ? "--fp16-allreduce"
+                            : o.bf16_allreduce ? "--bf16-allreduce"
+                                               : nullptr;
+  if (compression && o.ps_async) {
+    throw Error(std::string(compression) + " compresses allreduced gradients; the asynchronous "
+                "parameter server pushes f32: drop one of the two", ErrorKind::Usage);
+  }
+  if (compression && d.kind == "nccl") {
+    throw Error(std::string(compression) + " is implemented for host transports (local, mpi), "
+                "not nccl: drop it with --dist " + o.dist, ErrorKind::Usage);
   }
   if (o.ps_async && (!o.checkpoint.empty() || !o.resume.empty())) {
     throw Error("--checkpoint/--resume with --ps-async: the optimizer state lives on the server "
@@ -69,9 +77,9 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) 
                 ErrorKind::Usage);
   }
   if (d.kind == "none" && (o.ps_servers > 0 || app.count("--allreduce") > 0 ||
-                           o.fp16_allreduce || app.count("--bucket-mb") > 0)) {
-    throw Error("--allreduce, --ps-*, --bucket-mb and --fp16-allreduce need several ranks: add "
-                "--dist local:N, mpi or nccl", ErrorKind::Usage);
+                           compression || app.count("--bucket-mb") > 0)) {
+    throw Error("--allreduce, --ps-*, --bucket-mb and --fp16-allreduce / --bf16-allreduce need "
+                "several ranks: add --dist local:N, mpi or nccl", ErrorKind::Usage);
   }
 }
 

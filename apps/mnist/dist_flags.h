@@ -1,8 +1,8 @@
 // dist_flags.h: reading and checking mnist_train's data-parallel flags before anything starts.
 //
 //   --dist none | local:N | mpi | nccl | nccl:N   how many ranks, and how they talk (DistSpec)
-//   --allreduce, --ps-*, --bucket-mb, --fp16-allreduce, --no-bucket-view, --batch-per-rank,
-//   --warmup-epochs
+//   --allreduce, --ps-*, --bucket-mb, --fp16-allreduce, --bf16-allreduce, --no-bucket-view,
+//   --batch-per-rank, --warmup-epochs
 //
 // Every check here is a Usage error (exit 2) whose message says which flag to add or drop.
 // Most checks need the flags only (check_dist_flags); those that need the number of ranks run

@@ -102,7 +102,9 @@ DistTraining::DistTraining(const Options& o, std::shared_ptr<comm::Transport> t,
     comm::DataParallelOptions dpo;
     dpo.bucket_bytes = static_cast<size_t>(o.bucket_mb * 1024 * 1024);
     dpo.algorithm = comm::parse_algorithm(o.allreduce);
-    dpo.fp16 = o.fp16_allreduce;
+    dpo.wire = o.fp16_allreduce   ? comm::WireFormat::F16
+               : o.bf16_allreduce ? comm::WireFormat::BF16
+                                  : comm::WireFormat::Uncompressed;
     dpo.grad_as_bucket_view = !o.no_bucket_view;
     std::vector<Tensor> buffers;
     for (auto& [name, b] : model.named_buffers()) buffers.push_back(b);

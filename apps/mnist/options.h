@@ -80,7 +80,8 @@ struct Options {
   bool ps_async = false;
   int ps_staleness = 2;
   double bucket_mb = kDefaultBucketMb;
-  bool fp16_allreduce = false;
+  bool fp16_allreduce = false;  // gradients as f16 on the wire
+  bool bf16_allreduce = false;  // gradients as bf16 on the wire
   bool no_bucket_view = false;  // copy gradients into the buckets instead of viewing them
   bool batch_per_rank = false;
   double warmup_epochs = -1;  // -1: not given (1 with --batch-per-rank)

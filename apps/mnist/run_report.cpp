@@ -45,7 +45,9 @@ int64_t peak_rss_bytes() {
 void print_data_parallel_line(const Options& o, const RunPlan& plan) {
   const RankLayout& ranks = plan.ranks;
   std::string how = "allreduce " + o.allreduce + ", buckets " + format_g(o.bucket_mb) +
-                    " MiB" + (o.fp16_allreduce ? ", fp16 on the wire" : "");
+                    " MiB" + (o.fp16_allreduce   ? ", fp16 on the wire"
+                              : o.bf16_allreduce ? ", bf16 on the wire"
+                                                 : "");
   if (o.ps_async) {
     how = "asynchronous parameter server, staleness " + std::to_string(o.ps_staleness);
   }
@@ -76,6 +78,7 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
   j["ps_staleness"] = o.ps_async ? o.ps_staleness : 0;
   j["bucket_mb"] = o.bucket_mb;
   j["fp16_allreduce"] = o.fp16_allreduce;
+  j["bf16_allreduce"] = o.bf16_allreduce;
   j["precision"] = o.precision;
   j["batch_per_rank"] = o.batch_per_rank;
   j["rank_batch_size"] = plan.rank_batch;

@@ -7,8 +7,8 @@
 //        rank for N = 2 (2(N-1)K/N).
 //     2. The equivalence end to end: the MLP (no dropout) with SGD, --dist none, local:2 and
 //        local:4 with the same global batch, give the same per-epoch loss and accuracy.
-//     3. Synchronous PS with a dedicated server rank, fp16 on the wire, small buckets, and the
-//        large-minibatch recipe (--batch-per-rank): the runs finish with equal replicas.
+//     3. Synchronous PS with a dedicated server rank, fp16 and bf16 on the wire, small buckets,
+//        and the large-minibatch recipe (--batch-per-rank): the runs finish with equal replicas.
 //     4. The asynchronous parameter server (local:3 = 2 workers + 1 server) converges.
 //     4b. --no-bucket-view (gradients copied into the buckets) reaches the very numbers of the
 //        default (each .grad a view into its bucket).
@@ -135,6 +135,7 @@ TEST_F(MnistTrainTest, SynchronousPsFp16SmallBucketsAndTheLargeMinibatchRecipeKe
        {0, 1}},
       {{"--dist", "local:2", "--batch-per-rank", "--batch-size", "32", "--warmup-epochs", "0.5"},
        {0, 1}},
+      {{"--dist", "local:2", "--bf16-allreduce"}, {0, 1}},
   };
   for (size_t v = 0; v < variants.size(); ++v) {
     const std::string json = path("variant" + std::to_string(v) + ".json");
@@ -157,6 +158,11 @@ TEST_F(MnistTrainTest, SynchronousPsFp16SmallBucketsAndTheLargeMinibatchRecipeKe
     } else if (v == 1) {
       EXPECT_EQ(j["fp16_allreduce"], true);
       // Halves on the wire: halving-doubling with N = 2 sends K/2 + K/2 = K bytes per step.
+      EXPECT_EQ(j["bytes_sent_per_rank"].get<int64_t>(), ceil_div(1000, 64) * 2 * kCnnParameters);
+    } else if (v == 3) {
+      EXPECT_EQ(j["bf16_allreduce"], true);
+      EXPECT_EQ(j["fp16_allreduce"], false);
+      // bf16 on the wire: the ring with N = 2 sends K/2 + K/2 = K two-byte values per step.
       EXPECT_EQ(j["bytes_sent_per_rank"].get<int64_t>(), ceil_div(1000, 64) * 2 * kCnnParameters);
     } else {
       EXPECT_EQ(j["batch_per_rank"], true);
@@ -227,6 +233,10 @@ TEST_F(MnistTrainTest, BadDistributedFlagsExit2SayingWhatToDo) {
       {{"--dist", "local:3", "--allreduce", "ps", "--ps-servers", "1", "--ps-async",
         "--checkpoint", "/tmp/x.ckpt"}, "--checkpoint/--resume with --ps-async"},
       {{"--dist", "local:2", "--ps-staleness", "3"}, "add --ps-async"},
+      {{"--dist", "local:2", "--fp16-allreduce", "--bf16-allreduce"}, "give one of them"},
+      {{"--bf16-allreduce"}, "add --dist local:N"},
+      {{"--dist", "local:3", "--allreduce", "ps", "--ps-servers", "1", "--ps-async",
+        "--bf16-allreduce"}, "drop one of the two"},
   };
   for (const Bad& b : bad) {
     std::vector<std::string> flags = {"--data", mnist_dir()};

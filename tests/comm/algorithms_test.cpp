@@ -3,7 +3,8 @@
 // the f16 conversions, over the local transport (ranks as threads).
 //
 // Every allreduce case runs N = 1..8 ranks on counts 0, 1, N - 1, N + 1, 1000 and 100003 (fewer
-// elements than ranks, counts not divisible by N, a prime), f32 / f64 / f16, Sum and Average.
+// elements than ranks, counts not divisible by N, a prime), f32 / f64 / f16 / bf16, Sum and
+// Average.
 // Rank r's input is a known function of (r, i) whose values are multiples of 1/8 in [-4, 4):
 // exactly representable in every type, and so are their sums over 8 ranks, so a Sum must be
 // EXACT (any lost, doubled or misplaced contribution shows); an Average is the exact sum
@@ -22,9 +23,9 @@
 
 #include "comm/algorithms.h"
 #include "comm/communicator.h"
-#include "comm/fp16.h"
 #include "comm/local_transport.h"
 #include "comm/parameter_server.h"
+#include "engine/host_device.h"
 
 using namespace kiln;
 using namespace kiln::comm;
@@ -55,6 +56,7 @@ struct HostBuf {
       case ElemType::F32: { float v; std::memcpy(&v, &bytes[i * 4], 4); return v; }
       case ElemType::F64: { double v; std::memcpy(&v, &bytes[i * 8], 8); return v; }
       case ElemType::F16: { uint16_t v; std::memcpy(&v, &bytes[i * 2], 2); return f16_to_f32(v); }
+      case ElemType::BF16: { uint16_t v; std::memcpy(&v, &bytes[i * 2], 2); return bf16_to_f32(v); }
     }
     return 0;
   }
@@ -63,6 +65,7 @@ struct HostBuf {
       case ElemType::F32: { float v = static_cast<float>(x); std::memcpy(&bytes[i * 4], &v, 4); break; }
       case ElemType::F64: std::memcpy(&bytes[i * 8], &x, 8); break;
       case ElemType::F16: { uint16_t v = f32_to_f16(static_cast<float>(x)); std::memcpy(&bytes[i * 2], &v, 2); break; }
+      case ElemType::BF16: { uint16_t v = f32_to_bf16(static_cast<float>(x)); std::memcpy(&bytes[i * 2], &v, 2); break; }
     }
   }
   void fill_input(int rank) {
@@ -77,7 +80,10 @@ uint64_t fnv1a(const std::vector<char>& b) {
 }
 
 double tolerance(ElemType t, double magnitude) {
-  const double eps = t == ElemType::F64 ? 0x1p-52 : t == ElemType::F32 ? 0x1p-23 : 0x1p-10;
+  const double eps = t == ElemType::F64   ? 0x1p-52
+                     : t == ElemType::F32 ? 0x1p-23
+                     : t == ElemType::F16 ? 0x1p-10
+                                          : 0x1p-7;  // bf16
   return 2 * eps * magnitude + (t == ElemType::F16 ? 0x1p-24 : 0);
 }
 
@@ -146,7 +152,7 @@ std::vector<Case> cases_for(int n) {
   std::vector<Case> cases;
   for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{n - 1}, int64_t{n + 1}, int64_t{1000},
                         int64_t{100003}})
-    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16})
+    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16})
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average}) cases.push_back({count, type, op});
   return cases;
 }
@@ -224,7 +230,7 @@ std::vector<uint64_t> measure_bytes(Alg alg, int n, int64_t count, ElemType type
 
 TEST(AllreduceBytes, RingSendsTwoNMinusOneOverNTimesKExactly) {
   for (int n = 1; n <= 8; ++n) {
-    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16}) {
+    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16}) {
       // Divisible: the textbook 2 (N - 1) K / N, the same on every rank.
       const int64_t K = 1000 * n;
       for (Alg alg : {Alg::Ring, Alg::RingSmallSub}) {
@@ -288,7 +294,7 @@ int64_t binary_blocks_elems_sent(int64_t K, int n, int r) {
 // but for the odd elements that round up (at most one per step, 2 floor(log2 N) + 2 steps).
 TEST(AllreduceBytes, BinaryBlocksMatchesItsCostModel) {
   for (int n = 1; n <= 8; ++n) {
-    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16}) {
+    for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16}) {
       const int64_t K = 1000 * 8;  // divisible by every block size up to 8
       const std::vector<uint64_t> sent = measure_bytes(Alg::BinaryBlocks, n, K, type);
       for (int r = 0; r < n; ++r)
@@ -474,7 +480,7 @@ TEST(AllreduceErrors, RankOutsideTheMembersIsRejected) {
 // ---- element helpers ------------------------------------------------------------------------
 
 TEST(Reduce, ReduceIntoAndScaleOnTheCpu) {
-  for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16}) {
+  for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16}) {
     for (int64_t n : {int64_t{0}, int64_t{7}, int64_t{(1 << 20) + 3}}) {  // the last: OpenMP
       HostBuf a(type, n), b(type, n);
       a.fill_input(0);

@@ -10,7 +10,9 @@
 //      is what makes them agree. Every rank ends bit-identical to rank 0.
 //   2. Broadcast of parameters and buffers (an f32 and an i64 buffer).
 //   3. no_sync(): two micro-batches accumulated locally, one allreduce, equal the full batch.
-//   4. fp16 compression: within half precision of the f32 result, half the bytes on the wire.
+//   4. Compression: f16 and bf16 on the wire, each within its precision of the f32 result, half
+//      the bytes; a large gradient overflows f16 (and every rank then skips the step under loss
+//      scaling) but not bf16.
 //   5. Overlap: buckets are submitted from the grad-ready hooks before backward returns, in
 //      bucket order; stats: steps, buckets, comm time, and the ring's 2(N-1)K bytes in total.
 //   6. The large-minibatch learning rate; GeneratorScope (each local rank its own generator).
@@ -26,6 +28,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/agreement.h"
 #include "comm/communicator.h"
 #include "comm/data_parallel.h"
 #include "comm/local_transport.h"
@@ -33,6 +36,7 @@
 #include "engine/autograd.h"
 #include "engine/init.h"
 #include "engine/ops.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/sgd.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
@@ -358,14 +362,16 @@ TEST(DataParallel, SecondBackwardWithoutSynchronizeIsAnError) {
   });
 }
 
-TEST(DataParallel, Fp16CompressionStaysWithinHalfPrecisionAndHalvesTheBytes) {
+TEST(DataParallel, CompressionStaysWithinItsPrecisionAndHalvesTheBytes) {
   constexpr int n = 4;
   constexpr int64_t kBatch = 16;
   const Data data(Net::Mlp, kBatch);
   const std::vector<float> reference = single_grad(data, kBatch);
   float max_ref = 0;
   for (float g : reference) max_ref = std::max(max_ref, std::fabs(g));
-  for (bool fp16 : {false, true}) {
+  for (WireFormat wire : {WireFormat::Uncompressed, WireFormat::F16, WireFormat::BF16}) {
+    SCOPED_TRACE(wire_format_name(wire));
+    const bool compressed = wire != WireFormat::Uncompressed;
     std::vector<std::vector<float>> grads(n);
     std::vector<uint64_t> bytes(n);
     run_local(n, [&](std::shared_ptr<Transport> t) {
@@ -375,7 +381,7 @@ TEST(DataParallel, Fp16CompressionStaysWithinHalfPrecisionAndHalvesTheBytes) {
       GeneratorScope scope(gen);
       auto model = make_net(Net::Mlp);
       DataParallelOptions opts;
-      opts.fp16 = fp16;
+      opts.wire = wire;
       opts.bucket_bytes = 4096;
       DataParallel dp(std::make_shared<Communicator>(t), model->parameters(), {}, opts);
       auto [x, y] = data.slice(rank * (kBatch / n), kBatch / n);
@@ -392,18 +398,59 @@ TEST(DataParallel, Fp16CompressionStaysWithinHalfPrecisionAndHalvesTheBytes) {
       EXPECT_TRUE(bit_equal(grads[r], grads[0])) << "rank " << r;
     }
     // Ring: every element is sent 2(N-1) times in all, at 4 or 2 bytes.
-    EXPECT_EQ(total, 2 * (n - 1) * (reference.size() * (fp16 ? 2 : 4)));
+    EXPECT_EQ(total, 2 * (n - 1) * (reference.size() * (compressed ? 2 : 4)));
     double worst = 0;
     for (size_t i = 0; i < reference.size(); ++i) {
       worst = std::max(worst, std::fabs(double(grads[0][i]) - reference[i]));
     }
-    // Each rank's half rounds by 2^-11 relative, each of the N-1 additions again: a few 1e-3 of
-    // the largest gradient. f32 on the wire is exact to ~1e-7.
-    if (fp16) {
-      EXPECT_LE(worst, 4e-3 * max_ref);
-      EXPECT_GT(worst, 0.0) << "fp16 rounding left no trace: was it really compressed?";
+    // Each rank's value rounds by half an ulp (2^-11 relative for f16, 2^-8 for bf16), each of
+    // the N-1 additions again: with N = 4 at most 8 half-ulps of the largest gradient, 4e-3
+    // (f16) and 3.2e-2 (bf16) of it. f32 on the wire is exact to ~1e-7.
+    if (compressed) {
+      EXPECT_LE(worst, (wire == WireFormat::F16 ? 4e-3 : 3.2e-2) * max_ref);
+      EXPECT_GT(worst, 0.0) << "rounding left no trace: was it really compressed?";
     } else {
       EXPECT_LE(worst, 1e-5 * max_ref);
+    }
+  }
+}
+
+// Gradients beyond f16's 65504 (rank r sends 1e5 * (r + 1); the sum is 3e5): on an f16 wire
+// they become inf, the average is inf on every rank, and under loss scaling every rank skips the
+// step; bf16 keeps f32's range, so the average is right to bf16's precision and the step runs.
+TEST(DataParallel, LargeGradientsOverflowF16ButNotBf16) {
+  constexpr int n = 2;
+  for (WireFormat wire : {WireFormat::F16, WireFormat::BF16}) {
+    SCOPED_TRACE(wire_format_name(wire));
+    std::vector<std::vector<float>> avg(n);
+    std::vector<int> ran(n, -1);
+    run_local(n, [&](std::shared_ptr<Transport> t) {
+      set_num_threads(1);
+      const int rank = t->rank();
+      auto comm = std::make_shared<Communicator>(t);
+      Tensor p = Tensor::zeros({3}).set_requires_grad(true);
+      DataParallelOptions opts;
+      opts.wire = wire;
+      DataParallel dp(comm, {p}, {}, opts);
+      p.set_grad(Tensor::from_vector<float>({1e5f * (rank + 1), 0.5f, -3e4f}, {3}));
+      dp.synchronize();
+      avg[rank] = p.grad().to_vector<float>();
+      GradScalerOptions so;
+      so.init_scale = 1;  // the gradients above stand for already scaled ones
+      GradScaler scaler(so);
+      ran[rank] = scaler.update(any_rank(*comm, scaler.unscale_({p}))) ? 1 : 0;
+    });
+    for (int r = 0; r < n; ++r) {
+      if (wire == WireFormat::F16) {
+        EXPECT_TRUE(std::isinf(avg[r][0])) << "rank " << r << ": " << avg[r][0];
+        EXPECT_EQ(ran[r], 0) << "rank " << r << " ran a step with an inf gradient";
+      } else {
+        const std::vector<float> want = {1.5e5f, 0.5f, -3e4f};
+        for (size_t i = 0; i < 3; ++i)
+          EXPECT_NEAR(avg[r][i], want[i], 0x1p-7 * std::fabs(want[i])) << "rank " << r << " " << i;
+        EXPECT_EQ(ran[r], 1) << "rank " << r;
+      }
+      EXPECT_EQ(avg[r][1], 0.5f) << "rank " << r << ": a small gradient is exact in both";
     }
   }
 }

@@ -208,12 +208,15 @@ TEST(MpiTransport, NativeAllreduceMatchesTheReference) {
     }
   }
   uint16_t h[4] = {};
-  try {
-    t.native_allreduce(Buffer{h, 4, ElemType::F16, Device()}, ReduceOp::Sum);
-    ADD_FAILURE() << "f16 native allreduce over mpi did not throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Usage);
-    EXPECT_NE(std::string(e.what()).find("ring"), std::string::npos) << e.what();
+  for (ElemType type : {ElemType::F16, ElemType::BF16}) {
+    try {
+      t.native_allreduce(Buffer{h, 4, type, Device()}, ReduceOp::Sum);
+      ADD_FAILURE() << elem_name(type) << " native allreduce over mpi did not throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      EXPECT_NE(std::string(e.what()).find("ring"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(elem_name(type)), std::string::npos) << e.what();
+    }
   }
 }
 

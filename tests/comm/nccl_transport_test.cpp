@@ -1,5 +1,6 @@
 // NCCL transport: one GPU per rank, a ring exchange of GPU buffers, byte counting,
 // ncclAllReduce against the reference, every allreduce algorithm through the Communicator,
+// f16 and bf16 buffers (native and hand algorithms),
 // the errors for any-source receives and host buffers, and the GPU order of submitted work
 // (a collective must wait for the kernels that write its tensor on the submitting thread's
 // stream). Built twice (tests/comm/transport_tests.cmake):
@@ -21,6 +22,7 @@
 
 #include "comm/communicator.h"
 #include "comm/nccl_transport.h"
+#include "comm/wire_format.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
 #include "support/cuda_skip.h"
@@ -173,6 +175,36 @@ TEST(NcclTransport, EveryAlgorithmThroughTheCommunicator) {
           wrong += got[i] != want;
         }
         EXPECT_EQ(wrong, 0) << algorithm_name(alg) << " count " << count;
+      }
+    }
+  });
+}
+
+// Gradients compressed to f16 or bf16 (comm/wire_format.h) travel over NCCL too: through
+// ncclAllReduce (ncclFloat16 / ncclBfloat16) and through the hand algorithms, whose reductions
+// are then comm/reduce_cuda.cu's 16-bit kernels. Small integers are exact in both formats.
+TEST(NcclTransport, SixteenBitBuffersAllreduceExactly) {
+  SKIP_WITHOUT_A_GPU_PER_RANK();
+  on_every_rank([](const std::shared_ptr<Transport>& tp) {
+    Communicator comm(tp);
+    const int n = comm.size();
+    for (DType dt : {DType::F16, DType::BF16}) {
+      for (Algorithm alg : {Algorithm::Native, Algorithm::Ring, Algorithm::HalvingDoubling}) {
+        for (int64_t count : {int64_t{1}, int64_t{n + 1}, int64_t{70001}}) {
+          std::vector<float> host(count);
+          for (int64_t i = 0; i < count; ++i) host[i] = int_input(comm.rank(), i);
+          Tensor g = Tensor::from_vector(host, {count}).to(dt).to(comm.transport().device());
+          const Buffer buf{g.raw_data(), count, elem_type_of(dt), g.device()};
+          comm.submit([&] { comm.allreduce_now(buf, ReduceOp::Sum, alg); }, g)->wait();
+          const std::vector<float> got = g.to(Device()).to(DType::F32).to_vector<float>();
+          int64_t wrong = 0;
+          for (int64_t i = 0; i < count; ++i) {
+            float want = 0;
+            for (int q = 0; q < n; ++q) want += int_input(q, i);
+            wrong += got[i] != want;
+          }
+          EXPECT_EQ(wrong, 0) << dtype_name(dt) << " " << algorithm_name(alg) << " count " << count;
+        }
       }
     }
   });

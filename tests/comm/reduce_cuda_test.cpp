@@ -1,5 +1,5 @@
 // reduce_cuda_test.cpp: comm's reductions on CUDA buffers (comm/reduce_cuda.cu) give the same
-// bits as the CPU loops, for f32, f64 and f16 (added in f32), on sizes that are empty, tiny,
+// bits as the CPU loops, for f32, f64, f16 and bf16 (added in f32), on sizes that are empty, tiny,
 // not a multiple of the block and large enough for the grid-stride loop to wrap; on cuda:0 and
 // cuda:1. Exact comparison: both devices run the same element functions (reduce_kernels.h),
 // one IEEE operation per element, so any difference is a bug.
@@ -12,7 +12,7 @@
 
 #include "comm/algo_util.h"
 #include "comm/algorithms.h"
-#include "comm/fp16.h"
+#include "engine/host_device.h"
 #include "support/cuda_skip.h"
 
 using namespace kiln;
@@ -22,7 +22,7 @@ namespace {
 
 const Device kCpu(DeviceType::CPU, 0);
 
-// Random elements of `type` as bytes (f16: converted from floats in [-4, 4]).
+// Random elements of `type` as bytes (f16, bf16: converted from floats in [-4, 4]).
 std::vector<char> random_bytes(ElemType type, int64_t n, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> d(-4.0, 4.0);
@@ -32,6 +32,7 @@ std::vector<char> random_bytes(ElemType type, int64_t n, uint32_t seed) {
     if (type == ElemType::F32) { const float v = static_cast<float>(x); std::memcpy(&out[i * 4], &v, 4); }
     if (type == ElemType::F64) std::memcpy(&out[i * 8], &x, 8);
     if (type == ElemType::F16) { const uint16_t v = f32_to_f16(static_cast<float>(x)); std::memcpy(&out[i * 2], &v, 2); }
+    if (type == ElemType::BF16) { const uint16_t v = f32_to_bf16(static_cast<float>(x)); std::memcpy(&out[i * 2], &v, 2); }
   }
   return out;
 }
@@ -69,7 +70,7 @@ Buffer host_buffer(std::vector<char>& bytes, ElemType type) {
 }
 
 void check_device(Device device) {
-  for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16}) {
+  for (ElemType type : {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16}) {
     for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{3 * 8192 * 256 + 17}}) {
       SCOPED_TRACE(std::string(elem_name(type)) + " n=" + std::to_string(n) + " on " + device.str());
       std::vector<char> a = random_bytes(type, n, 1), b = random_bytes(type, n, 2);

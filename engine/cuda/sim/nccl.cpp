@@ -210,7 +210,7 @@ bool check_type(ncclDataType_t type, const char* call, ncclResult_t* rc) {
   if (type_size(type) != 0) return true;
   *rc = fail(ncclInvalidArgument, std::string(call) + ": data type " + std::to_string(type) +
              " is not one the simulator moves (int8/uint8/int32/uint32/int64/uint64/float16/"
-             "float32/float64)");
+             "bfloat16/float32/float64)");
   return false;
 }
 

@@ -74,7 +74,8 @@ enum ncclDataType_t {
   ncclFloat = 7,
   ncclFloat64 = 8,
   ncclDouble = 8,
-  ncclBfloat16 = 9,  // declared for completeness; the simulator rejects it (and fp8)
+  ncclBfloat16 = 9,
+  // fp8 types (10, 11) are not declared: the simulator rejects them
   ncclNumTypes = 12,
 };
 

@@ -2,7 +2,8 @@
 // of its operations (see nccl_clique.h).
 //
 // Reductions combine the ranks' inputs in rank order 0, 1, ..., n-1, each step rounded to the
-// element type (f16: computed in f32 and rounded to nearest even, as half arithmetic does);
+// element type (f16, bf16: computed in f32 and rounded to nearest even by the engine's rule,
+// engine/host_device.h, as half arithmetic does);
 // ncclAvg is that sum divided by n, rounded once. Real NCCL combines in the order of its ring
 // or tree (and may pre-scale floating inputs for ncclAvg), so its float results can differ
 // from these in the last bits; sums of small integers agree exactly.
@@ -14,6 +15,7 @@
 #include <type_traits>
 
 #include "engine/error.h"
+#include "engine/host_device.h"
 
 namespace kiln::sim::nccl {
 
@@ -21,42 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// ---- f16 (IEEE binary16 bits) -----------------------------------------------------------------
-float half_to_float(uint16_t h) {
-  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal
-  } else if (exp == 31) {
-    v = mant != 0 ? NAN : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  return (h & 0x8000) ? -v : v;
-}
-
-uint16_t float_to_half(float f) {  // round to nearest, ties to even
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
-  x &= 0x7fffffff;
-  if (x >= 0x7f800000) return sign | (x > 0x7f800000 ? 0x7e00 : 0x7c00);  // NaN, inf
-  if (x >= 0x477ff000) return sign | 0x7c00;  // >= 65520 rounds to inf
-  if (x < 0x38800000) {  // below 2^-14: a subnormal half, in units of 2^-24
-    float v;
-    std::memcpy(&v, &x, 4);
-    return sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f));
-  }
-  uint32_t h = ((((x >> 23) - 127 + 15) << 10) | ((x & 0x7fffff) >> 13));
-  const uint32_t rest = x & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;  // a carry into the exponent is right
-  return sign | static_cast<uint16_t>(h);
-}
-
 // ---- Element rules ------------------------------------------------------------------------
-struct Half {
-  uint16_t bits;
-};
 
 template <typename T>
 T combine(T a, T b, ncclRedOp_t op) {
@@ -77,15 +44,20 @@ T combine(T a, T b, ncclRedOp_t op) {
     }
   }
 }
+// f16 and bf16 (the engine's Half and BFloat16, engine/host_device.h): in f32, rounded back.
 Half combine(Half a, Half b, ncclRedOp_t op) {
-  return {float_to_half(combine(half_to_float(a.bits), half_to_float(b.bits), op))};
+  return narrow<Half>(combine(widen(a), widen(b), op));
+}
+BFloat16 combine(BFloat16 a, BFloat16 b, ncclRedOp_t op) {
+  return narrow<BFloat16>(combine(widen(a), widen(b), op));
 }
 
 template <typename T>
 T divide(T a, int n) {
   return static_cast<T>(a / static_cast<T>(n));
 }
-Half divide(Half a, int n) { return {float_to_half(half_to_float(a.bits) / n)}; }
+Half divide(Half a, int n) { return narrow<Half>(widen(a) / static_cast<float>(n)); }
+BFloat16 divide(BFloat16 a, int n) { return narrow<BFloat16>(widen(a) / static_cast<float>(n)); }
 
 // result = op over inputs[0..n), then / n for ncclAvg.
 template <typename T>
@@ -111,6 +83,7 @@ void reduce_any(ncclDataType_t type, const std::vector<const void*>& inputs, voi
     case ncclInt64: reduce<int64_t>(inputs, result, count, op); return;
     case ncclUint64: reduce<uint64_t>(inputs, result, count, op); return;
     case ncclFloat16: reduce<Half>(inputs, result, count, op); return;
+    case ncclBfloat16: reduce<BFloat16>(inputs, result, count, op); return;
     case ncclFloat32: reduce<float>(inputs, result, count, op); return;
     case ncclFloat64: reduce<double>(inputs, result, count, op); return;
     default: return;  // rejected when the call was made
@@ -157,6 +130,7 @@ const char* type_name(ncclDataType_t type) {
     case ncclInt64: return "int64";
     case ncclUint64: return "uint64";
     case ncclFloat16: return "float16";
+    case ncclBfloat16: return "bfloat16";
     case ncclFloat32: return "float32";
     case ncclFloat64: return "float64";
     default: return "an unsupported type";
@@ -166,7 +140,7 @@ const char* type_name(ncclDataType_t type) {
 size_t type_size(ncclDataType_t type) {
   switch (type) {
     case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: return 2;
+    case ncclFloat16: case ncclBfloat16: return 2;
     case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
     case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
     default: return 0;
