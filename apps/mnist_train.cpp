@@ -310,10 +310,10 @@ int64_t warmup_steps(const Options& o, int64_t steps_per_epoch) {
 // Rank 0, after training: the JSON summary, the closing lines, and the exit code.
 int report_on_rank0(const Options& o, const RunPlan& plan, const Datasets& data,
                     const std::vector<EpochResult>& results, const DistTraining* dist,
-                    bool replicas_equal) {
+                    bool replicas_equal, const GradScaler* scaler) {
   const CommSummary traffic = dist != nullptr ? dist->comm_summary() : CommSummary();
   if (!o.json.empty()) {
-    write_json(o.json, summary_json(o, plan, data, results, traffic, replicas_equal));
+    write_json(o.json, summary_json(o, plan, data, results, traffic, replicas_equal, scaler));
   }
   if (!o.quiet) print_closing_lines(o, plan, results, traffic);
   if (!replicas_equal) {
@@ -370,16 +370,20 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
     if (per_step) schedule->apply(*state.opt, global_step);
     ++global_step;
+    GradScaler* scaler = state.scaler.get();  // fp16 only
     if (dist) {
-      dist->step(loss, *state.opt, ids);
+      dist->step(loss, *state.opt, ids, scaler);
       return;
     }
     state.opt->zero_grad();
     {
       trace::Scope backward("backward", trace::Phase::Backward, device, ids);
-      loss.backward();
+      if (scaler) scaler->scale(loss).backward();
+      else loss.backward();
     }
     trace::Scope update("optimizer", trace::Phase::Optimizer, device, ids);
+    // fp16: the step runs unless a gradient overflowed (then the scale halves instead).
+    if (scaler && !scaler->update(scaler->unscale_(state.model->parameters()))) return;
     state.opt->step();
   };
 
@@ -394,6 +398,11 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     evaluate(*state.model, *loaders.test, device, r, autocast);
     if (dist) dist->sum_evaluation_over_workers(r, loaders.test_shard->size());
     results.push_back(r);
+    if (state.scaler && print) {
+      std::printf("loss scale %g, %lld of %lld steps skipped\n", state.scaler->scale_value(),
+                  static_cast<long long>(state.scaler->skipped_steps()),
+                  static_cast<long long>(state.scaler->steps()));
+    }
     if (ranks.rank == 0 && !o.checkpoint.empty()) {
       save_checkpoint(o, epoch, state, r.test_accuracy);
     }
@@ -402,7 +411,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
 
   const bool replicas_equal = dist ? dist->finish_and_compare_replicas() : true;
   if (ranks.rank != 0) return replicas_equal ? 0 : 1;
-  return report_on_rank0(o, plan, data, results, dist.get(), replicas_equal);
+  return report_on_rank0(o, plan, data, results, dist.get(), replicas_equal, state.scaler.get());
 }
 
 // With one rank per process (mpi, nccl), each process writes its own trace: rank 0 to PATH,

@@ -306,7 +306,11 @@ int run(Options& o) {
                      "' is not one of single, model-parallel, pipeline");
   }
   auto has_mode = [&](const char* m) { return std::find(modes.begin(), modes.end(), m) != modes.end(); };
-  const std::vector<int64_t> sizes = parse_split_sizes(o.split_sizes, o.workload.batch);
+  // Split sizes matter to the pipelines only (a smaller --batch-size with --modes single must
+  // not trip over the default sweep).
+  const std::vector<int64_t> sizes = has_mode("pipeline") || o.dp > 1 || launched_by_mpi()
+                                         ? parse_split_sizes(o.split_sizes, o.workload.batch)
+                                         : std::vector<int64_t>{};
   const Schedule schedule = parse_schedule(o.schedule);
   KILN_CHECK_INPUT(schedule != Schedule::Naive, "--schedule: the pipeline runs gpipe or 1f1b "
                    "(the naive schedule is --modes model-parallel)");
@@ -416,6 +420,7 @@ int run(Options& o) {
                      {"micro_batches", r->micro_batches}, {"step_s", r->step_seconds},
                      {"step_s_mean", m}, {"step_s_std", sd}, {"images_per_s", ips},
                      {"speedup_vs_first", base / m}});
+    if (r->scaler()) jruns.back()["loss_scale"] = loss_scale_json(*r->scaler());
     if (r->mode == "pipeline" && (!best || m < mean_of(best->step_seconds))) best = r.get();
   }
   nlohmann::json report = {

@@ -14,12 +14,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/cuda/context.h"
 #include "engine/device.h"
 #include "engine/error.h"
@@ -115,6 +117,8 @@ int main(int argc, char** argv) {
     };
 
     const DType autocast = autocast_dtype_of(parse_precision(precision));
+    std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as training would run it
+    if (precision == "fp16") scaler.emplace();
     std::vector<double> ms;
     for (int s = 0; s < warmup + steps; ++s) {
       auto t0 = std::chrono::steady_clock::now();
@@ -125,8 +129,13 @@ int main(int argc, char** argv) {
           AutocastGuard mixed(autocast, is_low_precision(autocast));
           loss = cross_entropy(net->forward(x), y);
         }
-        loss.backward();
-        opt.step();
+        if (scaler) {
+          scaler->scale(loss).backward();
+          if (scaler->update(scaler->unscale_(net->parameters()))) opt.step();
+        } else {
+          loss.backward();
+          opt.step();
+        }
       } else {
         NoGradGuard no_grad;
         AutocastGuard mixed(autocast, is_low_precision(autocast));

@@ -27,4 +27,15 @@ Precision setup_precision(const std::string& value, Device device) {
   return p;
 }
 
+nlohmann::json loss_scale_json(const GradScaler& scaler) {
+  nlohmann::json history = nlohmann::json::array();
+  for (const GradScaler::Change& c : scaler.history()) history.push_back({c.step, c.scale});
+  return {{"init_scale", scaler.options().init_scale},
+          {"final_scale", scaler.scale_value()},
+          {"growth_interval", scaler.options().growth_interval},
+          {"steps", scaler.steps()},
+          {"skipped_steps", scaler.skipped_steps()},
+          {"history", history}};
+}
+
 }  // namespace kiln::apps

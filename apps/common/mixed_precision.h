@@ -3,10 +3,13 @@
 // (engine/cuda/blas.h).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 
 #include "engine/autocast.h"
 #include "engine/device.h"
+#include "engine/optim/grad_scaler.h"
 
 namespace kiln::apps {
 
@@ -17,5 +20,9 @@ extern const char* const kPrecisionHelp;
 // tf32 is a tensor-core format of NVIDIA GPUs, so it needs a CUDA device. Turns TF32 on for
 // tf32 and off otherwise (a run's precision is what it says).
 Precision setup_precision(const std::string& value, Device device);
+
+// The loss scaler's story for the apps' JSON: {"init_scale", "final_scale", "steps",
+// "skipped_steps", "history": [[step, scale], ...]} (every change, from step 0).
+nlohmann::json loss_scale_json(const GradScaler& scaler);
 
 }  // namespace kiln::apps

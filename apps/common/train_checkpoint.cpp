@@ -16,6 +16,7 @@ namespace {
 constexpr const char* kFormat = "kiln-train/1";
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr const char* kScalerPrefix = "scaler.";
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw Error("checkpoint '" + path + "': " + what, ErrorKind::Input);
@@ -63,10 +64,12 @@ std::map<std::string, Tensor> with_prefix_removed(const std::map<std::string, Te
 }  // namespace
 
 void write_train_checkpoint(const std::string& path, const Module& model, const Optimizer& opt,
-                            const TrainCheckpoint& meta) {
+                            const TrainCheckpoint& meta, const GradScaler* scaler) {
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, t] : model.state_dict()) tensors.emplace(kModelPrefix + name, t);
   for (const auto& [name, t] : opt.state_dict()) tensors.emplace(kOptimizerPrefix + name, t);
+  if (scaler != nullptr)
+    for (const auto& [name, t] : scaler->state_dict()) tensors.emplace(kScalerPrefix + name, t);
   const std::map<std::string, std::string> m = {
       {"format", kFormat},
       {"epoch", std::to_string(meta.epoch)},
@@ -105,10 +108,19 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
 }
 
 void restore_train_checkpoint(const TrainCheckpoint& ckpt, const std::string& path,
-                              Module& model, Optimizer& opt) {
+                              Module& model, Optimizer& opt, GradScaler* scaler) {
+  const std::map<std::string, Tensor> scaler_state =
+      with_prefix_removed(ckpt.file.tensors, kScalerPrefix);
+  if (scaler == nullptr && !scaler_state.empty())
+    bad(path, "was trained with --precision fp16 (it holds the loss scaler's state): pass "
+              "--precision fp16 to resume it");
+  if (scaler != nullptr && scaler_state.empty())
+    bad(path, "was not trained with --precision fp16 (it has no loss scaler state): resume it "
+              "with the precision it was trained with");
   try {
     model.load_state_dict(with_prefix_removed(ckpt.file.tensors, kModelPrefix));
     opt.load_state_dict(with_prefix_removed(ckpt.file.tensors, kOptimizerPrefix));
+    if (scaler != nullptr) scaler->load_state_dict(scaler_state);
   } catch (const Error& e) {
     bad(path, std::string("does not fit this model/optimizer: ") + e.what());
   }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/serialize.h"
 #include "layers/module.h"
@@ -35,9 +36,10 @@ struct TrainCheckpoint {
   Checkpoint file;  // the tensors, filled by read_train_checkpoint
 };
 
-// Writes model + optimizer state and `meta` (its `file` member is ignored) to `path`.
+// Writes model + optimizer state and `meta` (its `file` member is ignored) to `path`, and the
+// loss scaler's state ("scaler.<key>") when training in fp16 (scaler not null).
 void write_train_checkpoint(const std::string& path, const Module& model, const Optimizer& opt,
-                            const TrainCheckpoint& meta);
+                            const TrainCheckpoint& meta, const GradScaler* scaler = nullptr);
 
 // Reads and validates `path`: a corrupt file, a file that is not a training checkpoint, or a
 // model/optimizer name other than the expected ones is an Input error naming the file.
@@ -46,7 +48,9 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
 
 // Loads the model and optimizer state from `ckpt` (strict: any missing, extra or misshapen
 // entry is an Input error naming `path` and the entry) and restores the default generator.
+// With a scaler (fp16), its state too; a checkpoint with scaler state and no scaler to take it,
+// or the reverse, is an Input error saying which --precision the file was trained with.
 void restore_train_checkpoint(const TrainCheckpoint& ckpt, const std::string& path,
-                              Module& model, Optimizer& opt);
+                              Module& model, Optimizer& opt, GradScaler* scaler = nullptr);
 
 }  // namespace kiln::apps

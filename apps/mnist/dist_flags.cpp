@@ -55,6 +55,11 @@ void check_dist_flags(const Options& o, const CLI::App& app, const DistSpec& d) 
     throw Error("--allreduce native is MPI_Allreduce / ncclAllReduce: use it with --dist mpi or "
                 "nccl; local ranks use ring, hd, bb or ps", ErrorKind::Usage);
   }
+  if (o.precision == "fp16" && o.allreduce == "ps") {
+    throw Error("--precision fp16 skips the steps whose gradients overflow, and every rank must "
+                "skip the same ones; the parameter server applies each push as it comes: use "
+                "--precision bf16 (no loss scaling) or another --allreduce", ErrorKind::Usage);
+  }
   if (o.fp16_allreduce && o.bf16_allreduce) {
     throw Error("--fp16-allreduce and --bf16-allreduce each choose how gradients travel: give "
                 "one of them (bf16 keeps f32's range, f16 keeps 3 more bits of precision)",

@@ -10,6 +10,7 @@
 
 #include "apps/common/progress.h"
 #include "apps/mnist/model_state.h"
+#include "comm/agreement.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
 #include "engine/trace.h"
@@ -112,7 +113,8 @@ DistTraining::DistTraining(const Options& o, std::shared_ptr<comm::Transport> t,
   }
 }
 
-void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids) {
+void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids,
+                        GradScaler* scaler) {
   const Device device = params_.front().device();
   if (ps_) {  // the servers' optimizers apply the gradient: this rank only pulls the result
     model_.zero_grad();
@@ -133,7 +135,9 @@ void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids) {
   opt.zero_grad();
   {
     trace::Scope backward("backward", trace::Phase::Backward, device, ids);
-    loss.backward();  // DataParallel's hooks start bucket allreduces from here
+    // DataParallel's hooks start bucket allreduces from here.
+    if (scaler) scaler->scale(loss).backward();
+    else loss.backward();
   }
   {
     // The allreduce time backward did not hide (the buckets run on the communicator's thread).
@@ -141,6 +145,10 @@ void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids) {
     dp_->synchronize();
   }
   trace::Scope update("optimizer", trace::Phase::Optimizer, device, ids);
+  if (scaler) {
+    const bool found_inf = comm::any_rank(*communicator_, scaler->unscale_(params_));
+    if (!scaler->update(found_inf)) return;  // every rank skips this step
+  }
   opt.step();
 }
 

@@ -25,6 +25,7 @@
 #include "comm/data_parallel.h"
 #include "comm/parameter_server.h"
 #include "comm/transport.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "layers/module.h"
 
@@ -80,7 +81,9 @@ class DistTraining {
 
   // Backward, the gradient exchange and the update, once the loss is computed. `ids`: what the
   // step's trace spans belong to.
-  void step(Tensor& loss, Optimizer& opt, const trace::Ids& ids);
+  // With a scaler (fp16): backward of the scaled loss, and after the averaging the unscaled
+  // gradients' inf/NaN check, agreed over the ranks, decides whether the step runs.
+  void step(Tensor& loss, Optimizer& opt, const trace::Ids& ids, GradScaler* scaler = nullptr);
 
   // The epoch's training loss and images/s over all workers (after train_epoch).
   void sum_training_over_workers(EpochResult& r);

@@ -23,8 +23,9 @@ ModelState build_model_state(const Options& o, Device device, const TrainCheckpo
                              : std::shared_ptr<Module>(make_mlp());
   s.model->to(device);
   s.opt = make_optimizer(o, s.model->parameters());
+  if (o.precision == "fp16") s.scaler = std::make_unique<GradScaler>();
   if (!o.resume.empty()) {
-    restore_train_checkpoint(resumed, o.resume, *s.model, *s.opt);
+    restore_train_checkpoint(resumed, o.resume, *s.model, *s.opt, s.scaler.get());
     s.start_epoch = static_cast<int>(resumed.epoch);
   }
   return s;
@@ -39,7 +40,7 @@ void save_checkpoint(const Options& o, int epoch, const ModelState& s, double te
   meta.generator_offset = default_generator().offset();
   meta.lr = s.opt->lr();
   meta.test_accuracy = test_accuracy;
-  write_train_checkpoint(o.checkpoint, *s.model, *s.opt, meta);
+  write_train_checkpoint(o.checkpoint, *s.model, *s.opt, meta, s.scaler.get());
 }
 
 }  // namespace kiln::apps::mnist

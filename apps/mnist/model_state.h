@@ -22,6 +22,7 @@ std::unique_ptr<Optimizer> make_optimizer(const Options& o, const std::vector<Te
 struct ModelState {
   std::shared_ptr<Module> model;  // on the training device
   std::unique_ptr<Optimizer> opt;
+  std::unique_ptr<GradScaler> scaler;  // --precision fp16: dynamic loss scaling; else null
   int start_epoch = 0;            // epochs already trained (from --resume), else 0
 };
 

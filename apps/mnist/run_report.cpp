@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
 #include "apps/mnist/device.h"
 #include "apps/mnist/schedule.h"
@@ -79,7 +80,6 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
   j["bucket_mb"] = o.bucket_mb;
   j["fp16_allreduce"] = o.fp16_allreduce;
   j["bf16_allreduce"] = o.bf16_allreduce;
-  j["precision"] = o.precision;
   j["batch_per_rank"] = o.batch_per_rank;
   j["rank_batch_size"] = plan.rank_batch;
   j["global_batch_size"] = plan.global_batch;
@@ -128,8 +128,10 @@ void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double 
 
 nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Datasets& data,
                             const std::vector<EpochResult>& results, const CommSummary& traffic,
-                            bool replicas_equal) {
+                            bool replicas_equal, const GradScaler* scaler) {
   nlohmann::json j;
+  j["precision"] = o.precision;
+  if (scaler != nullptr) j["loss_scale"] = loss_scale_json(*scaler);
   std::vector<double> acc, loss, ips, secs;
   double train_total = 0, wait_total = 0;
   for (const EpochResult& r : results) {

@@ -30,6 +30,7 @@
 #include "apps/mnist/options.h"
 #include "apps/mnist/train_loop.h"
 #include "engine/device.h"
+#include "engine/optim/grad_scaler.h"
 #include "layers/module.h"
 
 namespace kiln::apps::mnist {
@@ -56,7 +57,7 @@ void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double 
 // training loop only, all ranks' images together.
 nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Datasets& data,
                             const std::vector<EpochResult>& results, const CommSummary& traffic,
-                            bool replicas_equal);
+                            bool replicas_equal, const GradScaler* scaler = nullptr);
 
 // Writes `j` to `path`; a file that cannot be written is an Input error.
 void write_json(const std::string& path, const nlohmann::json& j);

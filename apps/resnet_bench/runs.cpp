@@ -48,7 +48,10 @@ class SingleRun : public Run {
       : model_(make_model(w)), device_(device), threads_(threads), autocast_(w.autocast) {
     model_->to(device);
     opt_ = std::make_unique<SGD>(model_->parameters(), w.lr);
+    if (w.autocast == DType::F16) scaler_ = std::make_unique<GradScaler>();
   }
+
+  const GradScaler* scaler() const override { return scaler_.get(); }
 
   void step(const Batch& batch) override {
     const int previous = num_threads();
@@ -59,8 +62,13 @@ class SingleRun : public Run {
       AutocastGuard mixed(autocast_, is_low_precision(autocast_));
       loss = mse_loss(model_->forward(batch.x.to(device_)), batch.y.to(device_));
     }
-    loss.backward();
-    opt_->step();
+    if (scaler_) {  // fp16: dynamic loss scaling
+      scaler_->scale(loss).backward();
+      if (scaler_->update(scaler_->unscale_(model_->parameters()))) opt_->step();
+    } else {
+      loss.backward();
+      opt_->step();
+    }
 #if KILN_WITH_CUDA
     if (device_.is_cuda()) {
       cuda::DeviceGuard guard(device_.index);
@@ -76,6 +84,7 @@ class SingleRun : public Run {
   Device device_;
   int threads_;
   DType autocast_;
+  std::unique_ptr<GradScaler> scaler_;
 };
 
 }  // namespace

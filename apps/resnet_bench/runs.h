@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/device.h"
+#include "engine/optim/grad_scaler.h"
 #include "engine/optim/sgd.h"
 #include "engine/tensor.h"
 #include "models/pipeline/pipeline.h"
@@ -37,6 +38,8 @@ class Run {
  public:
   virtual ~Run() = default;
   virtual void step(const Batch& batch) = 0;
+  // The loss scaler of an fp16 run (its history goes into the JSON); null otherwise.
+  virtual const GradScaler* scaler() const { return nullptr; }
   std::string mode;       // "single", "model-parallel", "pipeline"
   std::string label;      // printed name, e.g. "single (1 thread)"
   int64_t split = 0;      // pipeline rows per micro-batch (0: none)
