@@ -466,9 +466,9 @@ int run(Options& o, const CLI::App& app) {
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
-  if (d.kind != "nccl") apps::setup_precision(o.precision, device);  // refuse before any work
   if (!o.trace.empty()) trace::Tracer::global().enable();
   apply_recipe(o, app);
+  if (d.kind != "nccl") apps::setup_precision(o.precision, device);  // refuse before any work
   if (o.lr == 0) o.lr = o.optimizer == "sgd" ? 0.01 : o.optimizer == "adam" ? 1e-3 : 1.0;
   check_schedule_flags(o, app);
 

@@ -30,13 +30,14 @@
 namespace kiln::apps::mnist {
 
 // The fast recipe: the fewest seconds of training to >= 99.0% MNIST test accuracy on a 2-core
-// CPU, fp32 (measurements in schedule.cpp, next to the values).
+// CPU (measurements in schedule.cpp, next to the values).
 struct FastRecipe {
   const char* optimizer;
   double lr;           // the peak of the one-cycle schedule
   int64_t batch_size;
   int epochs;
   double pct_start;
+  const char* precision;  // --precision
 };
 extern const FastRecipe kFastRecipe;
 
