@@ -57,7 +57,8 @@ void backward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& dy_lo
       done = conv2d_backward_dnnl_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
                                        f32_or_null(dx), f32_or_null(dw),
                                        lone_db ? nullptr : f32_or_null(db), g);
-      if (done && lone_db) db.copy_(sum(widen(dy_low), {0, 2, 3}));
+      // dy is (N, K, P, Q), or (N, K/16, P, Q, 16) blocked: sum all but the channel dims.
+      if (done && lone_db) db.copy_(sum(widen(dy_low), {0, 2, 3}).reshape({g.k}));
     }, [&] {
       cuda::conv2d_backward_cudnn_lowp(dy_low.dtype(), bits(x_low), bits(dy_low), bits(w_low),
                                        f32_or_null(dx), f32_or_null(dw), f32_or_null(db), g);
@@ -75,12 +76,14 @@ struct Conv2dAutocastBackward : Node {
   // saved = {x_low or undefined, w_low or undefined}: x for dw, w for dx.
 
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    const Shape y_shape = conv_detail::activation_shape(g.n, g.k, g.p, g.q, false);
+    const Shape y_shape = conv_detail::activation_shape(g.n, g.k, g.p, g.q, g.y_blocked);
     KILN_CHECK(grad_out.shape() == y_shape, "conv2d backward: the output gradient has shape ",
                shape_str(grad_out.shape()), ", expected ", shape_str(y_shape));
     const Device dev = grad_out.device();
     Tensor dx, dw, db;
-    if (next[0]) dx = Tensor::empty({g.n, g.c, g.h, g.w}, DType::F32, dev);
+    if (next[0])
+      dx = Tensor::empty(conv_detail::activation_shape(g.n, g.c, g.h, g.w, g.x_blocked),
+                         DType::F32, dev);
     if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, DType::F32, dev);
     if (has_bias && next[2]) db = Tensor::empty({g.k}, DType::F32, dev);
     if (g.n == 0) {
@@ -103,7 +106,8 @@ Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const 
   const Tensor x_low = autocast_cast(x);
   const Tensor w_low = autocast_cast(w);
   const Impl impl = conv_detail::impl_for(x);
-  Tensor y = Tensor::empty({g.n, g.k, g.p, g.q}, DType::F32, x.device());
+  Tensor y = Tensor::empty(conv_detail::activation_shape(g.n, g.k, g.p, g.q, g.y_blocked),
+                           DType::F32, x.device());
   if (g.n > 0) forward_lowp(x_low, w_low, b, y, g, impl);
   const bool with_b = b.defined();
   if (with_b ? any_requires_grad({&x, &w, &b}) : any_requires_grad({&x, &w})) {
