@@ -9,6 +9,8 @@
 // Small-integer inputs give exact sums on every path: the packing is checked bit for bit.
 #include <gtest/gtest.h>
 
+#include "support/low_precision_bits.h"
+
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -37,17 +39,10 @@ const Shape kShapes[] = {{1, 1, 1},     {1, 7, 3},    {7, 1, 5},     {7, 33, 2},
                          {33, 7, 1},    {6, 64, 16},  {7, 65, 33},   {64, 64, 64},
                          {13, 130, 130}, {97, 257, 7}, {130, 33, 257}, {100, 300, 301}};
 
-uint16_t to_bits(DType t, float v) { return t == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
-double from_bits(DType t, uint16_t b) { return t == DType::BF16 ? bf16_to_f32(b) : f16_to_f32(b); }
+using testing::from_bits;
+using testing::random_bits;
+using testing::to_bits;
 
-// n values uniform in [-1, 1), rounded to `t`.
-std::vector<uint16_t> random_bits(DType t, int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<uint16_t> v(static_cast<size_t>(n));
-  for (uint16_t& x : v) x = to_bits(t, dist(gen));
-  return v;
-}
 
 // n small integers in [-4, 4]: every product and every partial sum is exact in f32.
 std::vector<uint16_t> integer_bits(DType t, int64_t n, uint32_t seed) {

@@ -8,6 +8,8 @@
 // AVX512_BF16, bf16 must not be refused.
 #include <gtest/gtest.h>
 
+#include "support/low_precision_bits.h"
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -44,16 +46,10 @@ ConvGeometry geometry(const Case& t) {
   return g;
 }
 
-uint16_t to_bits(DType t, float v) { return t == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
-double from_bits(DType t, uint16_t b) { return t == DType::BF16 ? bf16_to_f32(b) : f16_to_f32(b); }
+using testing::from_bits;
+using testing::random_bits;
+using testing::to_bits;
 
-std::vector<uint16_t> random_bits(DType t, int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<uint16_t> v(static_cast<size_t>(n));
-  for (uint16_t& x : v) x = to_bits(t, dist(gen));
-  return v;
-}
 
 std::vector<double> widen(DType t, const std::vector<uint16_t>& v) {
   std::vector<double> out(v.size());
