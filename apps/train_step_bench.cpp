@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
         opt.zero_grad();
         Tensor loss;
         {
-          AutocastGuard mixed(autocast, is_low_precision(autocast));
+          AutocastGuard mixed(autocast);
           loss = cross_entropy(net->forward(x), y);
         }
         if (scaler) {
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
         }
       } else {
         NoGradGuard no_grad;
-        AutocastGuard mixed(autocast, is_low_precision(autocast));
+        AutocastGuard mixed(autocast);
         Tensor logits = net->forward(x);
       }
       wait_for_device();

@@ -58,6 +58,7 @@ DType autocast_dtype_of(Precision p) {
 }
 
 AutocastGuard::AutocastGuard(DType dtype, bool enabled) {
+  enabled = enabled && dtype != DType::F32;  // F32: autocast off (a run's --precision fp32)
   AutocastState& s = state();
   prev_enabled_ = s.enabled;
   prev_dtype_ = s.dtype;

@@ -50,8 +50,8 @@ Precision parse_precision(const std::string& name);    // throws kiln::Error (us
 // The dtype autocast converts to: BF16 or F16, F32 for fp32 and tf32 (no autocast).
 DType autocast_dtype_of(Precision p);
 
-// Turns autocast on (dtype BF16 or F16) or off (enabled = false) for this thread until the
-// guard is destroyed; guards nest and restore the previous policy. The low-precision copies of
+// Turns autocast on (dtype BF16 or F16) or off (dtype F32, or enabled = false) for this thread
+// until the guard is destroyed; guards nest and restore the previous policy. The low-precision copies of
 // parameters live until the outermost enabled guard exits.
 class AutocastGuard {
  public:

@@ -74,7 +74,7 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     Tensor loss;
     {
       trace::Scope forward("forward", trace::Phase::Forward, device, ids);
-      AutocastGuard mixed(autocast, is_low_precision(autocast));
+      AutocastGuard mixed(autocast);
       loss = cross_entropy(model(x), y);
     }
     step_fn(loss, ids);
@@ -98,7 +98,7 @@ void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
               DType autocast) {
   release_cached(device);
   NoGradGuard no_grad;
-  AutocastGuard mixed(autocast, is_low_precision(autocast));
+  AutocastGuard mixed(autocast);
   model.eval();
   source.start_epoch(0);
   const auto start = Clock::now();

@@ -59,7 +59,7 @@ class SingleRun : public Run {
     opt_->zero_grad();
     Tensor loss;
     {
-      AutocastGuard mixed(autocast_, is_low_precision(autocast_));
+      AutocastGuard mixed(autocast_);
       loss = mse_loss(model_->forward(batch.x.to(device_)), batch.y.to(device_));
     }
     if (scaler_) {  // fp16: dynamic loss scaling

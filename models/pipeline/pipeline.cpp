@@ -130,7 +130,7 @@ std::vector<Tensor> Pipeline::stage_parameters(int stage) const {
 }
 
 Tensor Pipeline::forward_blocks(int stage, const Tensor& x) const {
-  AutocastGuard mixed(options_.autocast, is_low_precision(options_.autocast));
+  AutocastGuard mixed(options_.autocast);
   Tensor y = x;
   for (int64_t b = partition_.first(stage); b < partition_.end(stage); ++b) {
     y = blocks_[b].module->forward(y);

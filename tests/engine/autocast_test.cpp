@@ -182,7 +182,7 @@ TEST(Autocast, MnistCnnStepCloseToF32) {
     model->zero_grad();
     Tensor loss;
     {
-      AutocastGuard autocast(low, is_low_precision(low));
+      AutocastGuard autocast(low);
       loss = cross_entropy(model->forward(x), labels);
     }
     loss.backward();
