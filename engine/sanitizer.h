@@ -33,6 +33,13 @@
 #endif
 #endif
 
+// For `if` in ordinary code (a test that scales its work down under ThreadSanitizer).
+#if KILN_TSAN
+#define KILN_TSAN_ENABLED true
+#else
+#define KILN_TSAN_ENABLED false
+#endif
+
 #if KILN_ASAN
 #include <sanitizer/asan_interface.h>
 #define KILN_ASAN_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))

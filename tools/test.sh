@@ -10,15 +10,19 @@
 #                examples/custom_layer (its own CMake project: find_package(Kiln), a Swish
 #                layer whose .cu file runs under the installed simulator) is configured
 #                against it, built, and its whole ctest run.
-#   build-asan/  the same under AddressSanitizer and UBSan's alignment check, in the simulator's
-#                shuffle mode (warps and lanes in a pseudo-random order between barriers,
-#                KILN_SIM_SHUFFLE=1): a missing barrier, a write past a buffer's end or a
-#                misaligned float4 access fails here: ctest -L sim.
-#   build-tsan/  ThreadSanitizer, with the simulator: the data loader and comm/ (local
-#                transport, communicator worker thread, parameter server, DataParallel), and
-#                every simulated kernel, whose GPU threads are TSan fibers: a shared- or
-#                global-memory race between two threads of a block (or two blocks) is a TSan
-#                report; and the pipeline's stage threads: ctest -L 'loader|comm|sim|pipeline'.
+#   build-asan/  EVERY test of the suite (CPU, comm, loader, MPI, apps, fuzz replays, and the
+#                simulated CUDA kernels) under AddressSanitizer and UndefinedBehaviorSanitizer
+#                (all of -fsanitize=undefined, alignment included; any report fails the test),
+#                with the simulator in its shuffle mode (warps and lanes in a pseudo-random
+#                order between barriers, KILN_SIM_SHUFFLE=1): a missing barrier, a write past a
+#                buffer's end, a signed overflow or a misaligned float4 access fails here.
+#   build-tsan/  ThreadSanitizer, with the simulator: every test that starts threads: the data
+#                loader, comm/ (local transport, communicator worker thread, parameter server,
+#                DataParallel), the pipeline's stage threads, the tests labelled threads (a
+#                whole mnist_train run with two ranks and loader workers among them), and every
+#                simulated kernel, whose GPU threads are TSan fibers: a shared- or global-memory
+#                race between two threads of a block (or two blocks) is a TSan report:
+#                ctest -L 'loader|comm|sim|pipeline|threads'.
 # Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan).
 #
 # KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
@@ -66,8 +70,13 @@ has() { [[ ",$trees," == *",$1,"* ]]; }
 has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
 has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
 has sim && example_against_install "$root/build-sim"
-# ASan at -O1 with frame pointers: fast enough to run every simulated kernel test.
-has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled" "$root/build-asan" sim kiln_tests_sim asan
+# ASan + UBSan at -O1 with frame pointers, the whole suite. LeakSanitizer is on; Open MPI's
+# libraries keep allocations to their exit (tools/lsan.supp). OMP_NUM_THREADS=1 and two tests at
+# a time: the two cores are used either way, and ASan's overhead falls on each test alone.
+has asan && KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 CTEST_PARALLEL_LEVEL=2 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS="suppressions=$root/tools/lsan.supp" \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_tree "everything + AddressSanitizer + UBSan, simulator shuffled" "$root/build-asan" "" all asan
 # TSan: the loader's workers, queue and shutdown paths, comm/'s threads, and the simulator (its
 # block thread pool, and races between GPU threads: docs/cuda_simulator.md). Any report fails
 # the test (TSan's exit code 66). OMP_NUM_THREADS=1 and KILN_KERNELS=hand: libgomp and oneDNN
@@ -79,6 +88,6 @@ has asan && KILN_SIM_SHUFFLE=1 run_tree "simulator + AddressSanitizer, shuffled"
 # 20 minutes of this tree's 30 on 2 cores); the ASan tree runs them, and their threads are the
 # loader's, comm/'s and the pipeline's, whose own tests run here. And the parity table's
 # autocast rows on cuda:0: one host thread, the same kernels as the rows that do run here.
-has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrainTest\.|^resnet_cuda_test_vendor$|^Table/Autocast\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (loader, comm, simulator, pipeline)" \
-  "$root/build-tsan" 'loader|comm|sim|pipeline' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline" tsan
+has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrainTest\.|^resnet_cuda_test_vendor$|^Table/Autocast\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps; simulator)" \
+  "$root/build-tsan" 'loader|comm|sim|pipeline|threads' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline kiln_tests_threads" tsan
 echo "== test.sh: all selected trees passed ($trees)"
