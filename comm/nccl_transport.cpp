@@ -8,6 +8,8 @@
 //                NCCL for an asynchronous error (a peer died, a network error) on each poll.
 //                A batch not done after timeout_seconds() throws the timeout error; the job
 //                should then abort(), because the NCCL kernels of the batch are still queued.
+//                Every kPeerCheckSeconds it also asks the bootstrap whether a peer is known
+//                dead (Transport::check_peers), and then throws naming it.
 //
 //   rendezvous:  over the bootstrap transport (MPI processes, or local threads): rank 0's
 //                ncclUniqueId travels through it, then every rank calls ncclCommInitRank.
@@ -208,6 +210,13 @@ class NcclTransport : public Transport {
     boot_->abort(why);  // MPI_Abort ends every rank of the job; local fails the group's waits
   }
 
+  // A dead peer, as the bootstrap sees it: a failed local rank, or an MPI rank on this host
+  // whose process is gone. Real NCCL tells the survivors nothing when a peer's process dies
+  // (its kernels wait for the peer's data forever), so the waits ask this too.
+  void check_peers(const std::string& waiting_for) const override {
+    boot_->check_peers(waiting_for);
+  }
+
   // Throws if NCCL reported an asynchronous error on the communicator (e.g. a peer vanished).
   void check_async_error() {
     ncclResult_t async = ncclSuccess;
@@ -281,8 +290,22 @@ void NcclRequest::wait() {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
   int polls = 0;
   std::chrono::microseconds nap(2);
-  while (!test()) {
-    if (Clock::now() >= deadline) throw timeout_error(t_, what_, timeout);
+  const auto check_every = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kPeerCheckSeconds));
+  auto next_check = Clock::now() + check_every;
+  for (;;) {
+    try {
+      if (test()) return;
+    } catch (const Error&) {
+      t_.check_peers(what_);  // "rank 1 failed" says more than "the communicator was aborted"
+      throw;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) throw timeout_error(t_, what_, timeout);
+    if (now >= next_check) {
+      t_.check_peers(what_);
+      next_check = now + check_every;
+    }
     if (++polls > 16) {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(200));
