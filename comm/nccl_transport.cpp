@@ -164,21 +164,26 @@ class NcclTransport : public Transport {
     cuda::DeviceGuard guard(device_);
     order_after_caller();
     size_t sent = 0;
-    KILN_NCCL_CHECK(ncclGroupStart());
-    for (const P2POp& op : ops) {
-      // Empty messages are left out on both sides (their sizes match, so both skip them).
-      if (op.bytes == 0) continue;
-      if (op.kind == P2POp::Send) {
-        KILN_NCCL_CHECK(ncclSend(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
-        sent += op.bytes;
-      } else {
-        KILN_NCCL_CHECK(ncclRecv(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
-      }
-    }
-    KILN_NCCL_CHECK(ncclGroupEnd());
-    count_sent(sent);
     std::string what = ops.empty() ? std::string("an empty batch") : op_name(ops.front());
     if (ops.size() > 1) what += " and " + std::to_string(ops.size() - 1) + " more ops";
+    try {
+      KILN_NCCL_CHECK(ncclGroupStart());
+      for (const P2POp& op : ops) {
+        // Empty messages are left out on both sides (their sizes match, so both skip them).
+        if (op.bytes == 0) continue;
+        if (op.kind == P2POp::Send) {
+          KILN_NCCL_CHECK(ncclSend(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
+          sent += op.bytes;
+        } else {
+          KILN_NCCL_CHECK(ncclRecv(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
+        }
+      }
+      KILN_NCCL_CHECK(ncclGroupEnd());
+    } catch (const Error&) {
+      check_peers(what);  // an aborted communicator: name the dead peer if the bootstrap knows
+      throw;
+    }
+    count_sent(sent);
     return std::make_unique<NcclRequest>(*this, ops, what, record_done());
   }
 

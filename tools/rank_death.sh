@@ -21,7 +21,8 @@
 # ("rank R failed", or "rank R (pid ...) ... has died"). --check exits 1 unless every row is
 # named correctly, every survivor stopped within 30 s and the run's exit code says it failed
 # (local, nccl: 1; mpi: mpirun's, non-zero). Each run's output is kept in $RANK_DEATH_OUT
-# (default out/rank_death/<transport>.log).
+# (default out/rank_death/<transport>.log). Exit 77 (ctest's skip) when MNIST is missing or every
+# transport asked for was skipped; 2 for a bad argument.
 #
 # Environment: KILN_BUILD_DIR (default build/, else build-sim/), MNIST_DIR (default
 # datasets/mnist), MPIEXEC (default mpirun), MPI_KILL_AFTER, RANK_DEATH_OUT.
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --dead-rank) dead=$2; shift 2 ;;
     --step) step=$2; shift 2 ;;
     --check) check=1; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "rank_death.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,8 +62,8 @@ if [ ! -x "$train" ]; then
   exit 2
 fi
 if [ ! -f "$data/train-images-idx3-ubyte" ]; then
-  echo "rank_death.sh: no MNIST in $data: run datasets/fetch_mnist.sh or set MNIST_DIR" >&2
-  exit 2
+  echo "rank_death.sh: skipped: no MNIST in $data: run datasets/fetch_mnist.sh or set MNIST_DIR" >&2
+  exit 77  # ctest: SKIP_RETURN_CODE
 fi
 mkdir -p "$out"
 survivors=$(for r in 0 1 2; do [ "$r" -ne "$dead" ] && printf '%s ' "$r"; done)
@@ -208,4 +209,6 @@ printf '%-9s  %-9s  %-24s  %-15s  %s\n' transport "dead rank" "survivors' exit s
   "named correctly" "exit code"
 printf '%s\n' "${rows[@]}"
 echo "(survivors' exit s: rank:seconds from the fault to the rank's error line (threads) or to its process ending (mpi); logs in $out)"
+ran=$(printf '%s\n' "${rows[@]}" | grep -vc "skipped:")
+[ "$failed" -eq 0 ] && [ "$ran" -eq 0 ] && exit 77  # every transport asked for was skipped
 exit $failed
