@@ -94,13 +94,16 @@ extern "C" void kiln_sigterm_report(int) {
     const LocalPeer& p = g_peers[i];
     const PeerState s = state_of(p.pid, p.start_time);
     if (s == PeerState::Alive) continue;
-    line.add(dead++ == 0 ? ": " : "; ");
+    // "died or exited": a launcher that forwards its own SIGTERM to every rank can end a peer
+    // a moment before this handler runs; a gone peer is a fact, why it went is not known here.
+    line.add(dead++ == 0 ? " after " : ", ");
     line.add("rank ");
     line.add(static_cast<uint64_t>(p.rank));
     line.add(" (pid ");
     line.add(static_cast<uint64_t>(p.pid));
-    line.add(") on this host has died");
+    line.add(")");
   }
+  if (dead > 0) line.add(" on this host died or exited");
   if (dead == 0) {
     line.add(" (the launcher or the batch system ended the job; no rank on this host has died: "
              "see the launcher's message for the cause)");

@@ -23,8 +23,11 @@
 // Open MPI's mpirun sends the others SIGCONT, SIGTERM about a second later, then SIGKILL
 // (measured with Open MPI 4.1.4); Slurm sends SIGTERM on scancel, at the time limit and with
 // srun --kill-on-bad-exit. By default a process then vanishes without a word. The handler
-// prints one line naming the dead peer it can see (exit 1: a rank died, a runtime failure) or
-// saying that the job was ended from outside (exit 143 = 128 + SIGTERM), and exits at once.
+// prints one line naming the same-host peers that are already gone (exit 1: a rank died, a
+// runtime failure) or saying that the job was ended from outside (exit 143 = 128 + SIGTERM),
+// and exits at once. "Gone" is all it can know: when the launcher forwards its own SIGTERM to
+// every rank (mpirun on SIGTERM, scancel), a peer may have ended a moment earlier from the
+// same signal, so the line says "died or exited".
 #pragma once
 
 #include <cstdint>
@@ -73,7 +76,7 @@ class PeerTable {
 
 // Installs the SIGTERM handler described above for this process, which is rank `table.my_rank()`
 // of `world` ranks on transport `transport_name`: its line reads
-//   "kiln: rank 0/3 (mpi): stopped by SIGTERM: rank 1 (pid 4242) on this host has died"
+//   "kiln: rank 0/3 (mpi): stopped by SIGTERM after rank 1 (pid 4242) on this host died or exited"
 // Leaves a handler the program installed itself in place (returns false then). The table is
 // copied into fixed storage so the handler needs no allocation (it is async-signal-safe).
 bool install_sigterm_report(const PeerTable& table, int world, const char* transport_name);
