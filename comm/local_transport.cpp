@@ -132,7 +132,7 @@ class LocalTransport : public Transport {
     // Once the group has failed, nothing new enters a mailbox: a rank whose worker thread goes
     // on to its next queued collective must not hand a peer a message that the peer would
     // match against a receive of the collective that failed.
-    if (!ops.empty()) check_peers("its next transfer (with rank " + std::to_string(ops[0].peer) + ")");
+    if (!ops.empty()) check_peers("a new transfer with rank " + std::to_string(ops[0].peer));
     std::vector<std::shared_ptr<RecvSlot>> slots;
     std::vector<int> op_to_slot;
     for (const P2POp& op : ops) {

@@ -203,8 +203,7 @@ class MpiTransport : public Transport {
   std::unique_ptr<Request> start(const std::vector<P2POp>& ops) override {
     for (const P2POp& op : ops) check_op(op);
     if (!ops.empty() && !known_dead().empty()) {
-      throw peer_died_error(*this, known_dead(), "its next transfer (with " +
-                            peer_name(ops[0].peer) + ")");
+      throw peer_died_error(*this, known_dead(), "a new transfer with " + peer_name(ops[0].peer));
     }
     std::vector<MPI_Request> reqs(ops.size(), MPI_REQUEST_NULL);
     size_t sent = 0;

@@ -20,7 +20,9 @@ bool read_proc_stat(int pid, char* state, uint64_t* start_time) {
   char path[64] = "/proc/";
   char digits[16];
   int n = 0;
-  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v > 0; v /= 10) digits[n++] = '0' + v % 10;
+  for (unsigned v = static_cast<unsigned>(pid); n == 0 || v > 0; v /= 10) {
+    digits[n++] = static_cast<char>('0' + v % 10);
+  }
   size_t p = std::strlen(path);
   while (n > 0) path[p++] = digits[--n];
   std::memcpy(path + p, "/stat", 6);

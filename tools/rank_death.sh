@@ -197,7 +197,7 @@ for t in "${wanted[@]}"; do
     nccl)
       if ! grep -q "KILN_CUDA_SIM:BOOL=ON" "$build/CMakeCache.txt" 2>/dev/null; then
         echo "== nccl: skipped: $build is not a simulator build (cmake --preset sim)" >&2
-        rows+=("$(printf '%-9s  %s' nccl "skipped: needs the simulator build (or 3 real GPUs)")")
+        rows+=("$(printf '%-9s  %s' nccl "skipped: needs the simulator build")")
         continue
       fi
       KILN_SIM_DEVICES=3 run_threads nccl nccl:3 --model mlp --limit-train 3000 ;;
