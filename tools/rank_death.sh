@@ -124,7 +124,7 @@ run_mpi() {
     echo "== mpi: skipped: $mpiexec not found (apt-get install openmpi-bin)" >&2
     rows+=("$(printf '%-9s  %s' mpi "skipped: $mpiexec not found")"); return
   fi
-  if ! ldd "$train" 2>/dev/null | grep -q libmpi; then
+  if ! ldd "$train" 2>/dev/null | grep libmpi >/dev/null; then
     echo "== mpi: skipped: $train was built without MPI" >&2
     rows+=("$(printf '%-9s  %s' mpi "skipped: built without MPI")"); return
   fi
@@ -159,7 +159,7 @@ run_mpi() {
   echo "   SIGKILL sent to rank $dead (pid ${pid_of[$dead]}) at $killed_at" >&2
   declare -A gone_at
   local deadline
-  deadline=$(awk -v t="$killed_at" -v l="$limit" 'BEGIN { print t + l + 30 }')
+  deadline=$(awk -v t="$killed_at" -v l="$limit" 'BEGIN { printf "%.3f", t + l + 30 }')
   while :; do
     local left=0
     for r in $survivors; do
