@@ -414,6 +414,22 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   return report_on_rank0(o, plan, data, results, dist.get(), replicas_equal, state.scaler.get());
 }
 
+// A rank of a run whose ranks are threads (local:N, nccl:N): a rank that fails says so on its
+// own line, as a process under mpirun does, so that each survivor's error (which names the
+// rank that died) is seen, not only the first failure that run_local rethrows.
+int train_rank_saying_why(Options o, const CLI::App& app, Device device,
+                          const apps::TrainCheckpoint& resumed,
+                          const std::shared_ptr<comm::Transport>& t) {
+  try {
+    return train_rank(std::move(o), app, device, resumed, t);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "mnist_train: rank %d: error: %s\n", t->rank(), e.what());
+    std::fflush(stderr);
+    throw;
+  }
+}
+
 // With one rank per process (mpi, nccl), each process writes its own trace: rank 0 to PATH,
 // rank r to PATH with ".rank<r>" before the extension (run.json, run.rank1.json, ...).
 std::string rank_trace_path(const std::string& path, int rank) {
@@ -480,7 +496,7 @@ int run(Options& o, const CLI::App& app) {
     // run_local fails the others and rethrows its error.
     std::atomic<int> rc{0};
     comm::run_local(d.ranks, [&](std::shared_ptr<comm::Transport> t) {
-      const int r = train_rank(o, app, device, resumed, t);
+      const int r = train_rank_saying_why(o, app, device, resumed, t);
       int prev = rc.load();
       while (r > prev && !rc.compare_exchange_weak(prev, r)) {
       }
@@ -493,7 +509,7 @@ int run(Options& o, const CLI::App& app) {
     // NCCL communicator, so the others stop waiting for it.
     std::atomic<int> rc{0};
     comm::run_nccl_local(d.ranks, [&](std::shared_ptr<comm::Transport> t) {
-      const int r = train_rank(o, app, device, resumed, t);
+      const int r = train_rank_saying_why(o, app, device, resumed, t);
       int prev = rc.load();
       while (r > prev && !rc.compare_exchange_weak(prev, r)) {
       }

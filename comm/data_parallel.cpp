@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/algorithms.h"
+#include "comm/fault_injection.h"
 #include "engine/autograd.h"
 #include "engine/trace.h"
 
@@ -261,6 +262,8 @@ void DataParallel::launch(Bucket& b, bool from_hook) {
 
 void DataParallel::synchronize() {
   if (no_sync_depth_ > 0) return;
+  // Testing aid: KILN_FAULT makes one rank die here, its step's allreduces under way.
+  maybe_inject_fault(comm_->rank(), stats_.steps + 1);
   const auto start = SteadyClock::now();
   // Parameters whose hook did not fire in this pass (unused in the forward pass, or a pass
   // without backward): their current .grad if any (accumulated under no_sync), else zeros.

@@ -112,6 +112,7 @@ class LocalRequest : public Request {
  private:
   bool all_done_locked() const;
   void check_errors_locked() const;
+  std::string describe_pending_locked() const;
   LocalTransport& t_;
   std::vector<std::shared_ptr<RecvSlot>> slots_;
   std::vector<int> op_to_slot_;  // op index -> slot index, -1 for sends
@@ -128,6 +129,10 @@ class LocalTransport : public Transport {
   std::string host() const override { return "localhost"; }
 
   std::unique_ptr<Request> start(const std::vector<P2POp>& ops) override {
+    // Once the group has failed, nothing new enters a mailbox: a rank whose worker thread goes
+    // on to its next queued collective must not hand a peer a message that the peer would
+    // match against a receive of the collective that failed.
+    if (!ops.empty()) check_peers("a new transfer with rank " + std::to_string(ops[0].peer));
     std::vector<std::shared_ptr<RecvSlot>> slots;
     std::vector<int> op_to_slot;
     for (const P2POp& op : ops) {
@@ -141,6 +146,12 @@ class LocalTransport : public Transport {
       }
     }
     return std::make_unique<LocalRequest>(*this, std::move(slots), std::move(op_to_slot));
+  }
+
+  void check_peers(const std::string& waiting_for) const override {
+    if (!group_->failed.load()) return;
+    throw Error("rank " + std::to_string(rank_) + " (local): stopped waiting for " + waiting_for +
+                " because " + group_->failure(), ErrorKind::Runtime);
   }
 
   void abort(const std::string& why) noexcept override {
@@ -216,10 +227,24 @@ bool LocalRequest::all_done_locked() const {
 void LocalRequest::check_errors_locked() const {
   for (const auto& s : slots_) {
     if (!s->error.empty()) {
+      // A mismatch while the group is failing is a symptom: report the cause.
+      t_.check_peers(describe_pending_locked());
       throw Error("local transport: rank " + std::to_string(t_.rank()) + ": " + s->error,
                   ErrorKind::Runtime);
     }
   }
+}
+
+// The first receive not yet done: "a receive from rank 1 (tag 3)".
+std::string LocalRequest::describe_pending_locked() const {
+  for (const auto& s : slots_) {
+    if (!s->done) {
+      return "a receive from " +
+             (s->peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(s->peer)) +
+             " (tag " + std::to_string(s->tag) + ")";
+    }
+  }
+  return "a receive";
 }
 
 bool LocalRequest::test() {
@@ -235,21 +260,9 @@ void LocalRequest::wait() {
   const auto deadline = start + std::chrono::duration<double>(t_.timeout_seconds());
   std::unique_lock<std::mutex> lock(box.mu);
   while (!all_done_locked()) {
-    if (t_.group().failed.load()) {
-      throw Error("rank " + std::to_string(t_.rank()) + " (local): stopped waiting because " +
-                  t_.group().failure(), ErrorKind::Runtime);
-    }
+    t_.check_peers(describe_pending_locked());  // a failed rank ends every wait at once
     if (box.cv.wait_until(lock, deadline) == std::cv_status::timeout && !all_done_locked()) {
-      std::string what = "a receive";
-      for (const auto& s : slots_) {
-        if (!s->done) {
-          what = "a receive from " +
-                 (s->peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(s->peer)) +
-                 " (tag " + std::to_string(s->tag) + ")";
-          break;
-        }
-      }
-      throw timeout_error(t_, what, t_.timeout_seconds());
+      throw timeout_error(t_, describe_pending_locked(), t_.timeout_seconds());
     }
   }
   check_errors_locked();

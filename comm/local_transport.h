@@ -11,8 +11,9 @@
 // variable per mailbox; nothing else is shared between ranks.
 //
 // Failure: when a rank's function throws, run_local marks the group failed, every rank
-// blocked in a wait throws "rank k failed: <its error>" at once, run_local joins all threads
-// and rethrows the first rank's error. A wait that outlives the timeout throws as well.
+// blocked in a wait throws "rank k failed: <its error>" at once (check_peers()), and so does
+// every later start(), so no message of a failed group reaches a mailbox; run_local joins all
+// threads and rethrows the first rank's error. A wait that outlives the timeout throws as well.
 #pragma once
 
 #include <functional>

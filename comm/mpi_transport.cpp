@@ -17,19 +17,29 @@
 // library's messages on MPI_COMM_WORLD) whose error handler is MPI_ERRORS_RETURN, so a failed
 // MPI call becomes a kiln::Error naming the call instead of MPI's default abort.
 //
+// A dead peer. Every rank tells the others its (host, pid) when the transport starts; a wait
+// that is not done checks, every kPeerCheckSeconds, whether a peer on this host has died, and
+// then throws an error naming it (comm/peer_liveness.h). The transport also installs a SIGTERM
+// handler that says which same-host rank died when the launcher ends the job.
+//
 // MPI is initialised here unless the program did it already (the MPI test main does), with
 // MPI_THREAD_MULTIPLE when the library has it; the Communicator only ever needs SERIALIZED
 // (one thread talks to MPI at a time). Whoever initialised MPI finalises it: we do at exit.
 #include "comm/mpi_transport.h"
+
+#include "comm/peer_liveness.h"
 
 #if KILN_WITH_MPI
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -173,6 +183,8 @@ class MpiTransport : public Transport {
     int found = 0;
     KILN_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found));
     tag_ub_ = found && ub != nullptr ? *ub : 32767;
+    exchange_peer_processes();
+    install_sigterm_report(peers_, size_, "mpi");
   }
 
   ~MpiTransport() override {
@@ -190,6 +202,9 @@ class MpiTransport : public Transport {
 
   std::unique_ptr<Request> start(const std::vector<P2POp>& ops) override {
     for (const P2POp& op : ops) check_op(op);
+    if (!ops.empty() && !known_dead().empty()) {
+      throw peer_died_error(*this, known_dead(), "a new transfer with " + peer_name(ops[0].peer));
+    }
     std::vector<MPI_Request> reqs(ops.size(), MPI_REQUEST_NULL);
     size_t sent = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -240,10 +255,31 @@ class MpiTransport : public Transport {
     }
   }
 
+  // Same-host peers whose process is gone or a zombie (peer_liveness.h). Once one is found the
+  // answer is kept: start() then fails at once, so the collectives queued behind the one that
+  // noticed the death do not each wait kPeerCheckSeconds to find it again.
+  void check_peers(const std::string& waiting_for) const override {
+    if (peers_.local_peers() == 0) return;
+    std::string dead = known_dead();
+    if (dead.empty()) {
+      dead = peers_.dead_peers();
+      if (dead.empty()) return;
+      std::lock_guard<std::mutex> lock(dead_mu_);
+      dead_ = dead;
+    }
+    throw peer_died_error(*this, dead, waiting_for);
+  }
+
+  std::string known_dead() const {
+    std::lock_guard<std::mutex> lock(dead_mu_);
+    return dead_;
+  }
+
   void abort(const std::string& why) noexcept override {
     std::fprintf(stderr, "kiln: rank %d/%d (mpi) on %s aborts the job: %s\n", rank_, size_,
                  host_.c_str(), why.c_str());
     std::fflush(stderr);
+    quiet_sigterm_report();  // the launcher's SIGTERM that follows needs no second line
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);  // MPI_Abort does not return; in case an MPI library does
   }
@@ -264,7 +300,34 @@ class MpiTransport : public Transport {
                "than MPI's limit of ", INT_MAX, " bytes per message; send it in parts");
   }
 
+  // Every rank's (host key, pid, start time), so that a rank waiting for a peer on its own host
+  // can tell a dead peer from a slow one (comm/peer_liveness.h). Fixed-size records.
+  void exchange_peer_processes() {
+    struct Record {
+      char host_key[232];
+      int32_t pid;
+      uint64_t start_time;
+    };
+    Record mine{};
+    std::strncpy(mine.host_key, this_host_key().c_str(), sizeof mine.host_key - 1);
+    mine.pid = static_cast<int32_t>(::getpid());
+    mine.start_time = process_start_time(mine.pid);
+    std::vector<Record> all(static_cast<size_t>(size_));
+    KILN_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                                 comm_));
+    std::vector<PeerProcess> procs;
+    for (int r = 0; r < size_; ++r) {
+      const Record& rec = all[static_cast<size_t>(r)];
+      procs.push_back(PeerProcess{r, std::string(rec.host_key, strnlen(rec.host_key,
+                                  sizeof rec.host_key)), rec.pid, rec.start_time});
+    }
+    peers_ = PeerTable(rank_, std::move(procs));
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  PeerTable peers_;
+  mutable std::mutex dead_mu_;
+  mutable std::string dead_;  // the dead peers check_peers() found; "" while none
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, tag_ub_ = 32767;
   std::string host_;
 };
@@ -337,9 +400,22 @@ void MpiRequest::wait() {
   // 5 us doubling up to 200 us between polls (a long wait costs almost no CPU).
   const auto spin_until = start + std::chrono::microseconds(50);
   std::chrono::microseconds nap(5);
-  while (!test()) {
+  const auto check_every = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kPeerCheckSeconds));
+  auto next_check = start + check_every;
+  for (;;) {
+    try {
+      if (test()) return;
+    } catch (const Error&) {
+      t_.check_peers(describe_pending());  // a dead peer explains a failed transfer best
+      throw;
+    }
     const auto now = Clock::now();
     if (now >= deadline) throw timeout_error(t_, describe_pending(), timeout);
+    if (now >= next_check) {  // a dead peer on this host ends the wait at once, naming it
+      t_.check_peers(describe_pending());
+      next_check = now + check_every;
+    }
     if (now >= spin_until) {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(200));

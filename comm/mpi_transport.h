@@ -7,7 +7,9 @@
 // the launcher then ends every rank at once. A rank that just returns from main finalises MPI
 // at exit, and MPI_Finalize waits for the other ranks, which may be waiting for a message
 // from it: the job would end only when their timeouts (KILN_COMM_TIMEOUT_S) fire. A rank that
-// dies (a crash, SIGKILL) is noticed by mpirun, which ends the job within about a second.
+// dies (a crash, SIGKILL) is noticed by mpirun, which ends the job within about a second; the
+// ranks on the dead rank's host notice it sooner themselves and say which rank died (a /proc
+// check while they wait, and a SIGTERM handler: comm/peer_liveness.h).
 #pragma once
 
 #include <memory>

@@ -8,6 +8,8 @@
 //                NCCL for an asynchronous error (a peer died, a network error) on each poll.
 //                A batch not done after timeout_seconds() throws the timeout error; the job
 //                should then abort(), because the NCCL kernels of the batch are still queued.
+//                Every kPeerCheckSeconds it also asks the bootstrap whether a peer is known
+//                dead (Transport::check_peers), and then throws naming it.
 //
 //   rendezvous:  over the bootstrap transport (MPI processes, or local threads): rank 0's
 //                ncclUniqueId travels through it, then every rank calls ncclCommInitRank.
@@ -162,21 +164,26 @@ class NcclTransport : public Transport {
     cuda::DeviceGuard guard(device_);
     order_after_caller();
     size_t sent = 0;
-    KILN_NCCL_CHECK(ncclGroupStart());
-    for (const P2POp& op : ops) {
-      // Empty messages are left out on both sides (their sizes match, so both skip them).
-      if (op.bytes == 0) continue;
-      if (op.kind == P2POp::Send) {
-        KILN_NCCL_CHECK(ncclSend(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
-        sent += op.bytes;
-      } else {
-        KILN_NCCL_CHECK(ncclRecv(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
-      }
-    }
-    KILN_NCCL_CHECK(ncclGroupEnd());
-    count_sent(sent);
     std::string what = ops.empty() ? std::string("an empty batch") : op_name(ops.front());
     if (ops.size() > 1) what += " and " + std::to_string(ops.size() - 1) + " more ops";
+    try {
+      KILN_NCCL_CHECK(ncclGroupStart());
+      for (const P2POp& op : ops) {
+        // Empty messages are left out on both sides (their sizes match, so both skip them).
+        if (op.bytes == 0) continue;
+        if (op.kind == P2POp::Send) {
+          KILN_NCCL_CHECK(ncclSend(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
+          sent += op.bytes;
+        } else {
+          KILN_NCCL_CHECK(ncclRecv(op.data, op.bytes, ncclInt8, op.peer, comm_, stream_));
+        }
+      }
+      KILN_NCCL_CHECK(ncclGroupEnd());
+    } catch (const Error&) {
+      check_peers(what);  // an aborted communicator: name the dead peer if the bootstrap knows
+      throw;
+    }
+    count_sent(sent);
     return std::make_unique<NcclRequest>(*this, ops, what, record_done());
   }
 
@@ -206,6 +213,13 @@ class NcclTransport : public Transport {
     // The handle stays (another thread of this rank may be reading it); it is dead now.
     if (comm_ != nullptr && !abort_called_.exchange(true)) ncclCommAbort(comm_);
     boot_->abort(why);  // MPI_Abort ends every rank of the job; local fails the group's waits
+  }
+
+  // A dead peer, as the bootstrap sees it: a failed local rank, or an MPI rank on this host
+  // whose process is gone. Real NCCL tells the survivors nothing when a peer's process dies
+  // (its kernels wait for the peer's data forever), so the waits ask this too.
+  void check_peers(const std::string& waiting_for) const override {
+    boot_->check_peers(waiting_for);
   }
 
   // Throws if NCCL reported an asynchronous error on the communicator (e.g. a peer vanished).
@@ -281,8 +295,22 @@ void NcclRequest::wait() {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
   int polls = 0;
   std::chrono::microseconds nap(2);
-  while (!test()) {
-    if (Clock::now() >= deadline) throw timeout_error(t_, what_, timeout);
+  const auto check_every = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kPeerCheckSeconds));
+  auto next_check = Clock::now() + check_every;
+  for (;;) {
+    try {
+      if (test()) return;
+    } catch (const Error&) {
+      t_.check_peers(what_);  // "rank 1 failed" says more than "the communicator was aborted"
+      throw;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) throw timeout_error(t_, what_, timeout);
+    if (now >= next_check) {
+      t_.check_peers(what_);
+      next_check = now + check_every;
+    }
     if (++polls > 16) {
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(200));

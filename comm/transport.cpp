@@ -69,4 +69,13 @@ Error timeout_error(const Transport& t, const std::string& what, double waited_s
   return Error(os.str(), ErrorKind::Runtime);
 }
 
+Error peer_died_error(const Transport& t, const std::string& dead,
+                      const std::string& waiting_for) {
+  std::ostringstream os;
+  os << "rank " << t.rank() << "/" << t.size() << " (" << t.name() << "): " << dead
+     << "; this rank stopped waiting for " << waiting_for << ". The job cannot go on "
+     << "without it: restart the job (from its last checkpoint)";
+  return Error(os.str(), ErrorKind::Runtime);
+}
+
 }  // namespace kiln::comm

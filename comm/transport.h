@@ -21,7 +21,10 @@
 //
 // Failures never hang: a Request that is not complete after the transport's timeout throws
 // kiln::Error naming this rank, the peer, the tag and the timeout (KILN_COMM_TIMEOUT_S, default
-// 300 s), and a local group whose rank failed makes every other rank's wait throw at once.
+// 300 s). A peer known to be dead ends a wait at once, with an error naming it (check_peers()):
+// a local group whose rank failed makes every other rank's wait throw; an MPI rank whose process
+// on the same host is gone or a zombie is noticed within kPeerCheckSeconds
+// (comm/peer_liveness.h); NCCL waits ask their bootstrap transport the same.
 #pragma once
 
 #include <atomic>
@@ -111,6 +114,14 @@ class Transport {
   virtual bool has_native_allreduce() const { return false; }
   virtual void native_allreduce(const Buffer& buf, ReduceOp op);
 
+  // Throws kiln::Error (Runtime) naming a peer that is known to have died, with `waiting_for`
+  // (what this rank was waiting for, e.g. "a receive from rank 1 (tag 3)") in the message;
+  // returns when none is known dead. local: a rank whose function failed; mpi: a rank on this
+  // host whose process is gone or a zombie (peers on other hosts are not seen: the timeout
+  // covers them); nccl: its bootstrap's answer. Cheap (a few /proc reads): waits call it every
+  // kPeerCheckSeconds.
+  virtual void check_peers(const std::string& waiting_for) const { (void)waiting_for; }
+
   // Stops the whole group after an unrecoverable error on this rank: the local transport makes
   // every other rank's wait throw `why`; MPI calls MPI_Abort. Never returns for MPI.
   virtual void abort(const std::string& why) noexcept = 0;
@@ -129,6 +140,13 @@ class Transport {
   std::atomic<uint64_t> bytes_sent_{0};
   double timeout_seconds_;
 };
+
+// How often a wait that is not done asks check_peers() (seconds).
+constexpr double kPeerCheckSeconds = 0.1;
+
+// The error check_peers() throws: "rank 0/3 (mpi): <dead>; this rank stopped waiting for
+// <waiting_for>. ..."
+Error peer_died_error(const Transport& t, const std::string& dead, const std::string& waiting_for);
 
 // The timeout read from KILN_COMM_TIMEOUT_S (seconds, > 0), else 300. A malformed value is a
 // Usage error naming the variable.

@@ -84,10 +84,11 @@ has asan && KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 CTEST_PARALLEL_LEVEL=2 \
 # in code that has none. The whole-model tests (ResNetCuda: ~8 min under TSan on 2 cores) are
 # left out: they run the same kernels as the layer tests, which do run here.
 # The pipeline tests (stage threads, queues, hybrid) run here too. Also left out: whole programs
-# under the simulator (mnist_train's e2e runs, resnet_bench's smoke test, the vendor ResNet:
-# 20 minutes of this tree's 30 on 2 cores); the ASan tree runs them, and their threads are the
-# loader's, comm/'s and the pipeline's, whose own tests run here. And the parity table's
-# autocast rows on cuda:0: one host thread, the same kernels as the rows that do run here.
-has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrainTest\.|^resnet_cuda_test_vendor$|^Table/Autocast\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps; simulator)" \
+# under the simulator (mnist_train's e2e runs and its nccl:3 rank-death run, resnet_bench's
+# smoke test, the vendor ResNet: 20 minutes of this tree's 30 on 2 cores); the ASan tree runs
+# them, and their threads are the loader's, comm/'s and the pipeline's, whose own tests run here,
+# with one whole two-rank mnist_train run (label threads). And the parity table's autocast rows
+# on cuda:0: one host thread, the same kernels as the rows that do run here.
+has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrainTest\.|^mnist_train_rank_death_nccl$|^resnet_cuda_test_vendor$|^Table/Autocast\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps; simulator)" \
   "$root/build-tsan" 'loader|comm|sim|pipeline|threads' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline kiln_tests_threads" tsan
 echo "== test.sh: all selected trees passed ($trees)"

@@ -61,7 +61,7 @@ class MnistTrainTest : public ::testing::Test {
   fs::path dir_;
 };
 
-nlohmann::json read_json(const std::string& path) {
+[[maybe_unused]] nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "no JSON summary at " << path;
   return nlohmann::json::parse(in);

@@ -7,11 +7,13 @@
 //                         it cannot recover from must (comm/mpi_transport.h).
 //
 // Either way the job must end quickly with a non-zero exit code and an error message, not hang.
-// Who ends it: Open MPI's launcher. After a SIGKILL, mpirun notices that rank 1 died ("mpirun
-// noticed that process rank 1 ... exited on signal 9 (Killed)") and kills rank 0, within about
-// a second; after MPI_Abort it kills every rank. Our own timeout (20 s here; 300 s by default)
-// is only the backstop for a peer that is alive but stuck: had it fired, rank 0 would print
-// the timeout error and call abort() itself.
+// Who ends it: after a SIGKILL, rank 0 itself, within about 0.1 s: rank 1 runs on the same
+// host, and the transport's liveness check (comm/peer_liveness.h) sees its process gone and
+// throws an error naming it; rank 0 then calls abort(). Open MPI's launcher would end the job
+// a second later anyway ("mpirun noticed that process rank 1 ... exited on signal 9
+// (Killed)", then SIGTERM to rank 0). After MPI_Abort, the launcher kills every rank. Our own
+// timeout (20 s here; 300 s by default) is only the backstop for a peer that is alive but
+// stuck, or on another host: had it fired, rank 0 would print the timeout error and abort().
 #include <csignal>
 #include <cstdio>
 #include <cstring>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # mpi_rank_dies_test.sh <mpiexec> <mpi_rank_dies binary> kill|abort: rank 1 leaves the job
 # (SIGKILL, or Transport::abort) while rank 0 waits for it (see mpi_rank_dies.cpp). Passes when
-# the job ends within 30 s, with a non-zero exit code and a message saying what happened.
+# the job ends within 30 s, with a non-zero exit code and a message saying what happened
+# (after a SIGKILL: rank 0's own line naming rank 1).
 # Prints who ended the job: Open MPI's launcher (expected) or our transport's timeout.
 set -u
 mpiexec=$1
@@ -28,7 +29,15 @@ fi
 # What ended the job. (Open MPI's banners, "MPI_ABORT was invoked" and "mpirun noticed that
 # process rank 1 ... exited on signal 9", are not reliable: its launcher sometimes loses them
 # while tearing the job down. Hence our abort() line and mpirun's exit code as evidence.)
-if grep -q "did not complete within" "$log"; then
+# Rank 0 shares the host with rank 1: it must say itself that rank 1 died (its liveness check
+# while it waits, or its SIGTERM report if the launcher's signal came first).
+if [ "$mode" = kill ] &&
+   ! grep -qE "rank 1 \(pid [0-9]+ on this host\) has died|SIGTERM after rank 1 \(pid [0-9]+\)" "$log"; then
+  echo "FAIL: rank 0 did not name rank 1 as dead"; fail=1
+fi
+if grep -q "has died" "$log"; then
+  echo "ended by: rank 0's liveness check (rank 1's process is gone) and its abort()"
+elif grep -q "did not complete within" "$log"; then
   echo "ended by: the mpi transport's timeout on rank 0"
 elif [ "$mode" = kill ] && grep -q "exited on signal 9" "$log"; then
   echo "ended by: Open MPI's launcher (mpirun noticed that rank 1 died)"

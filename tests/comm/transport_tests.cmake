@@ -34,6 +34,10 @@ endfunction()
 # The local transport (threads): matching, failure propagation, timeouts.
 kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit comm LIBS kiln_comm)
 
+# A rank that dies mid-collective: every algorithm's survivors stop promptly, naming it; the
+# /proc liveness checks and the SIGTERM report of the MPI transport; KILN_FAULT's parsing.
+kiln_test(rank_death_test SOURCES rank_death_test.cpp LABELS unit comm LIBS kiln_comm)
+
 # NCCL with ranks as threads (run_nccl_local), in any build with NCCL (comm/CMakeLists.txt then
 # gives kiln_comm the public definition KILN_WITH_NCCL=1): under the simulator (label sim: 2
 # ranks on the default 2 devices, and 3 ranks on 3), or on a real multi-GPU machine (label gpu;
