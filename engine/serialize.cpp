@@ -46,21 +46,23 @@ void put_string(std::vector<char>& out, const std::string& s) {
 
 [[noreturn]] void throw_io(const std::string& what, const std::string& path) {
   throw Error(detail::str("checkpoint '", path, "': ", what, " failed: ", std::strerror(errno),
-                          " (check the directory exists, is writable and has free space)"));
+                          " (check the directory exists, is writable and has free space; a "
+                          "previous checkpoint at that path is unchanged)"));
 }
 
 // Writes all n bytes or throws. A short write is retried for the rest: on a full disk (or past
 // RLIMIT_FSIZE, with SIGXFSZ ignored) the retry then fails with ENOSPC (EFBIG), which is the
 // error reported. A write that returns 0 without an error is reported as the short write it is.
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
+void write_all(int fd, const void* p, size_t n, const std::string& tmp,
+               const std::string& path) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t w = ::write(fd, c, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw_io("write", path);
+    if (w < 0) throw_io("writing " + tmp, path);
     if (w == 0) {
-      throw Error(detail::str("checkpoint '", path, "': short write: 0 of ", n,
-                              " bytes written (check the disk has free space)"));
+      throw Error(detail::str("checkpoint '", path, "': writing ", tmp, ": short write, 0 of ",
+                              n, " bytes written (check the disk has free space)"));
     }
     c += w;
     n -= static_cast<size_t>(w);
@@ -216,14 +218,14 @@ void write_checkpoint(const std::string& path, const std::map<std::string, Tenso
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) throw_io("creating " + tmp, path);
   try {
-    write_all(f.fd, header.data(), header.size(), tmp);
-    write_all(f.fd, table.data(), table.size(), tmp);
+    write_all(f.fd, header.data(), header.size(), tmp, path);
+    write_all(f.fd, table.data(), table.size(), tmp, path);
     test_stall_mid_write();
     uint64_t at = kHeaderBytes + table.size();
     static const char zeros[kAlign] = {};
     for (size_t r = 0; r < host.size(); ++r) {
-      write_all(f.fd, zeros, offsets[r] - at, tmp);
-      write_all(f.fd, host[r].second.raw_data(), host[r].second.nbytes(), tmp);
+      write_all(f.fd, zeros, offsets[r] - at, tmp, path);
+      write_all(f.fd, host[r].second.raw_data(), host[r].second.nbytes(), tmp, path);
       at = offsets[r] + host[r].second.nbytes();
     }
     if (::fsync(f.fd) != 0) throw_io("fsync of " + tmp, path);
