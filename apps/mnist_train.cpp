@@ -6,6 +6,8 @@
 //   mnist_train --recipe fast         Adam with a one-cycle learning rate, fewer epochs: >= 99%
 //   mnist_train --lr-schedule cyclic --optimizer sgd --lr 0.05     (apps/mnist/schedule.h)
 //   mnist_train --checkpoint run.ckpt --epochs 2 ; mnist_train --resume run.ckpt --epochs 4
+//   mnist_train --checkpoint run.ckpt --checkpoint-every 50   (killed? --resume run.ckpt goes on
+//                                     from the step of the newest checkpoint: tools/kill_resume.sh)
 //   mnist_train --format imagefolder --data DIR --workers 2   (DIR/train/<class>/*.png, DIR/test)
 //   mnist_train --dist local:2                       2 data-parallel ranks as threads
 //   mpirun -np 2 mnist_train --dist mpi --allreduce ring      2 processes (any hosts)
@@ -31,12 +33,17 @@
 // (seed, epoch)) fed by the asynchronous Loader (data/loader.h: --workers threads build the
 // next batches while the model trains; the batches are the same bits for any worker count),
 // evaluate on the test set in eval mode under NoGradGuard, print one line, and save a
-// checkpoint. At the end, an optional JSON summary.
+// checkpoint (with --checkpoint-every N, also every N optimizer steps inside the epoch). At
+// the end, an optional JSON summary.
 //
-// Resuming reproduces an uninterrupted run bit for bit (for the same flags and thread count):
-// the checkpoint holds the model and optimizer state plus the generator's (seed, offset), the
-// sampler is re-derived from (seed, epoch) and the learning-rate schedule is a pure function
-// of the epoch, so nothing else carries state from one epoch to the next.
+// Resuming reproduces an uninterrupted run bit for bit (for the same flags, thread count and
+// rank count), from an epoch end or from the middle of an epoch: the checkpoint holds the
+// model, optimizer and loss-scaler state, the generator's (seed, offset), the epoch's position
+// (examples of its global order consumed), the optimizer step count and the epoch's running
+// loss sums; the sampler is re-derived from (seed, epoch) and started at the position, and the
+// learning-rate schedules are pure functions of the epoch or of the step count
+// (apps/common/train_checkpoint.h). A checkpoint written with N ranks resumes with M: the
+// epoch's remaining examples are dealt out among the M ranks (data/sampler.h).
 //
 // Where the pieces are (apps/mnist/, namespace kiln::apps::mnist; this file keeps the flow:
 // flags, run(), and train_rank(), the story of one rank):
@@ -58,6 +65,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -182,8 +190,14 @@ void add_flags(CLI::App& app, Options& o) {
                  "(imagefolder: spread evenly)")
       ->check(CLI::PositiveNumber);
   app.add_option("--checkpoint", o.checkpoint, "save model + optimizer + RNG state here after each epoch");
-  app.add_option("--resume", o.resume, "continue a run from this checkpoint (same flags give the same "
-                 "result, bit for bit, as an uninterrupted run)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also save --checkpoint every N "
+                 "optimizer steps inside an epoch, with the epoch's position, so a killed run "
+                 "resumes at the batch it had reached (0: at epoch ends only)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--resume", o.resume, "continue a run from this checkpoint, at the epoch and "
+                 "batch it was written at (same flags, threads and ranks give the same result, "
+                 "bit for bit, as an uninterrupted run; another --dist rank count continues "
+                 "with the epoch's remaining examples dealt out among the new ranks)");
   app.add_option("--json", o.json, "write a JSON summary of the run here");
   app.add_option("--trace", o.trace, "record a timeline of the run (loader waits, batch copies "
                  "to the GPU, forward, backward, optimizer steps, gradient allreduce buckets) and "
@@ -353,6 +367,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
 
   const Datasets data = load_datasets(o);
   RunPlan plan = plan_run(o, device, ranks, state.start_epoch);
+  plan.start_position = state.start_progress.position;
   const RankLoaders loaders = make_loaders(o, data, plan);
   const int64_t steps_per_epoch = std::max<int64_t>(1, loaders.train->num_batches());
   plan.warmup_steps = warmup_steps(o, steps_per_epoch);
@@ -366,7 +381,11 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   const Precision precision = apps::setup_precision(o.precision, device);
   const DType autocast = autocast_dtype_of(precision);
   const bool per_step = o.batch_per_rank || schedule_per_step(o);
-  int64_t global_step = static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
+  // Optimizer steps so far: a checkpoint says; an epoch-end file of an older Kiln does not, and
+  // its epochs were whole.
+  int64_t global_step = state.start_step >= 0
+                            ? state.start_step
+                            : static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
   const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
     if (per_step) schedule->apply(*state.opt, global_step);
     ++global_step;
@@ -387,13 +406,37 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     state.opt->step();
   };
 
+  // Checkpoints: rank 0 writes them (the replicas are equal); mid-epoch ones every
+  // --checkpoint-every optimizer steps, with the epoch's sums over all workers.
+  double last_accuracy = resumed.test_accuracy;
+  int current_epoch = plan.start_epoch;
+  MidEpochSave mid_epoch;
+  mid_epoch.due = [&] { return global_step % o.checkpoint_every == 0; };
+  mid_epoch.save = [&](const EpochProgress& mine) {
+    SavePoint at;
+    at.epoch = current_epoch;
+    at.progress = mine;
+    if (dist) dist->sum_progress_over_workers(at.progress);
+    at.global_step = global_step;
+    at.workers = ranks.workers;
+    at.test_accuracy = last_accuracy;
+    if (ranks.rank == 0) save_checkpoint(o, at, state);
+  };
+  const bool mid_epoch_checkpoints = !o.checkpoint.empty() && o.checkpoint_every > 0;
+
   std::vector<EpochResult> results;
   for (int epoch = plan.start_epoch; epoch < o.epochs; ++epoch) {
     const auto epoch_start = Clock::now();
+    current_epoch = epoch;
     if (!per_step) schedule->apply(*state.opt, epoch);
     EpochResult r;
+    // A checkpoint written mid-epoch resumes that epoch where it stood. Its sums are all the
+    // workers' together: rank 0 carries them, so the sums over the workers add up.
+    EpochProgress start = epoch == plan.start_epoch ? state.start_progress : EpochProgress{};
+    if (ranks.rank != 0) start.loss_sum = 0, start.seen = 0;
     train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print,
-                ranks.dist ? ranks.rank : -1, r, autocast);
+                ranks.dist ? ranks.rank : -1, r, autocast, start,
+                mid_epoch_checkpoints ? &mid_epoch : nullptr);
     if (dist) dist->sum_training_over_workers(r);
     evaluate(*state.model, *loaders.test, device, r, autocast);
     if (dist) dist->sum_evaluation_over_workers(r, loaders.test_shard->size());
@@ -403,8 +446,14 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
                   static_cast<long long>(state.scaler->skipped_steps()),
                   static_cast<long long>(state.scaler->steps()));
     }
+    last_accuracy = r.test_accuracy;
     if (ranks.rank == 0 && !o.checkpoint.empty()) {
-      save_checkpoint(o, epoch, state, r.test_accuracy);
+      SavePoint at;
+      at.epoch = epoch + 1;
+      at.global_step = global_step;
+      at.workers = ranks.workers;
+      at.test_accuracy = r.test_accuracy;
+      save_checkpoint(o, at, state);
     }
     if (print) print_epoch_line(o, epoch, r, seconds_since(epoch_start));
   }
@@ -471,6 +520,20 @@ apps::TrainCheckpoint read_resumed_checkpoint(Options& o, const CLI::App& app) {
   return resumed;
 }
 
+// --checkpoint-every needs a file to write, and a run whose whole state the worker ranks hold:
+// with --ps-async the optimizer state lives on the server ranks, which save nothing.
+void check_checkpoint_flags(const Options& o) {
+  if (o.checkpoint_every > 0 && o.checkpoint.empty()) {
+    throw Error("--checkpoint-every " + std::to_string(o.checkpoint_every) + " needs "
+                "--checkpoint FILE to write to", ErrorKind::Usage);
+  }
+  if (o.checkpoint_every > 0 && o.ps_async) {
+    throw Error("--checkpoint-every cannot be combined with --ps-async: the server ranks hold "
+                "the optimizer state, which no checkpoint saves; drop one of them",
+                ErrorKind::Usage);
+  }
+}
+
 // Sets o.trace to this process's trace file (see rank_trace_path).
 int run(Options& o, const CLI::App& app) {
   const DistSpec d = parse_dist(o.dist);
@@ -478,6 +541,7 @@ int run(Options& o, const CLI::App& app) {
   if (d.threads) check_world(o, d.ranks);
   check_output_path(o.json, "--json");
   check_output_path(o.checkpoint, "--checkpoint");
+  check_checkpoint_flags(o);
   check_output_path(o.trace, "--trace");
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
@@ -544,6 +608,10 @@ int run(Options& o, const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f), write() fails with EFBIG instead of the process being
+  // killed by SIGXFSZ: a checkpoint that cannot be written is then an error naming the file
+  // (exit 1), like a full disk, and the previous checkpoint stays intact.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mnist_train: train a CNN or an MLP on MNIST with Kiln (defaults reach >= 99% "
                "test accuracy)"};
   Options o;

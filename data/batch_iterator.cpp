@@ -70,10 +70,18 @@ int64_t BatchIterator::num_batches() const {
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
-void BatchIterator::start_epoch(int64_t epoch) {
+int64_t BatchIterator::epoch_batches() const {
+  const int64_t n = static_cast<int64_t>(order_.size());
+  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+}
+
+int64_t BatchIterator::epoch_position() const { return sampler_->position_after(start_, position_); }
+
+void BatchIterator::start_epoch_at(int64_t epoch, int64_t position) {
   const auto t0 = std::chrono::steady_clock::now();
-  order_ = sampler_->indices(epoch);
+  order_ = sampler_->indices_from(epoch, position);
   epoch_ = epoch;
+  start_ = position;
   position_ = 0;
   batch_index_ = 0;
   started_ = true;

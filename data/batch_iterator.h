@@ -45,11 +45,20 @@ class BatchSource {
  public:
   virtual ~BatchSource();
   // Begins epoch `epoch` (>= 0): the sampler's order for that epoch, batch 0 next.
-  virtual void start_epoch(int64_t epoch) = 0;
+  void start_epoch(int64_t epoch) { start_epoch_at(epoch, 0); }
+  // Begins epoch `epoch` at global position `position` (data/sampler.h): the rest of the
+  // epoch, Sampler::indices_from(epoch, position), cut into batches. The examples before the
+  // position are not read or decoded. Resuming a checkpoint taken mid-epoch.
+  virtual void start_epoch_at(int64_t epoch, int64_t position) = 0;
   // Fills `out` with the next batch and returns true; false at the end of the epoch.
   virtual bool next(Batch& out) = 0;
-  // Batches per epoch (the same every epoch).
+  // Batches per epoch (the same every epoch), counted from its start.
   virtual int64_t num_batches() const = 0;
+  // Batches of the epoch as last started (fewer than num_batches() after a start mid-epoch).
+  virtual int64_t epoch_batches() const = 0;
+  // The epoch's global position after the batches next() handed out since the start: what a
+  // checkpoint stores, and start_epoch_at() takes back.
+  virtual int64_t epoch_position() const = 0;
   // Total seconds next() spent producing or waiting for batches since start_epoch().
   virtual double wait_seconds() const = 0;
 };
@@ -88,9 +97,11 @@ class BatchIterator : public BatchSource {
                 bool drop_last = false, std::shared_ptr<const Compose> transform = nullptr,
                 uint64_t seed = 0);
 
-  void start_epoch(int64_t epoch) override;
+  void start_epoch_at(int64_t epoch, int64_t position) override;
   bool next(Batch& out) override;
   int64_t num_batches() const override;
+  int64_t epoch_batches() const override;
+  int64_t epoch_position() const override;
   double wait_seconds() const override { return wait_seconds_; }
 
   int64_t batch_size() const { return batch_size_; }
@@ -105,7 +116,8 @@ class BatchIterator : public BatchSource {
 
   bool started_ = false;
   int64_t epoch_ = 0;
-  std::vector<int64_t> order_;  // the epoch's indices
+  int64_t start_ = 0;           // the epoch's global position at start_epoch_at()
+  std::vector<int64_t> order_;  // the epoch's indices (from start_ on)
   int64_t position_ = 0;        // next position in order_
   int64_t batch_index_ = 0;
   double wait_seconds_ = 0.0;

@@ -235,15 +235,17 @@ int64_t Loader::num_batches() const { return batches_in(sampler_->size()); }
 
 // ---- Epochs -----------------------------------------------------------------------------------
 
-void Loader::start_epoch(int64_t epoch) {
+void Loader::start_epoch_at(int64_t epoch, int64_t position) {
   const auto t0 = Clock::now();
-  auto order = std::make_shared<const std::vector<int64_t>>(sampler_->indices(epoch));
+  auto order =
+      std::make_shared<const std::vector<int64_t>>(sampler_->indices_from(epoch, position));
   std::map<int64_t, std::unique_ptr<Built>> stale;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++gen_;  // work of the previous epoch in flight is thrown away when it finishes
     live_gen_.store(gen_, std::memory_order_relaxed);
     epoch_ = epoch;
+    start_position_ = position;
     order_ = std::move(order);
     epoch_batches_ = batches_in(static_cast<int64_t>(order_->size()));
     next_ticket_ = 0;
@@ -256,6 +258,14 @@ void Loader::start_epoch(int64_t epoch) {
   // Drawing the epoch's order is part of what the consumer waits for (as in BatchIterator).
   batch_waits_.clear();
   wait_seconds_ = seconds_since(t0);
+}
+
+int64_t Loader::epoch_position() const {
+  // consumed_ and order_ are the consumer's (see next()); every batch but the last is full.
+  if (!started_) return 0;
+  const int64_t taken =
+      std::min(consumed_ * options_.batch_size, static_cast<int64_t>(order_->size()));
+  return sampler_->position_after(start_position_, taken);
 }
 
 // ---- Workers ----------------------------------------------------------------------------------

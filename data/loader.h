@@ -117,11 +117,15 @@ class Loader : public BatchSource {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  void start_epoch(int64_t epoch) override;
+  // Starts at batch 0 of Sampler::indices_from(epoch, position): with workers, the tickets
+  // begin there, so the skipped examples are never built.
+  void start_epoch_at(int64_t epoch, int64_t position) override;
   // Waits for the next batch in sampler order (building it itself when workers = 0). Throws
   // the worker's error for a batch that failed (see above).
   bool next(Batch& out) override;
   int64_t num_batches() const override;
+  int64_t epoch_batches() const override { return epoch_batches_; }
+  int64_t epoch_position() const override;
   // Seconds next() waited since start_epoch() (for loader_wait_fraction), and per batch.
   double wait_seconds() const override { return wait_seconds_; }
   const std::vector<double>& batch_wait_seconds() const { return batch_waits_; }
@@ -162,6 +166,7 @@ class Loader : public BatchSource {
   bool started_ = false;
   uint64_t gen_ = 0;  // bumped by start_epoch(): work of an older generation is thrown away
   int64_t epoch_ = 0;
+  int64_t start_position_ = 0;  // the epoch's global position at start_epoch_at()
   std::shared_ptr<const std::vector<int64_t>> order_;  // the epoch's indices (shared with workers)
   int64_t epoch_batches_ = 0;
   int64_t next_ticket_ = 0;  // next batch a worker will build

@@ -13,6 +13,17 @@ namespace kiln {
 
 Sampler::~Sampler() = default;
 
+std::vector<int64_t> Sampler::indices_from(int64_t epoch, int64_t position) const {
+  std::vector<int64_t> all = indices(epoch);
+  KILN_CHECK_INPUT(position >= 0 && position <= static_cast<int64_t>(all.size()),
+                   "Sampler::indices_from: position ", position, " is outside the epoch (0..",
+                   all.size(), ")");
+  all.erase(all.begin(), all.begin() + position);
+  return all;
+}
+
+int64_t Sampler::position_after(int64_t position, int64_t taken) const { return position + taken; }
+
 namespace {
 
 // Reads consecutive 32-bit numbers of the Philox stream (key, base): number i is
@@ -126,31 +137,53 @@ DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool
   per_rank_ = drop_last ? n / w : (n + w - 1) / w;
 }
 
-std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  KILN_CHECK_INPUT(epoch >= 0 && epoch < (int64_t{1} << (64 - kEpochShift)),
-                   "DistributedSampler::indices: epoch must be in 0..2^24-1, got ", epoch);
-  // 1. The whole epoch's order, identical on every rank (same seed, same epoch).
-  std::vector<int64_t> order;
-  if (shuffle_) {
-    order = philox_permutation(n_, seed_, static_cast<uint64_t>(epoch) << kEpochShift);
-  } else {
-    order.resize(static_cast<size_t>(n_));
-    std::iota(order.begin(), order.end(), int64_t{0});
+std::vector<int64_t> shard_of_order(const std::vector<int64_t>& order, int64_t position,
+                                    int rank, int world_size, bool drop_last) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw Error(detail::str("shard_of_order: rank ", rank, " of world_size ", world_size,
+                            ": need world_size >= 1 and 0 <= rank < world_size"),
+                ErrorKind::Usage);
   }
-  // 2. Pad (repeating from the start, again and again if n < world_size) or cut to a multiple
-  //    of world_size.
-  const int64_t total = per_rank_ * world_size_;
-  if (n_ > 0) {
-    for (int64_t i = n_; i < total; ++i) order.push_back(order[static_cast<size_t>(i - n_)]);
+  if (position < 0 || position > n) {
+    throw Error(detail::str("shard_of_order: position ", position, " is outside the epoch (0..",
+                            n, ")"),
+                ErrorKind::Usage);
   }
-  order.resize(static_cast<size_t>(std::min<int64_t>(total, static_cast<int64_t>(order.size()))));
-  // 3. This rank's share: positions rank, rank + W, rank + 2W, ...
+  // 1. What is left, padded (repeating the epoch's beginning) or cut to a multiple of W.
+  const int64_t w = world_size, left = n - position;
+  const int64_t total = drop_last ? left / w * w : (left + w - 1) / w * w;
+  // 2. This rank's share: entries rank, rank + W, rank + 2W, ... of it.
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(per_rank_));
-  for (int64_t i = rank_; i < static_cast<int64_t>(order.size()); i += world_size_) {
-    mine.push_back(order[static_cast<size_t>(i)]);
+  mine.reserve(static_cast<size_t>(total / w));
+  for (int64_t i = rank; i < total; i += w) {
+    const int64_t at = position + i;  // past n: padding entry at - n (n > 0 whenever total > 0)
+    mine.push_back(order[static_cast<size_t>(at < n ? at : (at - n) % n)]);
   }
   return mine;
+}
+
+// The epoch's global order (a philox permutation, or 0..n-1 without shuffle), the same on every
+// rank: each rank computes it from the same (seed, epoch).
+std::vector<int64_t> DistributedSampler::epoch_order(int64_t epoch) const {
+  KILN_CHECK_INPUT(epoch >= 0 && epoch < (int64_t{1} << (64 - kEpochShift)),
+                   "DistributedSampler::indices: epoch must be in 0..2^24-1, got ", epoch);
+  if (shuffle_) return philox_permutation(n_, seed_, static_cast<uint64_t>(epoch) << kEpochShift);
+  std::vector<int64_t> order(static_cast<size_t>(n_));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  return order;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  return shard_of_order(epoch_order(epoch), 0, rank_, world_size_, drop_last_);
+}
+
+std::vector<int64_t> DistributedSampler::indices_from(int64_t epoch, int64_t position) const {
+  return shard_of_order(epoch_order(epoch), position, rank_, world_size_, drop_last_);
+}
+
+int64_t DistributedSampler::position_after(int64_t position, int64_t taken) const {
+  return std::min(n_, position + taken * world_size_);
 }
 
 }  // namespace kiln

@@ -5,6 +5,16 @@
 // of a checkpoint) sees exactly the order an uninterrupted run saw, and several consumers
 // (loader workers, ranks) can ask for the same epoch and agree.
 //
+// Positions: every epoch has one GLOBAL order (for DistributedSampler the order all ranks
+// share, before it is dealt out). How far an epoch got is a global position: the number of
+// examples at the front of that order that have been consumed, by all ranks together. A
+// checkpoint taken in the middle of an epoch stores (epoch, position); indices_from(epoch,
+// position) is the rest of the epoch, the consumer's share of it, so a run resumed with the
+// same rank count continues with exactly the batches it would have seen, and one resumed with
+// another rank count deals the REMAINING examples out among its ranks: none is skipped, none
+// repeated (padding aside, see DistributedSampler). position_after() turns "this consumer took
+// k examples of indices_from(epoch, p)" back into a global position.
+//
 //   SequentialSampler(n)      0, 1, ..., n-1 every epoch (evaluation).
 //   RandomSampler(n, seed)    a uniformly random permutation of 0..n-1, a different one each
 //                             epoch, the same one for the same (seed, epoch) on every platform.
@@ -34,6 +44,14 @@ class Sampler {
   virtual std::vector<int64_t> indices(int64_t epoch) const = 0;
   // Number of indices per epoch.
   virtual int64_t size() const = 0;
+  // The rest of epoch `epoch` after global position `position` (0 <= position <= the epoch's
+  // length), this consumer's share of it. indices_from(e, 0) == indices(e). The default is for
+  // samplers with one consumer, whose order is the global order: indices(epoch) without its
+  // first `position` entries.
+  virtual std::vector<int64_t> indices_from(int64_t epoch, int64_t position) const;
+  // The global position after this consumer took the first `taken` entries of
+  // indices_from(epoch, position) (every consumer taking as many). Default: position + taken.
+  virtual int64_t position_after(int64_t position, int64_t taken) const;
 };
 
 class SequentialSampler : public Sampler {
@@ -82,6 +100,17 @@ class RandomSampler : public Sampler {
 // twice per epoch. With drop_last the order is instead cut to floor(n / W) * W. The per-epoch
 // reshuffle comes through indices(epoch), i.e. BatchSource::start_epoch(epoch): there is no
 // set_epoch() to forget.
+//
+// Mid-epoch positions (see the top of this file): after every rank took k examples the ranks
+// together consumed global positions [0, k * W) of the padded order, so the global position is
+// min(n, k * W) (a position in the padding means the real examples are all consumed).
+// indices_from(epoch, p) deals out order[p..n) the same way, padded with order[0], order[1],
+// ... to a multiple of W (cut, with drop_last): shard_of_order() below. With the same W and a
+// p reached by whole steps that is exactly the tail of indices(epoch), bit for bit (the same
+// padding entries at the same places); with another W it is the remaining examples re-sharded.
+// The padding is then computed for what remains, so a resumed epoch may repeat up to W' - 1
+// examples (never more than a straight run with W' ranks would) and skips none; with drop_last
+// up to W' - 1 remaining examples are left out, as a straight run leaves out its tail.
 class DistributedSampler : public Sampler {
  public:
   // Throws kiln::Error (Usage) unless world_size >= 1 and 0 <= rank < world_size, n >= 0.
@@ -91,10 +120,14 @@ class DistributedSampler : public Sampler {
   // Indices of this rank per epoch: ceil(n / world_size) (floor with drop_last); equal on all
   // ranks.
   int64_t size() const override { return per_rank_; }
+  std::vector<int64_t> indices_from(int64_t epoch, int64_t position) const override;
+  int64_t position_after(int64_t position, int64_t taken) const override;
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
 
  private:
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
   int64_t n_;
   int rank_, world_size_;
   bool shuffle_;
@@ -102,6 +135,14 @@ class DistributedSampler : public Sampler {
   bool drop_last_;
   int64_t per_rank_;
 };
+
+// Rank `rank`'s share of what is left of an epoch: order[position..) (order: the epoch's global
+// order, unpadded), padded by repeating order[0], order[1], ... (again and again if need be) to
+// a multiple of world_size, or cut to one with drop_last, then every world_size-th entry from
+// `rank` on. shard_of_order(order, 0, ...) is DistributedSampler's indices(epoch). Throws
+// kiln::Error (Usage) for a position outside 0..order.size() or a bad rank.
+std::vector<int64_t> shard_of_order(const std::vector<int64_t>& order, int64_t position,
+                                    int rank, int world_size, bool drop_last);
 
 // A uniform random permutation of 0..n-1 drawn from the Philox stream (key, counter base):
 // the shuffle RandomSampler uses, exposed for tests and for other samplers (distributed).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -45,18 +46,37 @@ void put_string(std::vector<char>& out, const std::string& s) {
 
 [[noreturn]] void throw_io(const std::string& what, const std::string& path) {
   throw Error(detail::str("checkpoint '", path, "': ", what, " failed: ", std::strerror(errno),
-                          " (check the directory exists, is writable and has free space)"));
+                          " (check the directory exists, is writable and has free space; a "
+                          "previous checkpoint at that path is unchanged)"));
 }
 
-void write_all(int fd, const void* p, size_t n, const std::string& path) {
+// Writes all n bytes or throws. A short write is retried for the rest: on a full disk (or past
+// RLIMIT_FSIZE, with SIGXFSZ ignored) the retry then fails with ENOSPC (EFBIG), which is the
+// error reported. A write that returns 0 without an error is reported as the short write it is.
+void write_all(int fd, const void* p, size_t n, const std::string& tmp,
+               const std::string& path) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     ssize_t w = ::write(fd, c, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw_io("write", path);
+    if (w < 0) throw_io("writing " + tmp, path);
+    if (w == 0) {
+      throw Error(detail::str("checkpoint '", path, "': writing ", tmp, ": short write, 0 of ",
+                              n, " bytes written (check the disk has free space)"));
+    }
     c += w;
     n -= static_cast<size_t>(w);
   }
+}
+
+// Test hook: KILN_CHECKPOINT_TEST_STALL_MS=<ms> sleeps that long in the middle of writing the
+// ".tmp" file (after its header and table, before the payloads), so a crash test can kill the
+// process while a checkpoint is half written (tools/kill_resume.sh). Unset: no effect.
+void test_stall_mid_write() {
+  const char* ms = std::getenv("KILN_CHECKPOINT_TEST_STALL_MS");
+  if (ms == nullptr || *ms == '\0') return;
+  const long v = std::strtol(ms, nullptr, 10);
+  if (v > 0) ::usleep(static_cast<useconds_t>(v) * 1000);
 }
 
 std::string parent_dir(const std::string& path) {
@@ -198,13 +218,14 @@ void write_checkpoint(const std::string& path, const std::map<std::string, Tenso
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) throw_io("creating " + tmp, path);
   try {
-    write_all(f.fd, header.data(), header.size(), tmp);
-    write_all(f.fd, table.data(), table.size(), tmp);
+    write_all(f.fd, header.data(), header.size(), tmp, path);
+    write_all(f.fd, table.data(), table.size(), tmp, path);
+    test_stall_mid_write();
     uint64_t at = kHeaderBytes + table.size();
     static const char zeros[kAlign] = {};
     for (size_t r = 0; r < host.size(); ++r) {
-      write_all(f.fd, zeros, offsets[r] - at, tmp);
-      write_all(f.fd, host[r].second.raw_data(), host[r].second.nbytes(), tmp);
+      write_all(f.fd, zeros, offsets[r] - at, tmp, path);
+      write_all(f.fd, host[r].second.raw_data(), host[r].second.nbytes(), tmp, path);
       at = offsets[r] + host[r].second.nbytes();
     }
     if (::fsync(f.fd) != 0) throw_io("fsync of " + tmp, path);
@@ -216,9 +237,12 @@ void write_checkpoint(const std::string& path, const std::map<std::string, Tenso
     ::unlink(tmp.c_str());
     throw;
   }
-  // Make the rename itself durable.
+  // Make the rename itself durable. The new file is in place already; a directory that cannot
+  // be synced is still reported (the checkpoint may not survive a power loss). EINVAL: this
+  // file system does not sync directories, nothing to report.
   Fd dir{::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (dir.fd >= 0) ::fsync(dir.fd);
+  if (dir.fd < 0) throw_io("opening the directory " + parent_dir(path) + " to fsync it", path);
+  if (::fsync(dir.fd) != 0 && errno != EINVAL) throw_io("fsync of the directory", path);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
@@ -245,10 +269,12 @@ Checkpoint read_checkpoint(const std::string& path) {
   const uint32_t num_records = hc.get<uint32_t>("header");
   const uint32_t table_crc = hc.get<uint32_t>("header");
   const uint64_t table_bytes = hc.get<uint64_t>("header");
-  hc.get<uint32_t>("header");
+  const uint32_t reserved = hc.get<uint32_t>("header");
   const uint32_t header_crc = hc.get<uint32_t>("header");
   KILN_CHECK_INPUT(crc32(header.data(), kHeaderBytes - 4) == header_crc, "checkpoint '", path,
                    "' is corrupt: header CRC mismatch");
+  KILN_CHECK_INPUT(reserved == 0, "checkpoint '", path, "' is corrupt: the reserved header "
+                   "field is ", reserved, ", not 0");
   KILN_CHECK_INPUT(num_meta <= kMaxEntries && num_records <= kMaxEntries, "checkpoint '", path,
                    "' is corrupt: absurd entry counts (", num_meta, " meta, ", num_records,
                    " records)");
@@ -266,16 +292,26 @@ Checkpoint read_checkpoint(const std::string& path) {
   for (uint32_t i = 0; i < num_meta; ++i) {
     std::string k = c.get_string(kMaxNameBytes, "a meta key");
     std::string v = c.get_string(kMaxValueBytes, "a meta value");
+    KILN_CHECK_INPUT(!k.empty(), "checkpoint '", path, "' is corrupt: meta entry ", i,
+                     " has an empty key");
     KILN_CHECK_INPUT(ck.meta.emplace(k, v).second, "checkpoint '", path,
                      "' is corrupt: duplicate meta key '", k, "'");
   }
+  // Payloads lie one after the other in record order, each at the next multiple of 64 (the
+  // writer's layout): anything else (overlapping payloads, gaps, bytes after the last one) is
+  // damage or a file that was appended to, and is refused.
   const uint64_t payload_start = kHeaderBytes + table_bytes;
+  uint64_t payload_end = payload_start;  // end of the previous record's payload
   for (uint32_t r = 0; r < num_records; ++r) {
     const std::string name = c.get_string(kMaxNameBytes, "a record name");
+    KILN_CHECK_INPUT(!name.empty(), "checkpoint '", path, "' is corrupt: record ", r,
+                     " has an empty name");
     const std::string where = detail::str("checkpoint '", path, "' record '", name, "'");
     const uint8_t dt = c.get<uint8_t>("a record");
     const uint8_t ndim = c.get<uint8_t>("a record");
-    c.get<uint16_t>("a record");
+    const uint16_t record_reserved = c.get<uint16_t>("a record");
+    KILN_CHECK_INPUT(record_reserved == 0, where, " is corrupt: its reserved field is ",
+                     record_reserved, ", not 0");
     KILN_CHECK_INPUT(dt <= last_dtype_of_version(version), where, " has dtype code ", int(dt),
                      ", which format version ", version, " does not define (it knows 0..",
                      int(last_dtype_of_version(version)),
@@ -301,6 +337,11 @@ Checkpoint read_checkpoint(const std::string& path) {
     KILN_CHECK_INPUT(offset >= payload_start && offset <= size && len <= size - offset, where,
                      " extends past the end of the file (bytes ", offset, "..", offset + len,
                      " of ", size, "): the file is truncated");
+    const uint64_t expected_offset = (payload_end + kAlign - 1) / kAlign * kAlign;
+    KILN_CHECK_INPUT(offset == expected_offset, where, " is corrupt: its payload starts at byte ",
+                     offset, ", but the previous one ends at byte ", payload_end,
+                     " (expected the next multiple of ", kAlign, ": ", expected_offset, ")");
+    payload_end = offset + len;
     KILN_CHECK_INPUT(!ck.tensors.count(name), "checkpoint '", path,
                      "' is corrupt: duplicate record '", name, "'");
     Tensor t = Tensor::empty(shape, dtype, Device());
@@ -312,6 +353,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   KILN_CHECK_INPUT(c.pos == table.size(), "checkpoint '", path, "' is corrupt: ",
                    table.size() - c.pos, " unexpected bytes after the table");
+  KILN_CHECK_INPUT(payload_end == size, "checkpoint '", path, "' has ", size - payload_end,
+                   " trailing bytes after its last record (it ends at byte ", payload_end,
+                   " of ", size, "): the file was appended to or is damaged; restore it from a "
+                   "copy or re-save it");
   return ck;
 }
 

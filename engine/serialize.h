@@ -18,8 +18,13 @@
 //
 // Writing is atomic: the file is written to path + ".tmp", fsynced, renamed over path, and
 // the directory fsynced, so a crash leaves either the old checkpoint or the new one, never a
-// torn one. Reading checks everything (magic, version, sizes, CRCs, bounds) and throws a
+// torn one. A failed write (full disk, I/O error, file-size limit) throws a Runtime error naming
+// the file and the errno text, removes the ".tmp" and leaves the old checkpoint untouched.
+// Reading checks everything (magic, version, reserved fields, sizes, CRCs, bounds, payloads laid
+// out back to back at 64-byte boundaries, no bytes after the last payload) and throws a
 // kiln::Error of kind Input naming the file and, for a corrupt payload, the record.
+// Test hook: KILN_CHECKPOINT_TEST_STALL_MS=<ms> in the environment makes write_checkpoint sleep
+// that long with the ".tmp" half written, for crash tests (tools/kill_resume.sh).
 // Tensors are saved from any device (copied to the host) and loaded on the CPU.
 #pragma once
 

@@ -13,7 +13,8 @@ namespace kiln::apps {
 
 namespace {
 
-constexpr const char* kFormat = "kiln-train/1";
+constexpr const char* kFormat = "kiln-train/2";
+constexpr const char* kFormatEpochEnds = "kiln-train/1";  // before mid-epoch checkpoints
 constexpr const char* kModelPrefix = "model.";
 constexpr const char* kOptimizerPrefix = "optimizer.";
 constexpr const char* kScalerPrefix = "scaler.";
@@ -65,6 +66,9 @@ std::map<std::string, Tensor> with_prefix_removed(const std::map<std::string, Te
 
 void write_train_checkpoint(const std::string& path, const Module& model, const Optimizer& opt,
                             const TrainCheckpoint& meta, const GradScaler* scaler) {
+  KILN_CHECK(meta.epoch >= 0 && meta.epoch_position >= 0 && meta.global_step >= 0 &&
+                 meta.epoch_steps >= 0 && meta.epoch_seen >= 0 && meta.workers >= 1,
+             "write_train_checkpoint: a negative position or count for ", path);
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, t] : model.state_dict()) tensors.emplace(kModelPrefix + name, t);
   for (const auto& [name, t] : opt.state_dict()) tensors.emplace(kOptimizerPrefix + name, t);
@@ -73,6 +77,12 @@ void write_train_checkpoint(const std::string& path, const Module& model, const 
   const std::map<std::string, std::string> m = {
       {"format", kFormat},
       {"epoch", std::to_string(meta.epoch)},
+      {"epoch_position", std::to_string(meta.epoch_position)},
+      {"global_step", std::to_string(meta.global_step)},
+      {"epoch_steps", std::to_string(meta.epoch_steps)},
+      {"epoch_loss_sum", format_double(meta.epoch_loss_sum)},
+      {"epoch_seen", std::to_string(meta.epoch_seen)},
+      {"workers", std::to_string(meta.workers)},
       {"model", meta.model},
       {"optimizer", meta.optimizer},
       {"seed", std::to_string(meta.seed)},
@@ -88,8 +98,20 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
   TrainCheckpoint c;
   c.file = read_checkpoint(path);  // validates magic, version, sizes and CRCs; names the file
   const std::string& format = meta_value(c.file, path, "format");
-  if (format != kFormat) bad(path, "has format '" + format + "', expected '" + kFormat + "'");
+  if (format != kFormat && format != kFormatEpochEnds) {
+    bad(path, "has format '" + format + "', expected '" + kFormat + "' (or '" + kFormatEpochEnds +
+                  "'): it was written by another Kiln; resume it with that one");
+  }
   c.epoch = static_cast<int64_t>(meta_u64(c.file, path, "epoch"));
+  if (format == kFormat) {
+    c.epoch_position = static_cast<int64_t>(meta_u64(c.file, path, "epoch_position"));
+    c.global_step = static_cast<int64_t>(meta_u64(c.file, path, "global_step"));
+    c.epoch_steps = static_cast<int64_t>(meta_u64(c.file, path, "epoch_steps"));
+    c.epoch_loss_sum = meta_double(c.file, path, "epoch_loss_sum");
+    c.epoch_seen = static_cast<int64_t>(meta_u64(c.file, path, "epoch_seen"));
+    c.workers = static_cast<int64_t>(meta_u64(c.file, path, "workers"));
+    if (c.workers < 1) bad(path, "entry 'workers' is 0: the file is damaged");
+  }
   c.model = meta_value(c.file, path, "model");
   c.optimizer = meta_value(c.file, path, "optimizer");
   c.seed = meta_u64(c.file, path, "seed");

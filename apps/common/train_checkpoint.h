@@ -1,18 +1,36 @@
-// train_checkpoint.h: what a training app saves after each epoch, and how it resumes.
+// train_checkpoint.h: what a training app saves (after each epoch, and every N optimizer steps
+// inside one), and how it resumes.
 //
-// One Kiln checkpoint file (engine/serialize.h: magic, version, CRC per record, atomic write)
-// holding:
+// One Kiln checkpoint file (engine/serialize.h: magic, version, CRC per record, atomic write:
+// a crash or a full disk leaves the previous checkpoint intact) holding:
 //   tensors  "model.<state_dict key>"      the Module's parameters and buffers
 //            "optimizer.<state_dict key>"  the Optimizer's state (lr, step, per-param buffers)
-//   meta     format   "kiln-train/1"
-//            epoch    epochs completed (the next run starts at this 0-based epoch)
+//            "scaler.<state_dict key>"     fp16 only: the GradScaler (scale, tracker, history)
+//   meta     format   "kiln-train/2" ("kiln-train/1": the epoch-end files of older Kilns, read
+//                     as position 0 with the step count derived from the epoch)
+//            epoch    the 0-based epoch to continue; with epoch_position 0, the epochs completed
+//            epoch_position  examples of that epoch's GLOBAL order already trained on, by all
+//                     ranks together (data/sampler.h: a position means the same for any rank
+//                     count, so a run may resume with more or fewer ranks); 0 at an epoch end
+//            global_step     optimizer steps taken so far (skipped fp16 steps included): the t
+//                     of the per-step learning-rate schedules
+//            epoch_steps, epoch_loss_sum, epoch_seen   the epoch's training steps so far, and
+//                     the sum of loss x batch size and the examples over them (all ranks): the
+//                     epoch's reported training loss comes out as if it had not been cut
+//            workers  data-parallel ranks that wrote it (informational)
 //            model, optimizer              names given on the command line ("cnn", "adadelta")
-//            seed, generator_offset        the default Philox generator's state after the epoch
-//            lr, test_accuracy             for people reading the file (informational)
+//            seed, generator_offset        the default Philox generator's state at that point
+//            lr, test_accuracy             for people reading the file (informational; the
+//                                          accuracy is the last evaluated epoch's)
 //
-// Why this is enough to resume bit for bit: the generator is counter based, so (seed, offset)
-// is its whole state; samplers are pure functions of (seed, epoch); LR schedules are pure
-// functions of the epoch. Everything else is in the model and optimizer state.
+// Why this is enough to resume bit for bit (same flags, same thread and rank counts), also in
+// the middle of an epoch: the generator is counter based, so (seed, offset) is its whole state
+// (initialisation and dropout draw from it; data-parallel rank r > 0 draws dropout from the key
+// (seed, r) at the same offset, which every rank shares); samplers are pure functions of
+// (seed, epoch), so the position within the epoch is the only thing they need besides; the
+// loader's transforms are pure functions of (seed, epoch, index), so its workers carry no random
+// state; the epoch-based learning-rate schedules are pure functions of the epoch and the
+// per-step ones of global_step. Everything else is in the model, optimizer and scaler state.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +44,13 @@
 namespace kiln::apps {
 
 struct TrainCheckpoint {
-  int64_t epoch = 0;  // epochs completed
+  int64_t epoch = 0;           // the epoch to continue (epochs completed when epoch_position is 0)
+  int64_t epoch_position = 0;  // global examples of `epoch` already trained on
+  int64_t global_step = -1;    // optimizer steps so far; -1: not recorded (kiln-train/1)
+  int64_t epoch_steps = 0;     // training steps of `epoch` so far
+  double epoch_loss_sum = 0;   // sum of loss x batch size over them, all ranks
+  int64_t epoch_seen = 0;      // examples over them, all ranks
+  int64_t workers = 1;         // data-parallel ranks of the run that wrote it
   std::string model;
   std::string optimizer;
   uint64_t seed = 0;
@@ -37,12 +61,14 @@ struct TrainCheckpoint {
 };
 
 // Writes model + optimizer state and `meta` (its `file` member is ignored) to `path`, and the
-// loss scaler's state ("scaler.<key>") when training in fp16 (scaler not null).
+// loss scaler's state ("scaler.<key>") when training in fp16 (scaler not null). A failed write
+// throws a Runtime error naming the file and the errno text; the previous file stays intact.
 void write_train_checkpoint(const std::string& path, const Module& model, const Optimizer& opt,
                             const TrainCheckpoint& meta, const GradScaler* scaler = nullptr);
 
-// Reads and validates `path`: a corrupt file, a file that is not a training checkpoint, or a
-// model/optimizer name other than the expected ones is an Input error naming the file.
+// Reads and validates `path` (kiln-train/1 or /2): a corrupt file, a file that is not a
+// training checkpoint, or a model/optimizer name other than the expected ones is an Input
+// error naming the file.
 TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string& expected_model,
                                       const std::string& expected_optimizer);
 

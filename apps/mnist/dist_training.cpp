@@ -154,12 +154,24 @@ void DistTraining::step(Tensor& loss, Optimizer& opt, const trace::Ids& ids,
 
 void DistTraining::sum_training_over_workers(EpochResult& r) {
   Tensor sums = Tensor::from_vector<double>(
-      {r.train_loss * static_cast<double>(r.train_seen), static_cast<double>(r.train_seen)},
-      {2}, t_->device());
+      {r.train_loss * static_cast<double>(r.train_seen), static_cast<double>(r.train_seen),
+       static_cast<double>(r.trained_now)},
+      {3}, t_->device());
   communicator_->allreduce(sums, comm::ReduceOp::Sum, comm::Algorithm::Ring);
   const std::vector<double> v = sums.to_vector<double>();
   r.train_loss = v[1] > 0 ? v[0] / v[1] : 0.0;
-  r.images_per_sec = r.train_seconds > 0 ? v[1] / r.train_seconds : 0.0;
+  r.train_seen = static_cast<int64_t>(v[1]);
+  r.images_per_sec = r.train_seconds > 0 ? v[2] / r.train_seconds : 0.0;
+}
+
+void DistTraining::sum_progress_over_workers(EpochProgress& p) {
+  // Doubles hold the counts exactly (they stay far below 2^53).
+  Tensor sums = Tensor::from_vector<double>({p.loss_sum, static_cast<double>(p.seen)}, {2},
+                                            t_->device());
+  communicator_->allreduce(sums, comm::ReduceOp::Sum, comm::Algorithm::Ring);
+  const std::vector<double> v = sums.to_vector<double>();
+  p.loss_sum = v[0];
+  p.seen = static_cast<int64_t>(v[1]);
 }
 
 void DistTraining::sum_evaluation_over_workers(EpochResult& r, int64_t shard_examples) {

@@ -85,8 +85,12 @@ class DistTraining {
   // gradients' inf/NaN check, agreed over the ranks, decides whether the step runs.
   void step(Tensor& loss, Optimizer& opt, const trace::Ids& ids, GradScaler* scaler = nullptr);
 
-  // The epoch's training loss and images/s over all workers (after train_epoch).
+  // The epoch's training loss, examples (train_seen) and images/s over all workers (after
+  // train_epoch).
   void sum_training_over_workers(EpochResult& r);
+  // A mid-epoch checkpoint's loss sum and example count over all workers (every worker calls it
+  // at the same step; the sums of a resumed epoch sit on rank 0 alone, so they add up).
+  void sum_progress_over_workers(EpochProgress& p);
   // The test accuracy and loss over all workers' shards of `shard_examples` each (after evaluate).
   void sum_evaluation_over_workers(EpochResult& r, int64_t shard_examples);
 

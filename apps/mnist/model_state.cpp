@@ -27,19 +27,30 @@ ModelState build_model_state(const Options& o, Device device, const TrainCheckpo
   if (!o.resume.empty()) {
     restore_train_checkpoint(resumed, o.resume, *s.model, *s.opt, s.scaler.get());
     s.start_epoch = static_cast<int>(resumed.epoch);
+    s.start_progress.position = resumed.epoch_position;
+    s.start_progress.steps = resumed.epoch_steps;
+    s.start_progress.loss_sum = resumed.epoch_loss_sum;
+    s.start_progress.seen = resumed.epoch_seen;
+    s.start_step = resumed.global_step;
   }
   return s;
 }
 
-void save_checkpoint(const Options& o, int epoch, const ModelState& s, double test_accuracy) {
+void save_checkpoint(const Options& o, const SavePoint& at, const ModelState& s) {
   TrainCheckpoint meta;
-  meta.epoch = epoch + 1;
+  meta.epoch = at.epoch;
+  meta.epoch_position = at.progress.position;
+  meta.global_step = at.global_step;
+  meta.epoch_steps = at.progress.steps;
+  meta.epoch_loss_sum = at.progress.loss_sum;
+  meta.epoch_seen = at.progress.seen;
+  meta.workers = at.workers;
   meta.model = o.model;
   meta.optimizer = o.optimizer;
   meta.seed = o.seed;
   meta.generator_offset = default_generator().offset();
   meta.lr = s.opt->lr();
-  meta.test_accuracy = test_accuracy;
+  meta.test_accuracy = at.test_accuracy;
   write_train_checkpoint(o.checkpoint, *s.model, *s.opt, meta, s.scaler.get());
 }
 

@@ -1,6 +1,7 @@
 // model_state.h: what a worker rank trains and saves: the model and optimizer the flags name,
 // initialised from the seed or restored from --resume, written to --checkpoint after each epoch
-// (apps/common/train_checkpoint.h holds the file format and why resuming is bit for bit).
+// and every --checkpoint-every optimizer steps (apps/common/train_checkpoint.h holds the file
+// format and why resuming is bit for bit).
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "apps/common/train_checkpoint.h"
 #include "apps/mnist/options.h"
+#include "apps/mnist/train_loop.h"
 #include "engine/device.h"
 #include "engine/optim/optimizer.h"
 #include "engine/tensor.h"
@@ -23,14 +25,26 @@ struct ModelState {
   std::shared_ptr<Module> model;  // on the training device
   std::unique_ptr<Optimizer> opt;
   std::unique_ptr<GradScaler> scaler;  // --precision fp16: dynamic loss scaling; else null
-  int start_epoch = 0;            // epochs already trained (from --resume), else 0
+  int start_epoch = 0;            // the epoch to start (from --resume), else 0
+  EpochProgress start_progress;   // where in it (a mid-epoch checkpoint), else its beginning
+  int64_t start_step = -1;        // optimizer steps already taken; -1: from the epoch (old files)
 };
 
 // Seeds the default generator with o.seed and builds the model on `device` (initialisation
 // draws from the generator) and its optimizer; with --resume, loads both from `resumed`.
 ModelState build_model_state(const Options& o, Device device, const TrainCheckpoint& resumed);
 
-// Writes --checkpoint after epoch `epoch` (0-based) with the default generator's state.
-void save_checkpoint(const Options& o, int epoch, const ModelState& s, double test_accuracy);
+// What a checkpoint records besides the model, optimizer and generator state.
+struct SavePoint {
+  int epoch = 0;                // the epoch to continue from (0-based)
+  EpochProgress progress;       // where in it, sums over all ranks (zeros: at its start)
+  int64_t global_step = 0;      // optimizer steps taken
+  int workers = 1;              // data-parallel ranks
+  double test_accuracy = 0;     // the last evaluated epoch's (informational)
+};
+
+// Writes --checkpoint with the default generator's state: after an epoch, `at` is the next
+// epoch with zero progress; mid-epoch, the epoch and its progress.
+void save_checkpoint(const Options& o, const SavePoint& at, const ModelState& s);
 
 }  // namespace kiln::apps::mnist

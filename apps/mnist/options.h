@@ -66,6 +66,7 @@ struct Options {
   std::string data;
   int64_t limit_train = -1, limit_test = -1;
   std::string checkpoint, resume, json;
+  int64_t checkpoint_every = 0;  // --checkpoint every N optimizer steps too (0: epoch ends only)
   std::string trace;  // Chrome trace JSON of the run (empty: tracing off)
   bool quiet = false;
   std::string kernels;

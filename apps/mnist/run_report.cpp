@@ -112,7 +112,12 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
   std::printf("data: %s; loader: %d workers, prefetch %d%s\n", data.train->describe().c_str(),
               o.workers, o.prefetch, o.pin_memory || device.is_cuda() ? ", pinned" : "");
   if (plan.ranks.dist) print_data_parallel_line(o, plan);
-  if (plan.start_epoch > 0) {
+  if (plan.start_position > 0) {
+    std::printf("resumed from %s in epoch %d, after %lld of its %lld examples\n",
+                o.resume.c_str(), plan.start_epoch + 1,
+                static_cast<long long>(plan.start_position),
+                static_cast<long long>(data.train->size()));
+  } else if (plan.start_epoch > 0) {
     std::printf("resumed from %s after epoch %d\n", o.resume.c_str(), plan.start_epoch);
   }
   std::fflush(stdout);
@@ -133,8 +138,10 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["precision"] = o.precision;
   if (scaler != nullptr) j["loss_scale"] = loss_scale_json(*scaler);
   std::vector<double> acc, loss, ips, secs;
+  std::vector<int64_t> examples;
   double train_total = 0, wait_total = 0;
   for (const EpochResult& r : results) {
+    examples.push_back(r.train_seen);
     acc.push_back(r.test_accuracy);
     loss.push_back(r.train_loss);
     ips.push_back(r.images_per_sec);
@@ -152,6 +159,7 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["recipe"] = o.recipe;
   j["epochs"] = o.epochs;
   j["start_epoch"] = plan.start_epoch;
+  j["start_position"] = plan.start_position;
   j["batch_size"] = o.batch_size;
   j["eval_batch_size"] = o.eval_batch_size;
   j["threads"] = o.threads;
@@ -161,6 +169,9 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["test_accuracy"] = acc.empty() ? 0.0 : acc.back();
   j["test_accuracy_per_epoch"] = acc;
   j["train_loss_per_epoch"] = loss;
+  // Examples each epoch trained on, all workers, a resumed epoch's earlier part included (a
+  // DistributedSampler's padding makes it up to ranks - 1 more than train_images).
+  j["train_examples_per_epoch"] = examples;
   j["train_images_per_sec"] = median(ips);
   j["train_images_per_sec_per_epoch"] = ips;
   j["epoch_seconds"] = secs;

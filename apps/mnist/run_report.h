@@ -43,6 +43,7 @@ struct RunPlan {
   int64_t global_batch = 0;  // examples per step over all workers
   int64_t warmup_steps = 0;  // --batch-per-rank: steps of linear learning-rate warm-up
   int start_epoch = 0;       // epochs done before this run (--resume)
+  int64_t start_position = 0;  // examples of epoch start_epoch done before (a mid-epoch --resume)
 };
 
 // The lines before the first epoch: model, device, threads, kernels, optimizer, batch, data,

@@ -30,20 +30,21 @@ void release_cached(Device device) {
 
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
-                 DType autocast) {
+                 DType autocast, const EpochProgress& start, const MidEpochSave* mid_epoch) {
   model.train();
-  source.start_epoch(epoch);
+  source.start_epoch_at(epoch, start.position);
+  const int64_t batches = source.epoch_batches();  // left in this epoch
   ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
-                  source.num_batches(), progress);
+                  start.steps + batches, progress);
   // Reading a loss on the host waits for the device. On a GPU, reading it every step would
   // stall the launch queue once per step, so losses are kept on the device and read in groups
   // (every kReadEvery steps and at the end): the GPU stays busy, and divergence is still caught
   // within a few steps.
   const int kReadEvery = device.is_cuda() ? 32 : 1;
   std::vector<std::pair<Tensor, int64_t>> pending;  // (loss on the device, batch size)
-  double loss_sum = 0;
-  int64_t seen = 0, step = 0;
-  const auto start = Clock::now();
+  double loss_sum = start.loss_sum;
+  int64_t seen = start.seen, step = start.steps, seen_now = 0;
+  const auto started = Clock::now();
   auto read_pending = [&] {
     for (auto& [loss, n] : pending) {
       const double l = loss.item();
@@ -52,14 +53,14 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
                  ", step ", step, ". Lower --lr.");
       loss_sum += l * static_cast<double>(n);
       seen += n;
-      bar.update(step, l, static_cast<double>(seen) / seconds_since(start));
+      seen_now += n;
+      bar.update(step, l, static_cast<double>(seen_now) / seconds_since(started));
     }
     pending.clear();
   };
-  const int64_t batches = source.num_batches();
   for (int64_t i = 0;; ++i) {
     trace::Ids ids;
-    ids.step = static_cast<int64_t>(epoch) * batches + i;
+    ids.step = static_cast<int64_t>(epoch) * source.num_batches() + start.steps + i;
     ids.replica = replica;
     Batch b;
     {
@@ -80,14 +81,20 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     step_fn(loss, ids);
     pending.emplace_back(loss.detach(), b.inputs.size(0));
     if (static_cast<int>(pending.size()) >= kReadEvery) read_pending();
+    if (mid_epoch != nullptr && i + 1 < batches && mid_epoch->due()) {
+      read_pending();  // the sums include this step
+      mid_epoch->save(EpochProgress{source.epoch_position(), step, loss_sum, seen});
+    }
   }
   read_pending();  // also waits for the last step: the epoch's time is complete
-  r.train_seconds = seconds_since(start);
+  r.train_seconds = seconds_since(started);
   bar.clear();
   r.wait_seconds = source.wait_seconds();
   r.train_loss = seen > 0 ? loss_sum / static_cast<double>(seen) : 0.0;
   r.train_seen = seen;
-  r.images_per_sec = r.train_seconds > 0 ? static_cast<double>(seen) / r.train_seconds : 0.0;
+  r.trained_now = seen_now;
+  r.images_per_sec =
+      r.train_seconds > 0 ? static_cast<double>(seen_now) / r.train_seconds : 0.0;
 }
 
 // Training and evaluation allocate different tensor sizes, and the caching allocator keeps

@@ -22,9 +22,29 @@ struct EpochResult {
   double train_seconds = 0;   // the training loop only (batches + steps)
   double wait_seconds = 0;    // of which the loop waited for batches
   double images_per_sec = 0;  // training images / train_seconds (all ranks' images)
-  int64_t train_seen = 0;     // training images of this rank
+  int64_t train_seen = 0;     // training images of this rank, a resumed epoch's earlier part
+                              // included (all workers' after sum_training_over_workers)
+  int64_t trained_now = 0;    // of which this process trained (for images_per_sec)
   double test_loss = 0, test_accuracy = 0;
   double eval_seconds = 0;
+};
+
+// Where a training epoch stands: what a mid-epoch checkpoint records and a resumed epoch starts
+// from (apps/common/train_checkpoint.h).
+struct EpochProgress {
+  int64_t position = 0;  // examples of the epoch's global order trained on (all ranks)
+  int64_t steps = 0;     // training steps of the epoch so far
+  double loss_sum = 0;   // sum of loss x batch size over them (this rank's, or all ranks')
+  int64_t seen = 0;      // examples over them (likewise)
+};
+
+// Mid-epoch checkpoints: after each training step but the epoch's last (the epoch-end
+// checkpoint covers that one), when due() says so, the loop reads its pending losses and calls
+// save() with where the epoch stands (this rank's sums). due() must give the same answer on
+// every rank (save may communicate).
+struct MidEpochSave {
+  std::function<bool()> due;
+  std::function<void(const EpochProgress&)> save;
 };
 
 // What a training step does once the loss is computed: backward and the update (plain, with
@@ -39,9 +59,13 @@ using StepFn = std::function<void(Tensor& loss, const trace::Ids& ids)>;
 // ids.step = epoch * batches per epoch + batch and ids.replica = `replica` (-1: not
 // data-parallel). With autocast BF16 or F16 each forward runs under an AutocastGuard of that
 // dtype (engine/autocast.h; mixed precision); F32 leaves it off.
+// `start`: where the epoch begins (a resumed checkpoint's progress; zeros: the beginning): the
+// source starts at start.position without reading what came before, and the sums continue
+// from start's. `mid_epoch`: optional mid-epoch checkpoints (null: none).
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
-                 DType autocast = DType::F32);
+                 DType autocast = DType::F32, const EpochProgress& start = {},
+                 const MidEpochSave* mid_epoch = nullptr);
 
 // Where host-timed spans of training on `device` go: the device itself for a CPU, the host
 // (cpu:0) for a GPU, whose spans are timed by the GPU.

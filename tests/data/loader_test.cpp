@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -114,6 +115,93 @@ TEST_F(LoaderTest, SamplerOrderAndBitIdenticalForAnyWorkerCount) {
       EXPECT_TRUE(e0[i] == ref0[i]) << workers << " workers, batch " << i;
       EXPECT_TRUE(e1[i] == ref1[i]) << workers << " workers, epoch 1, batch " << i;
     }
+  }
+}
+
+// A checkpoint taken after k batches stores the epoch's position; start_epoch_at() of that
+// position gives the rest of the epoch with the same bits (transform included), and the
+// examples before it are never read (Dataset::get is not called for them).
+TEST_F(LoaderTest, StartEpochAtGivesTheRestOfTheEpochWithoutReadingTheSkipped) {
+  const SyntheticDataset shapes(1, {1, 2, 2}, 10, 1);  // only for the transform's shape
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers");
+    TestDataset data(50);
+    auto sampler = std::make_shared<RandomSampler>(data.size(), 9);
+    LoaderOptions o = options(8, workers);
+    o.transform = augmentation(shapes.example_shape());
+    o.seed = 4;
+    Loader loader(data, sampler, o);
+    const std::vector<HostBatch> full = epoch_of(loader, 1);
+    ASSERT_EQ(full.size(), 7u);  // 6 of 8 and one of 2
+    // Where the straight epoch stood after 3 batches.
+    loader.start_epoch(1);
+    Batch b;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next(b));
+    const int64_t position = loader.epoch_position();
+    EXPECT_EQ(position, 24);
+    b = Batch();
+    // A fresh loader (a resumed process) from that position.
+    TestDataset fresh_data(50);
+    Loader resumed(fresh_data, sampler, o);
+    resumed.start_epoch_at(1, position);
+    EXPECT_EQ(resumed.epoch_batches(), 4);
+    EXPECT_EQ(resumed.num_batches(), 7);  // the whole epoch's count is unchanged
+    std::vector<HostBatch> rest;
+    for (Batch r; resumed.next(r);) {
+      rest.push_back(to_host(r));
+      EXPECT_EQ(resumed.epoch_position(), std::min<int64_t>(50, position + 8 * static_cast<int64_t>(rest.size())));
+    }
+    ASSERT_EQ(rest.size(), 4u);
+    for (size_t i = 0; i < rest.size(); ++i) {
+      EXPECT_EQ(rest[i].x, full[3 + i].x) << "batch " << 3 + i;
+      EXPECT_EQ(rest[i].y, full[3 + i].y) << "batch " << 3 + i;
+      EXPECT_EQ(rest[i].index, static_cast<int64_t>(i));  // numbered from the start position
+    }
+    EXPECT_EQ(fresh_data.gets.load(), 26) << "examples before the position were read";
+  }
+}
+
+// Two ranks train 4 steps of an epoch and checkpoint; the run resumes with 3 ranks (or 1) from
+// the stored global position. The indices every rank's loader delivered, before and after the
+// resume, cover the epoch: each exactly once, plus the new ranks' padding (fewer than 3).
+TEST_F(LoaderTest, ResumingWithAnotherRankCountConsumesEveryIndexOnce) {
+  const int64_t n = 95, batch = 5;
+  for (int world2 : {1, 3}) {
+    SCOPED_TRACE(::testing::Message() << world2 << " ranks after the resume");
+    TestDataset data(n);
+    std::map<int64_t, int> seen;
+    auto record = [&](const Batch& b) {
+      const std::vector<float> x = b.inputs.to_vector<float>();
+      for (int64_t i = 0; i < b.inputs.size(0); ++i) ++seen[static_cast<int64_t>(x[i * 4]) / 4];
+    };
+    int64_t position = -1;
+    for (int r = 0; r < 2; ++r) {
+      Loader loader(data, std::make_shared<DistributedSampler>(n, r, 2, true, 3), options(batch, 1));
+      loader.start_epoch(2);
+      Batch b;
+      for (int step = 0; step < 4; ++step) {
+        ASSERT_TRUE(loader.next(b));
+        record(b);
+      }
+      const int64_t p = loader.epoch_position();
+      if (r > 0) EXPECT_EQ(p, position) << "the ranks disagree on the position";
+      position = p;
+    }
+    EXPECT_EQ(position, 2 * 4 * batch);
+    int64_t steps = -1;
+    for (int r = 0; r < world2; ++r) {
+      Loader loader(data, std::make_shared<DistributedSampler>(n, r, world2, true, 3),
+                    options(batch, 2));
+      loader.start_epoch_at(2, position);
+      if (r > 0) EXPECT_EQ(loader.epoch_batches(), steps) << "the ranks would run unequal steps";
+      steps = loader.epoch_batches();
+      for (Batch b; loader.next(b);) record(b);
+      EXPECT_EQ(loader.epoch_position(), n);
+    }
+    ASSERT_EQ(static_cast<int64_t>(seen.size()), n);
+    int64_t repeats = 0;
+    for (const auto& [index, count] : seen) repeats += count - 1;
+    EXPECT_EQ(repeats, (world2 - (n - position) % world2) % world2);
   }
 }
 

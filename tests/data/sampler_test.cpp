@@ -345,5 +345,116 @@ TEST(DistributedSampler, Errors) {
   EXPECT_THROW(DistributedSampler(10, 0, 2).indices(-1), Error);
 }
 
+// ---- Mid-epoch positions and re-sharding ---------------------------------------------------
+
+TEST(DistributedSampler, IndicesFromZeroIsIndicesAndTailMatchesForTheSameWorld) {
+  for (bool drop_last : {false, true}) {
+    for (int world : {1, 2, 3, 4}) {
+      for (int64_t n : {0, 1, 7, 10, 101}) {
+        for (int r = 0; r < world; ++r) {
+          SCOPED_TRACE(::testing::Message() << "n=" << n << " world=" << world << " rank=" << r
+                                            << " drop_last=" << drop_last);
+          const DistributedSampler s(n, r, world, true, 5, drop_last);
+          const std::vector<int64_t> all = s.indices(2);
+          EXPECT_EQ(s.indices_from(2, 0), all);
+          // After k whole examples per rank (a step boundary), the same world continues with
+          // the tail of the straight order, padding included, bit for bit.
+          for (int64_t k = 0; k <= static_cast<int64_t>(all.size()); ++k) {
+            const int64_t p = s.position_after(0, k);
+            if (p == n && k < static_cast<int64_t>(all.size())) continue;  // inside the padding
+            EXPECT_EQ(s.indices_from(2, p),
+                      std::vector<int64_t>(all.begin() + k, all.end())) << "k=" << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Counts how often each index of 0..n-1 was consumed: 2 ranks take k examples each (whole
+// steps), then `world2` ranks take the rest of the epoch from the global position.
+std::map<int64_t, int> consume_across_resume(int64_t n, int64_t k, int world2, bool drop_last,
+                                             int64_t* padding_out) {
+  std::map<int64_t, int> seen;
+  int64_t position = 0;
+  for (int r = 0; r < 2; ++r) {
+    const DistributedSampler s(n, r, 2, true, 11, drop_last);
+    const std::vector<int64_t> idx = s.indices(0);
+    for (int64_t i = 0; i < k; ++i) ++seen[idx[static_cast<size_t>(i)]];
+    position = s.position_after(0, k);
+  }
+  int64_t taken = 0;
+  for (int r = 0; r < world2; ++r) {
+    for (int64_t i : DistributedSampler(n, r, world2, true, 11, drop_last).indices_from(0, position)) {
+      ++seen[i];
+      ++taken;
+    }
+  }
+  *padding_out = taken - (n - position);
+  return seen;
+}
+
+TEST(DistributedSampler, ResumingWithAnotherWorldSkipsNothingAndRepeatsOnlyPadding) {
+  for (int world2 : {1, 2, 3, 4, 5}) {
+    for (int64_t n : {60, 61, 97}) {
+      for (int64_t k : {0, 5, 12, 24}) {
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k << " world2=" << world2);
+        int64_t padding = 0;
+        const auto seen = consume_across_resume(n, k, world2, false, &padding);
+        ASSERT_EQ(static_cast<int64_t>(seen.size()), n) << "an index was never consumed";
+        int64_t repeats = 0;
+        for (const auto& [index, count] : seen) {
+          ASSERT_GE(index, 0);
+          ASSERT_LT(index, n);
+          repeats += count - 1;
+        }
+        // Only the second part's padding repeats examples: fewer than world2 of them, and
+        // none when what was left divides evenly.
+        EXPECT_EQ(repeats, padding);
+        EXPECT_GE(padding, 0);
+        EXPECT_LT(padding, world2);
+        if ((n - std::min<int64_t>(n, 2 * k)) % world2 == 0) EXPECT_EQ(padding, 0);
+      }
+    }
+  }
+}
+
+TEST(DistributedSampler, ResumingWithDropLastNeverRepeats) {
+  for (int world2 : {1, 3, 4}) {
+    int64_t padding = 0;
+    const auto seen = consume_across_resume(61, 10, world2, true, &padding);
+    for (const auto& [index, count] : seen) EXPECT_EQ(count, 1) << "index " << index;
+    EXPECT_LE(padding, 0);
+    EXPECT_GT(padding, -world2);  // fewer than world2 of the remaining examples left out
+  }
+}
+
+TEST(ShardOfOrder, GoldenPaddingAndErrors) {
+  const std::vector<int64_t> order = {10, 11, 12, 13, 14, 15, 16};
+  // From position 3, 3 ranks: left 13 14 15 16, padded with 10 11 -> 13 14 15 16 10 11.
+  EXPECT_EQ(shard_of_order(order, 3, 0, 3, false), (std::vector<int64_t>{13, 16}));
+  EXPECT_EQ(shard_of_order(order, 3, 1, 3, false), (std::vector<int64_t>{14, 10}));
+  EXPECT_EQ(shard_of_order(order, 3, 2, 3, false), (std::vector<int64_t>{15, 11}));
+  EXPECT_EQ(shard_of_order(order, 3, 2, 3, true), (std::vector<int64_t>{15}));
+  // Fewer left than ranks: the padding wraps round the order again and again.
+  EXPECT_EQ(shard_of_order({7}, 0, 3, 4, false), (std::vector<int64_t>{7}));
+  EXPECT_TRUE(shard_of_order(order, 7, 0, 2, false).empty());
+  EXPECT_THROW(shard_of_order(order, 8, 0, 2, false), Error);
+  EXPECT_THROW(shard_of_order(order, -1, 0, 2, false), Error);
+  EXPECT_THROW(shard_of_order(order, 0, 2, 2, false), Error);
+}
+
+TEST(RandomSampler, IndicesFromDropsTheConsumedPrefix) {
+  const RandomSampler s(50, 3);
+  const std::vector<int64_t> all = s.indices(1);
+  EXPECT_EQ(s.indices_from(1, 0), all);
+  EXPECT_EQ(s.indices_from(1, 20), std::vector<int64_t>(all.begin() + 20, all.end()));
+  EXPECT_TRUE(s.indices_from(1, 50).empty());
+  EXPECT_EQ(s.position_after(20, 5), 25);
+  EXPECT_THROW(s.indices_from(1, 51), Error);
+  // The single-rank order is the distributed samplers' global order: positions mean the same.
+  EXPECT_EQ(all, DistributedSampler(50, 0, 1, true, 3).indices(1));
+}
+
 }  // namespace
 }  // namespace kiln

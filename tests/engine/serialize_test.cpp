@@ -3,6 +3,12 @@
 // corrupt payload). The atomic write must leave no ".tmp" behind.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -215,6 +221,92 @@ TEST(Serialize, AbsurdSizesAreRejectedWithoutAllocating) {
   std::remove(path.c_str());
 }
 
+TEST(Serialize, TrailingBytesAreRejectedWithTheirCount) {
+  const std::string path = temp_path("trailing.kckpt");
+  write_checkpoint(path, sample_tensors(), sample_meta());
+  auto bytes = read_bytes(path);
+  const size_t size = bytes.size();
+  bytes.insert(bytes.end(), {'x', 'y', 'z'});  // appended after the last payload
+  write_bytes(path, bytes);
+  expect_input_error(path, {"trailing.kckpt", "3 trailing bytes", std::to_string(size)});
+  // A checkpoint without records: its table is the end.
+  write_checkpoint(path, {}, sample_meta());
+  bytes = read_bytes(path);
+  bytes.push_back('\0');
+  write_bytes(path, bytes);
+  expect_input_error(path, {"trailing.kckpt", "1 trailing bytes"});
+  std::remove(path.c_str());
+}
+
+TEST(Serialize, ReservedFieldsAndPayloadLayoutAreChecked) {
+  const std::string path = temp_path("layout.kckpt");
+  write_checkpoint(path, {{"a", Tensor::ones({3})}, {"b", Tensor::ones({2})}});
+  const auto good = read_bytes(path);
+  // The header's reserved u32 (offset 32), set and resealed.
+  auto bytes = good;
+  bytes[32] = 1;
+  reseal(bytes);
+  write_bytes(path, bytes);
+  expect_input_error(path, {"layout.kckpt", "reserved header field"});
+  // Record "a"'s reserved u16 (table at 40: u32 name length, "a", dtype, ndim, u16).
+  bytes = good;
+  bytes[40 + 4 + 1 + 2] = 7;
+  reseal(bytes);
+  write_bytes(path, bytes);
+  expect_input_error(path, {"layout.kckpt", "'a'", "reserved field"});
+  // Record "b"'s payload offset moved onto "a"'s payload (overlapping payloads; the CRC of "b"
+  // still matches since both hold ones): table record a = 4+1+1+1+2+8 dims+8+8+4 = 37 bytes,
+  // then b's offset at 37 + 4+1+1+1+2+8.
+  bytes = good;
+  const size_t a_offset_at = 40 + 4 + 1 + 4 + 8, b_offset_at = 40 + 37 + 4 + 1 + 4 + 8;
+  uint64_t a_offset;
+  std::memcpy(&a_offset, bytes.data() + a_offset_at, 8);
+  std::memcpy(bytes.data() + b_offset_at, &a_offset, 8);
+  reseal(bytes);
+  write_bytes(path, bytes);
+  expect_input_error(path, {"layout.kckpt", "'b'", "payload starts at byte"});
+  std::remove(path.c_str());
+}
+
+// A write that fails part way (here: the file-size limit, the same code path as a full disk)
+// throws an error naming the file and the errno text, removes the ".tmp", and leaves the
+// previous checkpoint as it was. Runs in a child process, which alone gets the small limit.
+TEST(Serialize, FailedWriteKeepsThePreviousCheckpointAndRemovesTheTmp) {
+  const std::string path = temp_path("fsize.kckpt");
+  std::remove((path + ".tmp").c_str());
+  write_checkpoint(path, {{"small", Tensor::ones({4})}}, {{"which", "old"}});
+  const auto old_bytes = read_bytes(path);
+  ASSERT_LT(old_bytes.size(), 4096u);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // Child: exit code 0 only when the write failed as it should.
+    std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of a signal
+    struct rlimit lim = {4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(10);
+    try {
+      write_checkpoint(path, {{"big", Tensor::ones({1 << 16})}}, {{"which", "new"}});
+      ::_exit(11);  // the 256 KiB write should not have succeeded
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      if (m.find("fsize.kckpt") == std::string::npos) ::_exit(12);
+      if (m.find(std::strerror(EFBIG)) == std::string::npos) ::_exit(13);
+      if (e.kind() != ErrorKind::Runtime) ::_exit(14);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit failed, 11: the write succeeded, 12: the "
+                                       "message lacks the file, 13: lacks strerror(EFBIG), 14: "
+                                       "not a Runtime error";
+  EXPECT_FALSE(file_exists(path + ".tmp")) << "the failed write left its .tmp behind";
+  EXPECT_EQ(read_bytes(path), old_bytes) << "the previous checkpoint was changed";
+  EXPECT_EQ(read_checkpoint(path).meta.at("which"), "old");
+  std::remove(path.c_str());
+}
+
 TEST(Serialize, WriteToMissingDirectoryFailsClearly) {
   const std::string path = temp_path("no_such_dir/ck.kckpt");
   try {
@@ -227,3 +319,4 @@ TEST(Serialize, WriteToMissingDirectoryFailsClearly) {
 
 }  // namespace
 }  // namespace kiln
+
