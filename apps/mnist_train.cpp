@@ -244,9 +244,9 @@ void check_output_path(const std::string& path, const char* flag) {
 // (each loader keeps a few batches of 28x28 f32 images; the activations come on top).
 void check_batch_sizes_fit(const Options& o) {
   constexpr double kImageBytes = 28 * 28 * sizeof(float);
-  apps::check_fits_in_memory("--batch-size", o.batch_size, o.batch_size * kImageBytes,
+  apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size), o.batch_size * kImageBytes,
                              "one batch of 28x28 f32 images");
-  apps::check_fits_in_memory("--eval-batch-size", o.eval_batch_size,
+  apps::check_fits_in_memory("--eval-batch-size", std::to_string(o.eval_batch_size),
                              o.eval_batch_size * kImageBytes, "one batch of 28x28 f32 images");
 }
 

@@ -13,7 +13,7 @@
 
 namespace kiln::apps {
 
-namespace detail {
+namespace flag_text {
 
 std::string bound_text(double v) {
   char buf[64];
@@ -68,7 +68,7 @@ std::string check_member(const std::string& text, const std::vector<std::string>
   return "must be one of " + list + got(text);
 }
 
-}  // namespace detail
+}  // namespace flag_text
 
 CLI::Validator one_of(std::vector<std::string> choices) {
   std::string description = "{";
@@ -76,7 +76,7 @@ CLI::Validator one_of(std::vector<std::string> choices) {
   description += "}";
   return CLI::Validator(
       [choices = std::move(choices)](std::string& text) {
-        return detail::check_member(text, choices);
+        return flag_text::check_member(text, choices);
       },
       description);
 }
@@ -133,11 +133,11 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-void check_fits_in_memory(const std::string& flag, int64_t value, double bytes,
+void check_fits_in_memory(const std::string& flag, const std::string& value, double bytes,
                           const std::string& what) {
   const int64_t total = physical_memory_bytes();
   if (total <= 0 || bytes <= static_cast<double>(total)) return;
-  throw Error(flag + " " + std::to_string(value) + ": " + what + " needs " + human_bytes(bytes) +
+  throw Error(flag + " " + value + ": " + what + " needs " + human_bytes(bytes) +
                   ", more than this machine's " + human_bytes(static_cast<double>(total)) + " of memory: lower " + flag,
               ErrorKind::Input);
 }

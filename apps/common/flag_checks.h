@@ -34,7 +34,7 @@
 
 namespace kiln::apps {
 
-namespace detail {
+namespace flag_text {
 // The checks behind the validators: "" when `text` passes, else the message after the flag's
 // name ("must be at least 1 (got 0)"). Whole numbers are checked as integers (no rounding);
 // reals must be finite. `hi_is_type_limit`: the upper bound is only the type's, so the message
@@ -64,28 +64,28 @@ CLI::Validator number_validator(T lo, T hi, bool lo_open, bool hi_is_type_limit,
       description);
 }
 std::string bound_text(double v);
-}  // namespace detail
+}  // namespace flag_text
 
 // A number >= min (whole numbers for integer T: at_least(1) for an int flag,
 // at_least(int64_t{1}) for an int64_t one, at_least(0.0) for a double).
 template <typename T>
 CLI::Validator at_least(T min) {
-  return detail::number_validator<T>(min, std::numeric_limits<T>::max(), false, true,
-                                     ">= " + detail::bound_text(static_cast<double>(min)));
+  return flag_text::number_validator<T>(min, std::numeric_limits<T>::max(), false, true,
+                                     ">= " + flag_text::bound_text(static_cast<double>(min)));
 }
 
 // A real number > min (a learning rate: above(0.0)).
 inline CLI::Validator above(double min) {
-  return detail::number_validator<double>(min, std::numeric_limits<double>::max(), true, true,
-                                          "> " + detail::bound_text(min));
+  return flag_text::number_validator<double>(min, std::numeric_limits<double>::max(), true, true,
+                                          "> " + flag_text::bound_text(min));
 }
 
 // A number in [lo, hi] (whole numbers for integer T).
 template <typename T>
 CLI::Validator in_range(T lo, T hi) {
-  return detail::number_validator<T>(lo, hi, false, false,
-                                     detail::bound_text(static_cast<double>(lo)) + ".." +
-                                         detail::bound_text(static_cast<double>(hi)));
+  return flag_text::number_validator<T>(lo, hi, false, false,
+                                     flag_text::bound_text(static_cast<double>(lo)) + ".." +
+                                         flag_text::bound_text(static_cast<double>(hi)));
 }
 
 // One of `choices`, spelled exactly.
@@ -102,7 +102,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char*
 // than this machine's 23 GiB of memory: lower --batch-size". `what` names the buffer. A lower
 // bound of what a run needs is enough: it catches the sizes that cannot work at all, without
 // an allocation that the kernel's overcommit would grant and the OOM killer end.
-void check_fits_in_memory(const std::string& flag, int64_t value, double bytes,
+void check_fits_in_memory(const std::string& flag, const std::string& value, double bytes,
                           const std::string& what);
 
 // The error to throw when an allocation ran out of memory while the sizes chosen by `flags`
