@@ -98,7 +98,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char*
 
 // Bad input (exit 2), before anything is allocated, when `bytes` (what `flag`, given as `value`,
 // makes one buffer need; a double, so that absurd values do not overflow) exceed this machine's
-// physical memory: "--batch-size 100000000: one batch of 28x28 f32 images needs 292 GiB, more
+// physical memory: "--batch-size 100000000: one batch of 28x28 f32 images would need 292 GiB, more
 // than this machine's 23 GiB of memory: lower --batch-size". `what` names the buffer. A lower
 // bound of what a run needs is enough: it catches the sizes that cannot work at all, without
 // an allocation that the kernel's overcommit would grant and the OOM killer end.
