@@ -53,17 +53,18 @@ int main(int argc, char** argv) {
                                       std::pair{"--limit-test", limit_test}}) {
       KILN_CHECK_INPUT(limit != 0, flag, " 0 would write no image: pass N >= 1, or -1 for all");
     }
+    // Both splits are read before OUT is created: bad --data leaves nothing behind.
+    const MnistDataset train = MnistDataset::load(data, MnistSplit::Train, limit_train);
+    const MnistDataset test = MnistDataset::load(data, MnistSplit::Test, limit_test);
     std::error_code ec;
     std::filesystem::create_directories(out, ec);
     if (ec) throw Error(detail::str("cannot create ", out, ": ", ec.message()), ErrorKind::Input);
     struct Split {
       const char* name;
-      MnistSplit split;
-      int64_t limit;
+      const MnistDataset& dataset;
     };
-    for (const Split& s : {Split{"train", MnistSplit::Train, limit_train},
-                           Split{"test", MnistSplit::Test, limit_test}}) {
-      const MnistDataset dataset = MnistDataset::load(data, s.split, s.limit);
+    for (const Split& s : {Split{"train", train}, Split{"test", test}}) {
+      const MnistDataset& dataset = s.dataset;
       const std::string dir = (std::filesystem::path(out) / s.name).string();
       const IdxExportResult r = export_idx_split(dataset, dir);
       if (r.skipped) {
