@@ -539,6 +539,8 @@ int main(int argc, char** argv) {
   if (app.count("--dataset") == 0 && o.mode == "train") o.dataset = "imagefolder";
 
   try {
+    KILN_CHECK_INPUT(!o.append || !o.csv.empty(), "--append adds rows to the --csv file: give "
+                     "--csv FILE, or drop --append");
     if (o.mode == "throughput") return run_throughput(o);
     if (o.mode == "train") return run_train(o);
     return run_h2d(o);

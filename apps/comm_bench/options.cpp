@@ -113,6 +113,15 @@ void check_flags(const Options& o) {
   parse_bytes("--ps-bytes", o.ps_bytes);
   parse_bytes("--ring-subchunk", o.ring_subchunk);
   for (const std::string& a : o.algorithms) comm::parse_algorithm(a);
+  if (o.append && o.csv.empty()) {
+    throw Error("--append adds rows to the --csv file: give --csv FILE, or drop --append",
+                ErrorKind::Usage);
+  }
+  if (!o.ps_scaling.empty() && o.ps_servers > 0) {
+    throw Error("--ps-servers " + std::to_string(o.ps_servers) + " sets the servers of the "
+                "sweep; --ps-scaling always runs one dedicated server: drop --ps-servers",
+                ErrorKind::Usage);
+  }
   check_messages_fit(o);
 }
 
