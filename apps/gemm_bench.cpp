@@ -84,9 +84,9 @@ int main(int argc, char** argv) {
     const bool cpu_kernel = k == "blas" || k == "hand" || k == "vendor" || k == "convert";
     const bool cuda_kernel = k != "blas" && k != "convert";
     if (on_cpu ? !cpu_kernel : !cuda_kernel) {
-      std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: blas, hand, vendor, "
-                           "convert; cuda: naive, tiled, regblock, tc_bf16, tc_f16, hand, "
-                           "vendor, vendor_bf16)\n",
+      std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: blas, "
+                           "hand, vendor, convert; cuda: naive, tiled, regblock, tc_bf16, "
+                           "tc_f16, hand, vendor, vendor_bf16)\n",
                    k.c_str(), device.c_str());
       return 2;
     }

@@ -121,7 +121,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--batch-size", o.batch_size, "training batch size")
       ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--eval-batch-size", o.eval_batch_size, "evaluation batch size (larger is faster; "
-                 "smaller needs less memory)")->check(apps::at_least(int64_t{1}))->capture_default_str();
+                 "smaller needs less memory)")
+      ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--lr", o.lr, "base learning rate (default: adadelta 1.0, sgd 0.01, adam 0.001)")
       ->check(apps::above(0.0));
   app.add_option("--gamma", o.gamma, "StepLR factor applied to the learning rate after each epoch")
@@ -244,8 +245,8 @@ void check_output_path(const std::string& path, const char* flag) {
 // (each loader keeps a few batches of 28x28 f32 images; the activations come on top).
 void check_batch_sizes_fit(const Options& o) {
   constexpr double kImageBytes = 28 * 28 * sizeof(float);
-  apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size), o.batch_size * kImageBytes,
-                             "one batch of 28x28 f32 images");
+  apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size),
+                             o.batch_size * kImageBytes, "one batch of 28x28 f32 images");
   apps::check_fits_in_memory("--eval-batch-size", std::to_string(o.eval_batch_size),
                              o.eval_batch_size * kImageBytes, "one batch of 28x28 f32 images");
 }

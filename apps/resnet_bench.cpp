@@ -317,8 +317,8 @@ int run(Options& o) {
   const Workload& w = o.workload;
   check_fits_in_memory("--batch-size", std::to_string(w.batch),
                        static_cast<double>(w.batch) * 3 * w.image * w.image * sizeof(float),
-                       detail::str("one batch of 3x", w.image, "x", w.image, " f32 images (--image-size ",
-                                   w.image, ")"));
+                       detail::str("one batch of 3x", w.image, "x", w.image,
+                                   " f32 images (--image-size ", w.image, ")"));
   const Schedule schedule = parse_schedule(o.schedule);
   KILN_CHECK_INPUT(schedule != Schedule::Naive, "--schedule: the pipeline runs gpipe or 1f1b "
                    "(the naive schedule is --modes model-parallel)");
@@ -516,7 +516,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--classes", w.classes, "classes of the one-hot labels (tutorial: 1000)")
       ->check(in_range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--width", w.width, "stem channels: 64 is the real net; 8 or 16 give narrow nets "
-                 "of the same depth (smoke tests, the CUDA simulator)")->check(in_range(int64_t{8}, int64_t{64}));
+                 "of the same depth (smoke tests, the CUDA simulator)")
+      ->check(in_range(int64_t{8}, int64_t{64}));
   app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(above(0.0));
   app.add_option("--precision", w.precision, kPrecisionHelp)
       ->check(one_of({"fp32", "tf32", "bf16", "fp16"}));
@@ -533,7 +534,8 @@ void add_flags(CLI::App& app, Options& o) {
                  "stage partition: time (measured per block), params, or tutorial "
                  "(conv1..layer2 | layer3..fc)")
       ->check(one_of({"time", "params", "tutorial"}));
-  app.add_option("--steps", o.steps, "timed steps per repeat (tutorial: 3)")->check(in_range(1, 100000));
+  app.add_option("--steps", o.steps, "timed steps per repeat (tutorial: 3)")
+      ->check(in_range(1, 100000));
   app.add_option("--repeats", o.repeats, "repeats (tutorial: 10)")->check(in_range(1, 100000));
   app.add_option("--threads-per-stage", o.threads_per_stage,
                  "CPU threads of each stage and of the single device (default: cores / stages)")

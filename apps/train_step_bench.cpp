@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
                              "resnet152"}));
   app.add_option("--mode", mode, "train (forward, backward, SGD step) or eval (forward only)")
       ->check(apps::one_of({"train", "eval"}));
-  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")->check(apps::in_range(1, 1024));
+  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")
+      ->check(apps::in_range(1, 1024));
   app.add_option("--batch-size", batch, "images per step")->check(apps::in_range(1, 1 << 20));
   app.add_option("--image-size", image, "ResNet input height and width (MNIST is 28)")
       ->check(apps::in_range(32, 4096));

@@ -138,7 +138,8 @@ void check_fits_in_memory(const std::string& flag, const std::string& value, dou
   const int64_t total = physical_memory_bytes();
   if (total <= 0 || bytes <= static_cast<double>(total)) return;
   throw Error(flag + " " + value + ": " + what + " would need " + human_bytes(bytes) +
-                  ", more than this machine's " + human_bytes(static_cast<double>(total)) + " of memory: lower " + flag,
+                  ", more than this machine's " + human_bytes(static_cast<double>(total)) +
+                  " of memory: lower " + flag,
               ErrorKind::Input);
 }
 

@@ -51,9 +51,11 @@ CLI::Validator number_validator(T lo, T hi, bool lo_open, bool hi_is_type_limit,
   return CLI::Validator(
       [=](std::string& text) {
         if constexpr (std::is_integral_v<T>) {
-          constexpr long long kMax = std::numeric_limits<long long>::max();
-          const long long top = static_cast<unsigned long long>(hi) > static_cast<unsigned long long>(kMax)
-                                    ? kMax
+          // An unsigned type's maximum does not fit in long long: clamp it, never wrap it.
+          constexpr auto kMax =
+              static_cast<unsigned long long>(std::numeric_limits<long long>::max());
+          const long long top = static_cast<unsigned long long>(hi) > kMax
+                                    ? static_cast<long long>(kMax)
                                     : static_cast<long long>(hi);
           return check_whole(text, static_cast<long long>(lo), top, hi_is_type_limit);
         } else {
@@ -71,21 +73,21 @@ std::string bound_text(double v);
 template <typename T>
 CLI::Validator at_least(T min) {
   return flag_text::number_validator<T>(min, std::numeric_limits<T>::max(), false, true,
-                                     ">= " + flag_text::bound_text(static_cast<double>(min)));
+                                        ">= " + flag_text::bound_text(static_cast<double>(min)));
 }
 
 // A real number > min (a learning rate: above(0.0)).
 inline CLI::Validator above(double min) {
   return flag_text::number_validator<double>(min, std::numeric_limits<double>::max(), true, true,
-                                          "> " + flag_text::bound_text(min));
+                                             "> " + flag_text::bound_text(min));
 }
 
 // A number in [lo, hi] (whole numbers for integer T).
 template <typename T>
 CLI::Validator in_range(T lo, T hi) {
   return flag_text::number_validator<T>(lo, hi, false, false,
-                                     flag_text::bound_text(static_cast<double>(lo)) + ".." +
-                                         flag_text::bound_text(static_cast<double>(hi)));
+                                        flag_text::bound_text(static_cast<double>(lo)) + ".." +
+                                            flag_text::bound_text(static_cast<double>(hi)));
 }
 
 // One of `choices`, spelled exactly.
