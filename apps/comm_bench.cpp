@@ -63,9 +63,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
 #include "apps/comm_bench/options.h"
 #include "apps/comm_bench/ps_scaling.h"
@@ -166,23 +168,24 @@ int main(int argc, char** argv) {
                "library's own allreduce, over threads (local:N), MPI or NCCL"};
   Options o;
   add_flags(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints --help, or the error and a hint
-    return rc == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "comm_bench")) return *rc;
   // Started by mpirun / srun without --transport: the ranks are MPI processes, not threads.
   if (app.count("--transport") == 0 && apps::launched_by_mpi()) {
     o.transport = "mpi";
   }
   try {
     return run(o);
+  } catch (const OutOfMemory& e) {
+    // The messages are the only large buffers, and the flags choose their sizes.
+    const Error sized = apps::size_error(e, o.ps_scaling.empty() ? "--max-bytes " + o.max_bytes
+                                                                 : "--ps-bytes " + o.ps_bytes);
+    std::fprintf(stderr, "comm_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const Error& e) {
-    std::fprintf(stderr, "comm_bench: %s\n", e.what());
+    std::fprintf(stderr, "comm_bench: error: %s\n", e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "comm_bench: %s\n", e.what());
+    std::fprintf(stderr, "comm_bench: error: %s\n", e.what());
     return 1;
   }
 }

@@ -25,11 +25,13 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "apps/common/flag_checks.h"
 #include "engine/cuda/context.h"
 #include "engine/impl.h"
 #include "engine/init.h"
@@ -133,21 +135,21 @@ int main(int argc, char** argv) {
   std::string device_spec = "cpu", shapes = "mnist", hand_kernel = "implicit-gemm";
   app.add_option("--device", device_spec, "cpu | cuda | cuda:N");
   app.add_option("--shapes", shapes, "mnist | resnet50")
-      ->check(CLI::IsMember({"mnist", "resnet50"}));
+      ->check(apps::one_of({"mnist", "resnet50"}));
   app.add_option("--hand-kernel", hand_kernel,
                  "CUDA hand kernel: implicit-gemm (default) | direct (the naive reference)")
-      ->check(CLI::IsMember({"implicit-gemm", "direct"}));
+      ->check(apps::one_of({"implicit-gemm", "direct"}));
   app.add_option("--threads", threads, "OpenMP threads (kiln::set_num_threads)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(1));
   app.add_option("--batch-size", batch,
                  "images per batch (default: 128 mnist, 32 resnet50; 1 under the simulator)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(int64_t{1}));
   app.add_option("--iters", iters, "timed iterations per kernel flavour (default 20; 1 simulated)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(1));
   app.add_option("--warmup", warmup,
                  "untimed iterations first: algorithm search, buffers (default 3; 0 simulated)")
-      ->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
+      ->check(apps::at_least(0));
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "conv_bench")) return *rc;
 
   try {
     set_num_threads(threads);
@@ -174,6 +176,12 @@ int main(int argc, char** argv) {
 #endif
     const char* tag = simulated ? "  SIMULATED" : "";
     const std::vector<ConvSpec>& specs = shapes == "mnist" ? kMnist : kResnet50;
+    for (const ConvSpec& spec : specs) {  // each input (its output and gradients come on top)
+      apps::check_fits_in_memory(
+          "--batch-size", std::to_string(batch),
+          static_cast<double>(batch) * spec.c * spec.hw * spec.hw * sizeof(float),
+          std::string("the f32 input of ") + spec.name);
+    }
     const std::string hand_name =
         on_gpu ? "hand (" + hand_kernel + ")" : std::string("hand (im2col+OpenBLAS)");
     const char* vendor_name = on_gpu ? "cuDNN" : "oneDNN";
@@ -215,8 +223,12 @@ int main(int argc, char** argv) {
                   total[0] / total[1], tag);
     else
       std::printf("%-28s %10.2f%s\n", "all", total[0], tag);
+  } catch (const OutOfMemory& e) {
+    const Error sized = apps::size_error(e, "--batch-size " + std::to_string(batch));
+    std::fprintf(stderr, "conv_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const Error& e) {
-    std::fprintf(stderr, "conv_bench: %s\n", e.what());
+    std::fprintf(stderr, "conv_bench: error: %s\n", e.what());
     return e.exit_code();
   }
   return 0;

@@ -22,10 +22,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apps/common/flag_checks.h"
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/context.h"
 #include "engine/error.h"
@@ -42,33 +45,28 @@ int main(int argc, char** argv) {
   o.dtypes = {"bf16", "f16"};
   app.add_option("--device", device, "cuda (our GEMM steps vs cuBLAS) or cpu (bf16/f16 vs f32 "
                                      "BLAS); default cuda in CUDA builds, else cpu")
-      ->check(CLI::IsMember({"cuda", "cpu"}));
+      ->check(apps::one_of({"cuda", "cpu"}));
   app.add_option("--sizes", o.sizes, "matrix sizes N (N x N x N products), comma-separated "
                                      "(default cuda 1024,2048,4096,8192, 64,128 under the "
                                      "simulator; cpu 512,1024)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(apps::in_range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--kernels", o.kernels, "comma-separated; cuda: naive, tiled, regblock, tc_bf16, "
                                          "tc_f16, hand, vendor, vendor_bf16 (default hand,vendor); "
                                          "cpu: blas, hand, vendor, convert (default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "hand", "vendor",
+      ->check(apps::one_of({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "hand", "vendor",
                              "vendor_bf16", "blas", "convert"}));
   app.add_option("--dtypes", o.dtypes, "cpu: the input formats, comma-separated (default bf16,f16)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"bf16", "f16"}));
+      ->check(apps::one_of({"bf16", "f16"}));
   app.add_option("--iters", o.iters, "timed products per size and kernel (default 10; 1 under "
                                      "the simulator)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(1));
   app.add_option("--warmup", o.warmup, "untimed products first (default 2; 0 under the simulator)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(apps::at_least(0));
   app.add_option("--json", json_path, "also write the results as JSON to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints --help, or the error and a hint
-    return rc == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "gemm_bench")) return *rc;
 
   const bool on_cpu = device == "cpu";
   // Under the simulator the CUDA rows run on the CPU, slowly: one product each by default.
@@ -86,22 +84,28 @@ int main(int argc, char** argv) {
     const bool cpu_kernel = k == "blas" || k == "hand" || k == "vendor" || k == "convert";
     const bool cuda_kernel = k != "blas" && k != "convert";
     if (on_cpu ? !cpu_kernel : !cuda_kernel) {
-      std::fprintf(stderr, "gemm_bench: --kernels %s is not a %s kernel (cpu: blas, hand, vendor, "
-                           "convert; cuda: naive, tiled, regblock, tc_bf16, tc_f16, hand, "
-                           "vendor, vendor_bf16)\n",
+      std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: blas, "
+                           "hand, vendor, convert; cuda: naive, tiled, regblock, tc_bf16, "
+                           "tc_f16, hand, vendor, vendor_bf16)\n",
                    k.c_str(), device.c_str());
       return 2;
     }
   }
 
   try {
+    // A, B and C of the largest product, in f32 (the references and rounded copies come on top).
+    const int64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
+    apps::check_fits_in_memory("--sizes", std::to_string(largest),
+                               3.0 * static_cast<double>(largest) * largest * sizeof(float),
+                               "three " + std::to_string(largest) + " x " +
+                                   std::to_string(largest) + " f32 matrices");
     nlohmann::json results = nlohmann::json::array(), ratios = nlohmann::json::array();
     bool all_ok = true;
     if (on_cpu) {
       all_ok = apps::gemm_bench::cpu_rows(o, results, ratios);
     } else {
       if (!cuda::is_available()) {
-        std::fprintf(stderr, "gemm_bench: %s\n", cuda::unavailable_reason().c_str());
+        std::fprintf(stderr, "gemm_bench: error: %s\n", cuda::unavailable_reason().c_str());
         return 2;
       }
 #if KILN_WITH_CUDA
@@ -121,8 +125,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gemm_bench: a kernel produced a wrong result (see WRONG above)\n");
       return 1;
     }
+  } catch (const OutOfMemory& e) {
+    const Error sized = apps::size_error(e, "--sizes");  // the matrices are the only buffers
+    std::fprintf(stderr, "gemm_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const Error& e) {
-    std::fprintf(stderr, "gemm_bench: %s\n", e.what());
+    std::fprintf(stderr, "gemm_bench: error: %s\n", e.what());
     return e.exit_code();
   }
   return 0;

@@ -9,9 +9,12 @@
 // (running it again is free). The work is data/idx_export.h.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
+#include "apps/common/flag_checks.h"
 #include "data/idx_export.h"
 #include "data/mnist.h"
 #include "engine/error.h"
@@ -39,27 +42,29 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "directory holding the four MNIST IDX files")->capture_default_str();
   app.add_option("--out", out, "output directory (created if missing)")->required();
   app.add_option("--limit-train", limit_train, "write only the first N training images (-1: all)")
-      ->capture_default_str();
+      ->check(apps::at_least(int64_t{-1}))->capture_default_str();
   app.add_option("--limit-test", limit_test, "write only the first N test images (-1: all)")
-      ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+      ->check(apps::at_least(int64_t{-1}))->capture_default_str();
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "idx_to_imagefolder")) {
+    return *rc;
   }
   try {
+    for (const auto& [flag, limit] : {std::pair{"--limit-train", limit_train},
+                                      std::pair{"--limit-test", limit_test}}) {
+      KILN_CHECK_INPUT(limit != 0, flag, " 0 would write no image: pass N >= 1, or -1 for all");
+    }
+    // Both splits are read before OUT is created: bad --data leaves nothing behind.
+    const MnistDataset train = MnistDataset::load(data, MnistSplit::Train, limit_train);
+    const MnistDataset test = MnistDataset::load(data, MnistSplit::Test, limit_test);
     std::error_code ec;
     std::filesystem::create_directories(out, ec);
     if (ec) throw Error(detail::str("cannot create ", out, ": ", ec.message()), ErrorKind::Input);
     struct Split {
       const char* name;
-      MnistSplit split;
-      int64_t limit;
+      const MnistDataset& dataset;
     };
-    for (const Split& s : {Split{"train", MnistSplit::Train, limit_train},
-                           Split{"test", MnistSplit::Test, limit_test}}) {
-      const MnistDataset dataset = MnistDataset::load(data, s.split, s.limit);
+    for (const Split& s : {Split{"train", train}, Split{"test", test}}) {
+      const MnistDataset& dataset = s.dataset;
       const std::string dir = (std::filesystem::path(out) / s.name).string();
       const IdxExportResult r = export_idx_split(dataset, dir);
       if (r.skipped) {

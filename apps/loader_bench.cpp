@@ -47,11 +47,13 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/common/csv_out.h"
+#include "apps/common/flag_checks.h"
 #include "apps/common/progress.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
@@ -193,6 +195,16 @@ Data open_data(const Options& o) {
   return d;
 }
 
+// One batch of --dataset's examples in f32 (the loader keeps --prefetch of them and one per
+// worker): refused before the loader allocates them when it cannot fit in memory.
+void check_batch_fits(const Options& o, const Data& d) {
+  double example_numel = 1;
+  for (const int64_t n : d.dataset->example_shape()) example_numel *= static_cast<double>(n);
+  apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size),
+                             static_cast<double>(o.batch_size) * example_numel * sizeof(float),
+                             "one batch of f32 examples");
+}
+
 Device resolve_device(const std::string& spec) {
   const Device d = parse_device(spec);
   if (d.is_cuda()) {
@@ -229,6 +241,7 @@ LoaderOptions loader_options(const Options& o, int workers, const Data& d, Devic
 
 int run_throughput(const Options& o) {
   const Data d = open_data(o);
+  check_batch_fits(o, d);
   const std::vector<int> counts = o.workers.empty() ? std::vector<int>{0, 1, 2, 4, 8} : o.workers;
   const bool simulated = cuda::kSimulated && o.pin_memory;  // pinned staging is the CUDA path
   const char* tag = simulated ? "  SIMULATED" : "";
@@ -389,6 +402,7 @@ int run_train(const Options& o) {
   const Device device = resolve_device(o.device);
   set_num_threads(o.threads);
   const Data d = open_data(o);
+  check_batch_fits(o, d);
   const std::vector<int> counts = o.workers.empty() ? std::vector<int>{0, 2} : o.workers;
   const bool pinned = o.pin_memory || device.is_cuda();  // the Loader pins for a CUDA target
   const bool simulated = cuda::kSimulated && pinned;
@@ -426,6 +440,8 @@ int run_train(const Options& o) {
 // ---- mode h2d -----------------------------------------------------------------------------
 
 int run_h2d(const Options& o) {
+  apps::check_fits_in_memory("--h2d-max-mb", std::to_string(o.h2d_max_mb),
+                             2.0 * o.h2d_max_mb * (1 << 20), "a pageable and a pinned copy");
   const Device device = resolve_device(o.device);
   if (!device.is_cuda()) {
     throw Error("--mode h2d measures host-to-device copies: pass --device cuda[:N]",
@@ -479,55 +495,65 @@ int main(int argc, char** argv) {
   Options o;
   o.threads = hardware_threads();
   app.add_option("--mode", o.mode, "throughput | train | h2d")
-      ->check(CLI::IsMember({"throughput", "train", "h2d"}))->capture_default_str();
+      ->check(apps::one_of({"throughput", "train", "h2d"}))->capture_default_str();
   app.add_option("--dataset", o.dataset, "mnist-idx | imagefolder | synthetic (train: "
                  "default imagefolder)")
-      ->check(CLI::IsMember({"mnist-idx", "imagefolder", "synthetic"}));
+      ->check(apps::one_of({"mnist-idx", "imagefolder", "synthetic"}));
   app.add_option("--data", o.data, "data directory (default: datasets/mnist for mnist-idx, "
                  "datasets/mnist_png for imagefolder; DIR/train is used when it exists)");
   app.add_option("--workers", o.workers, "worker counts, comma-separated (default: throughput "
-                 "0,1,2,4,8; train 0,2)")->delimiter(',')->check(CLI::NonNegativeNumber);
+                 "0,1,2,4,8; train 0,2)")->delimiter(',')->check(apps::at_least(0));
   app.add_option("--prefetch", o.prefetch, "loader queue depth (batches ready ahead)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_flag("--pin-memory", o.pin_memory, "stage batches in pinned host memory (CUDA builds)");
   app.add_option("--batch-size", o.batch_size, "images per batch")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--batches", o.batches, "throughput: timed batches per worker count")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--warmup-batches", o.warmup_batches, "throughput: untimed batches first")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--repeats", o.repeats, "throughput: timed windows of --batches per worker "
-                 "count; the median is reported")->check(CLI::PositiveNumber)->capture_default_str();
+                 "count; the median is reported")->check(apps::at_least(1))->capture_default_str();
   app.add_option("--steps", o.steps, "train: timed training steps per worker count")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--warmup-steps", o.warmup_steps, "train: untimed steps first")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--extra-decode-us", o.extra_decode_us, "busy CPU microseconds added to each "
                  "image's decode (emulates heavier JPEGs)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(int64_t{0}))->capture_default_str();
   app.add_option("--device", o.device, "train/h2d: cpu | cuda | cuda:N")->capture_default_str();
   app.add_option("--threads", o.threads, "train: compute threads (OpenMP/BLAS)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--seed", o.seed, "sampler, transforms and model initialisation")
       ->capture_default_str();
   app.add_option("--shape", o.shape, "synthetic: example shape C,H,W")->capture_default_str();
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic: number of examples")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--h2d-max-mb", o.h2d_max_mb, "h2d: largest size in MB (1, 2, 4, ... up to it)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::in_range(1, 1 << 20))->capture_default_str();
   app.add_option("--reps", o.reps, "h2d: timed copies per size and kind")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--csv", o.csv, "write the results as CSV here");
   app.add_flag("--append", o.append, "append rows to --csv instead of overwriting it");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "loader_bench")) return *rc;
   if (app.count("--dataset") == 0 && o.mode == "train") o.dataset = "imagefolder";
 
   try {
+    KILN_CHECK_INPUT(!o.append || !o.csv.empty(), "--append adds rows to the --csv file: give "
+                     "--csv FILE, or drop --append");
     if (o.mode == "throughput") return run_throughput(o);
     if (o.mode == "train") return run_train(o);
     return run_h2d(o);
+  } catch (const OutOfMemory& e) {
+    // The loader's batches (and in h2d mode the copied buffers) are sized by the flags.
+    const Error sized = apps::size_error(
+        e, o.mode == "h2d" ? "--h2d-max-mb " + std::to_string(o.h2d_max_mb)
+                           : "--batch-size " + std::to_string(o.batch_size) + " and --prefetch " +
+                                 std::to_string(o.prefetch));
+    std::fprintf(stderr, "loader_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const Error& e) {
-    std::fprintf(stderr, "loader_bench: %s\n", e.what());
+    std::fprintf(stderr, "loader_bench: error: %s\n", e.what());
     return e.exit_code();
   }
 }

@@ -73,6 +73,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
@@ -122,50 +123,51 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto | cpu | cpu:N | cuda | cuda:N (auto: a GPU if this "
                  "build has a CUDA backend and one is present, else the CPU)")->capture_default_str();
   app.add_option("--model", o.model, "cnn (the MNIST CNN, 1.2 M parameters) | mlp (784-512-256-10)")
-      ->check(CLI::IsMember({"cnn", "mlp"}))->capture_default_str();
+      ->check(apps::one_of({"cnn", "mlp"}))->capture_default_str();
   app.add_option("--epochs", o.epochs, "total number of epochs (a resumed run continues up to it)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "training batch size")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--eval-batch-size", o.eval_batch_size, "evaluation batch size (larger is faster; "
-                 "smaller needs less memory)")->check(CLI::PositiveNumber)->capture_default_str();
+                 "smaller needs less memory)")
+      ->check(apps::at_least(int64_t{1}))->capture_default_str();
   app.add_option("--lr", o.lr, "base learning rate (default: adadelta 1.0, sgd 0.01, adam 0.001)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::above(0.0));
   app.add_option("--gamma", o.gamma, "StepLR factor applied to the learning rate after each epoch")
-      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->check(apps::in_range(0.0, 1.0))->capture_default_str();
   app.add_option("--lr-schedule", o.lr_schedule, "step (x --gamma per epoch) | cosine (to 0 over "
                  "the run) | onecycle (Smith and Topin: up to --lr, then down) | cyclic (Smith: "
                  "triangles between --base-lr and --lr); all but step change the rate every "
                  "optimizer step")
-      ->check(CLI::IsMember({"step", "cosine", "onecycle", "cyclic"}))->capture_default_str();
+      ->check(apps::one_of({"step", "cosine", "onecycle", "cyclic"}))->capture_default_str();
   app.add_option("--pct-start", o.pct_start, "onecycle: fraction of the steps spent rising to --lr")
-      ->check(CLI::Range(0.01, 0.99))->capture_default_str();
+      ->check(apps::in_range(0.01, 0.99))->capture_default_str();
   app.add_option("--div-factor", o.div_factor, "onecycle: the run starts at --lr / this")
-      ->check(CLI::Range(1.0, 1e9))->capture_default_str();
+      ->check(apps::in_range(1.0, 1e9))->capture_default_str();
   app.add_option("--final-div-factor", o.final_div_factor, "onecycle: the run ends at --lr / "
-                 "--div-factor / this")->check(CLI::Range(1.0, 1e12))->capture_default_str();
+                 "--div-factor / this")->check(apps::in_range(1.0, 1e12))->capture_default_str();
   app.add_option("--anneal", o.anneal, "onecycle: how the rate falls: cos | linear")
-      ->check(CLI::IsMember({"cos", "linear"}))->capture_default_str();
+      ->check(apps::one_of({"cos", "linear"}))->capture_default_str();
   app.add_option("--base-lr", o.base_lr, "cyclic: the bottom of the cycle (default --lr / 4)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::above(0.0));
   app.add_option("--half-cycle-epochs", o.half_cycle_epochs, "cyclic: epochs from --base-lr up "
-                 "to --lr (and as many back down)")->check(CLI::PositiveNumber)
+                 "to --lr (and as many back down)")->check(apps::above(0.0))
       ->capture_default_str();
   app.add_option("--cyclic-mode", o.cyclic_mode, "cyclic: triangular | triangular2 (the height "
                  "halves every cycle)")
-      ->check(CLI::IsMember({"triangular", "triangular2"}))->capture_default_str();
+      ->check(apps::one_of({"triangular", "triangular2"}))->capture_default_str();
   app.add_option("--recipe", o.recipe, "default (the flags' defaults: Adadelta + StepLR, 6 "
                  "epochs) | fast (Adam + one-cycle, fewer epochs: apps/mnist/schedule.h); flags "
                  "given explicitly override the recipe's values")
-      ->check(CLI::IsMember({"default", "fast"}))->capture_default_str();
+      ->check(apps::one_of({"default", "fast"}))->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "adadelta | sgd (momentum 0.9) | adam")
-      ->check(CLI::IsMember({"adadelta", "sgd", "adam"}))->capture_default_str();
+      ->check(apps::one_of({"adadelta", "sgd", "adam"}))->capture_default_str();
   app.add_option("--precision", o.precision, apps::kPrecisionHelp)
-      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))->capture_default_str();
+      ->check(apps::one_of({"fp32", "tf32", "bf16", "fp16"}))->capture_default_str();
   o.threads = hardware_threads();
   app.add_option("--threads", o.threads, "CPU threads (OpenMP, BLAS and oneDNN share them; default: "
                  "the cores this process may use; with --dist, divided by the ranks on this host)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of initialisation, dropout and shuffling")->capture_default_str();
   o.data = default_data_dir();
   app.add_option("--data", o.data, "directory holding the four MNIST IDX files (run "
@@ -174,21 +176,21 @@ void add_flags(CLI::App& app, Options& o) {
                  "them)")->capture_default_str();
   app.add_option("--format", o.format, "idx (the four MNIST files) | imagefolder (one PNG per "
                  "image: decoding them is real work for the loader's workers)")
-      ->check(CLI::IsMember({"idx", "imagefolder"}))->capture_default_str();
+      ->check(apps::one_of({"idx", "imagefolder"}))->capture_default_str();
   app.add_option("--workers", o.workers, "loader worker threads building batches ahead of the "
                  "training loop (0: build each batch in the loop itself; with --dist the "
                  "default is 0 when the ranks' threads already fill this host's cores)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--prefetch", o.prefetch, "batches the loader builds ahead, at most")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_flag("--pin-memory", o.pin_memory, "stage batches in page-locked host memory (always "
                "on when training on a GPU; needs a build with CUDA)");
   app.add_option("--limit-train", o.limit_train, "train on the first N training images only "
                  "(imagefolder: N images spread evenly over the classes)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(int64_t{1}));
   app.add_option("--limit-test", o.limit_test, "evaluate on the first N test images only "
                  "(imagefolder: spread evenly)")
-      ->check(CLI::PositiveNumber);
+      ->check(apps::at_least(int64_t{1}));
   app.add_option("--checkpoint", o.checkpoint, "save model + optimizer + RNG state here after each epoch");
   app.add_option("--checkpoint-every", o.checkpoint_every, "also save --checkpoint every N "
                  "optimizer steps inside an epoch, with the epoch's position, so a killed run "
@@ -212,19 +214,19 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--allreduce", o.allreduce, "how gradients are averaged: ring | hd "
                  "(halving-doubling) | bb (binary blocks) | ps (parameter server) | native (MPI_Allreduce / "
                  "ncclAllReduce; mpi and nccl only)")
-      ->check(CLI::IsMember({"ring", "hd", "bb", "ps", "native"}))->capture_default_str();
+      ->check(apps::one_of({"ring", "hd", "bb", "ps", "native"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "with --allreduce ps: dedicated server ranks, the "
                  "last S ranks (0: one shard on every worker rank)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_flag("--ps-async", o.ps_async, "asynchronous parameter server: workers push gradients "
                "and pull parameters without a global barrier (needs --allreduce ps and "
                "--ps-servers >= 1)");
   app.add_option("--ps-staleness", o.ps_staleness, "with --ps-async: how many steps a worker may "
                  "run ahead of the slowest one")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--bucket-mb", o.bucket_mb, "gradient fusion bucket size in MiB (the allreduce "
                  "of a full bucket starts while backward goes on)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::above(0.0))->capture_default_str();
   app.add_flag("--fp16-allreduce", o.fp16_allreduce, "send gradients as IEEE half (half the bytes "
                "on the wire; values above 65504 become inf)");
   app.add_flag("--bf16-allreduce", o.bf16_allreduce, "send gradients as bfloat16 (half the bytes "
@@ -236,10 +238,10 @@ void add_flags(CLI::App& app, Options& o) {
                "by the number of workers after a linear warm-up (--warmup-epochs)");
   app.add_option("--warmup-epochs", o.warmup_epochs, "with --batch-per-rank: epochs of linear "
                  "learning-rate warm-up from --lr to --lr x workers (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(apps::at_least(0.0));
   app.add_option("--kernels", o.kernels, "hand (our kernels: im2col + GEMM) | vendor (oneDNN on "
                  "the CPU, cuBLAS/cuDNN on a GPU); default: $KILN_KERNELS or vendor (hand in the "
-                 "CUDA simulator)")->check(CLI::IsMember({"hand", "vendor"}));
+                 "CUDA simulator)")->check(apps::one_of({"hand", "vendor"}));
 }
 
 // Fails now, not after an hour of training, when an output file cannot be created.
@@ -251,6 +253,16 @@ void check_output_path(const std::string& path, const char* flag) {
     throw Error(std::string(flag) + " " + path + ": the directory " + dir.string() +
                 " does not exist: create it first", ErrorKind::Usage);
   }
+}
+
+// A batch the loaders could never hold is bad input, refused before anything is allocated
+// (each loader keeps a few batches of 28x28 f32 images; the activations come on top).
+void check_batch_sizes_fit(const Options& o) {
+  constexpr double kImageBytes = 28 * 28 * sizeof(float);
+  apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size),
+                             o.batch_size * kImageBytes, "one batch of 28x28 f32 images");
+  apps::check_fits_in_memory("--eval-batch-size", std::to_string(o.eval_batch_size),
+                             o.eval_batch_size * kImageBytes, "one batch of 28x28 f32 images");
 }
 
 // ---- One rank ------------------------------------------------------------------------------
@@ -538,6 +550,7 @@ void check_checkpoint_flags(const Options& o) {
 int run(Options& o, const CLI::App& app) {
   const DistSpec d = parse_dist(o.dist);
   check_dist_flags(o, app, d);
+  check_batch_sizes_fit(o);
   if (d.threads) check_world(o, d.ranks);
   check_output_path(o.json, "--json");
   check_output_path(o.checkpoint, "--checkpoint");
@@ -616,17 +629,20 @@ int main(int argc, char** argv) {
                "test accuracy)"};
   Options o;
   add_flags(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints --help, or the error and a hint
-    return rc == 0 ? 0 : 2;
-  }
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "mnist_train")) return *rc;
   // Under mpirun every rank finds the same bad flag: rank 0 alone says so.
   const bool say = !apps::launched_as_nonzero_rank();
   int rc = 0;
   try {
     rc = run(o, app);
+  } catch (const OutOfMemory& e) {
+    // Every buffer's size follows from the flags: out of memory means they chose too much.
+    std::fflush(stdout);
+    const Error sized = apps::size_error(e, "--batch-size " + std::to_string(o.batch_size) +
+                                                " and --eval-batch-size " +
+                                                std::to_string(o.eval_batch_size));
+    if (say) std::fprintf(stderr, "mnist_train: error: %s\n", sized.what());
+    rc = sized.exit_code();
   } catch (const Error& e) {
     std::fflush(stdout);
     if (say) std::fprintf(stderr, "mnist_train: error: %s\n", e.what());

@@ -24,11 +24,13 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "apps/common/csv_out.h"
+#include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/resnet_bench/runs.h"
@@ -70,8 +72,8 @@ std::vector<int64_t> parse_split_sizes(const std::string& s, int64_t batch) {
   for (const std::string& item : split_list(s)) {
     char* end = nullptr;
     long long v = std::strtoll(item.c_str(), &end, 10);
-    KILN_CHECK_INPUT(end && *end == '\0' && v >= 1 && v <= batch, "--split-sizes: '", item,
-                     "' is not a number of rows between 1 and the batch size ", batch);
+    KILN_CHECK_INPUT(end && *end == '\0' && v >= 1 && v <= batch, "--split-sizes: each must be "
+                     "a number of rows between 1 and --batch-size ", batch, " (got ", item, ")");
     sizes.push_back(v);
   }
   KILN_CHECK_INPUT(!sizes.empty(), "--split-sizes: give at least one size, e.g. 4,8,12");
@@ -302,8 +304,8 @@ int run(Options& o) {
   const int p = static_cast<int>(devices.size());
   const std::vector<std::string> modes = split_list(o.modes);
   for (const std::string& m : modes) {
-    KILN_CHECK_INPUT(m == "single" || m == "model-parallel" || m == "pipeline", "--modes: '", m,
-                     "' is not one of single, model-parallel, pipeline");
+    KILN_CHECK_INPUT(m == "single" || m == "model-parallel" || m == "pipeline", "--modes: each "
+                     "must be one of single, model-parallel, pipeline (got ", m, ")");
   }
   auto has_mode = [&](const char* m) { return std::find(modes.begin(), modes.end(), m) != modes.end(); };
   // Split sizes matter to the pipelines only (a smaller --batch-size with --modes single must
@@ -311,6 +313,12 @@ int run(Options& o) {
   const std::vector<int64_t> sizes = has_mode("pipeline") || o.dp > 1 || launched_by_mpi()
                                          ? parse_split_sizes(o.split_sizes, o.workload.batch)
                                          : std::vector<int64_t>{};
+  // One batch of input images (the activations come on top, many times larger).
+  const Workload& w = o.workload;
+  check_fits_in_memory("--batch-size", std::to_string(w.batch),
+                       static_cast<double>(w.batch) * 3 * w.image * w.image * sizeof(float),
+                       detail::str("one batch of 3x", w.image, "x", w.image,
+                                   " f32 images (--image-size ", w.image, ")"));
   const Schedule schedule = parse_schedule(o.schedule);
   KILN_CHECK_INPUT(schedule != Schedule::Naive, "--schedule: the pipeline runs gpipe or 1f1b "
                    "(the naive schedule is --modes model-parallel)");
@@ -500,38 +508,40 @@ int run(Options& o) {
 void add_flags(CLI::App& app, Options& o) {
   Workload& w = o.workload;
   app.add_option("--model", w.model, "resnet18|34|50|101|152 (the tutorial: resnet50)")
-      ->check(CLI::IsMember({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
+      ->check(one_of({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
   app.add_option("--image-size", w.image, "image height and width (tutorial: 128; default 64)")
-      ->check(CLI::Range(32, 4096));
+      ->check(in_range(int64_t{32}, int64_t{4096}));
   app.add_option("--batch-size", w.batch, "images per step (the tutorial's 120)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(in_range(int64_t{1}, int64_t{1} << 16));
   app.add_option("--classes", w.classes, "classes of the one-hot labels (tutorial: 1000)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(in_range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--width", w.width, "stem channels: 64 is the real net; 8 or 16 give narrow nets "
-                 "of the same depth (smoke tests, the CUDA simulator)")->check(CLI::Range(8, 64));
-  app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(CLI::PositiveNumber);
+                 "of the same depth (smoke tests, the CUDA simulator)")
+      ->check(in_range(int64_t{8}, int64_t{64}));
+  app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(above(0.0));
   app.add_option("--precision", w.precision, kPrecisionHelp)
-      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+      ->check(one_of({"fp32", "tf32", "bf16", "fp16"}));
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
   app.add_option("--devices", o.devices,
                  "one device per stage: cuda:0,cuda:1 or cpu:0,cpu:1 (default: two GPUs when "
                  "present, else the CPU devices)");
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+      ->check(one_of({"gpipe", "1f1b"}));
   app.add_flag("--recompute", o.recompute, "pipeline: re-materialise activations in backward");
   app.add_option("--split-sizes", o.split_sizes,
                  "pipeline micro-batch sizes to sweep (the tutorial's 1,3,5,8,10,12,20,40,60)");
   app.add_option("--balance", o.balance,
                  "stage partition: time (measured per block), params, or tutorial "
                  "(conv1..layer2 | layer3..fc)")
-      ->check(CLI::IsMember({"time", "params", "tutorial"}));
-  app.add_option("--steps", o.steps, "timed steps per repeat (tutorial: 3)")->check(CLI::Range(1, 100000));
-  app.add_option("--repeats", o.repeats, "repeats (tutorial: 10)")->check(CLI::Range(1, 100000));
+      ->check(one_of({"time", "params", "tutorial"}));
+  app.add_option("--steps", o.steps, "timed steps per repeat (tutorial: 3)")
+      ->check(in_range(1, 100000));
+  app.add_option("--repeats", o.repeats, "repeats (tutorial: 10)")->check(in_range(1, 100000));
   app.add_option("--threads-per-stage", o.threads_per_stage,
                  "CPU threads of each stage and of the single device (default: cores / stages)")
-      ->check(CLI::Range(1, 1024));
+      ->check(in_range(1, 1024));
   app.add_option("--dp", o.dp, "hybrid: replicas of the pipeline (threads); under mpirun, one "
-                 "replica per process")->check(CLI::Range(1, 64));
+                 "replica per process")->check(in_range(1, 64));
   app.add_option("--csv", o.csv, "write one row per setup");
   app.add_option("--json", o.json, "write the whole report");
   app.add_option("--trace", o.trace, "write the best split's step as Chrome trace JSON");
@@ -549,19 +559,23 @@ int main(int argc, char** argv) {
                "about 6 minutes on a 2-core CPU machine."};
   kiln::apps::Options o;
   kiln::apps::add_flags(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+  if (const std::optional<int> rc = kiln::apps::parse_flags(app, argc, argv, "resnet_bench")) {
+    return *rc;
   }
   try {
     return kiln::apps::run(o);
+  } catch (const kiln::OutOfMemory& e) {
+    // The model, the batch and its activations are all sized by the flags.
+    const kiln::Error sized = kiln::apps::size_error(
+        e, kiln::detail::str("--batch-size ", o.workload.batch, ", --image-size ",
+                             o.workload.image, " and --model ", o.workload.model));
+    std::fprintf(stderr, "resnet_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const kiln::Error& e) {
-    std::fprintf(stderr, "resnet_bench: %s\n", e.what());
+    std::fprintf(stderr, "resnet_bench: error: %s\n", e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "resnet_bench: %s\n", e.what());
+    std::fprintf(stderr, "resnet_bench: error: %s\n", e.what());
     return 1;
   }
 }

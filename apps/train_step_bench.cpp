@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "apps/common/flag_checks.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/optim/grad_scaler.h"
@@ -46,29 +47,43 @@ int main(int argc, char** argv) {
   std::string precision = "fp32";
   bool fold_bn = false, winograd = false, tf32 = false;
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
-      ->check(CLI::IsMember({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
+      ->check(apps::one_of({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
                              "resnet152"}));
   app.add_option("--mode", mode, "train (forward, backward, SGD step) or eval (forward only)")
-      ->check(CLI::IsMember({"train", "eval"}));
-  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")->check(CLI::Range(1, 1024));
-  app.add_option("--batch-size", batch, "images per step")->check(CLI::Range(1, 1 << 20));
+      ->check(apps::one_of({"train", "eval"}));
+  app.add_option("--threads", threads, "CPU threads (OpenMP budget)")
+      ->check(apps::in_range(1, 1024));
+  app.add_option("--batch-size", batch, "images per step")->check(apps::in_range(1, 1 << 20));
   app.add_option("--image-size", image, "ResNet input height and width (MNIST is 28)")
-      ->check(CLI::Range(32, 4096));
-  app.add_option("--classes", classes, "ResNet classes")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 100000));
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
-  app.add_option("--kernels", kernels, "hand or vendor")->check(CLI::IsMember({"hand", "vendor"}));
+      ->check(apps::in_range(32, 4096));
+  app.add_option("--classes", classes, "ResNet classes")->check(apps::in_range(1, 1 << 20));
+  app.add_option("--steps", steps, "timed steps")->check(apps::in_range(1, 100000));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(apps::in_range(0, 100000));
+  app.add_option("--kernels", kernels, "hand or vendor")->check(apps::one_of({"hand", "vendor"}));
   app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
   app.add_option("--device", device_spec, "cpu or cuda[:N]");
   app.add_option("--precision", precision, "fp32 | bf16 | fp16: autocast around the forward "
-                 "(engine/autocast.h)")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+                 "(engine/autocast.h)")->check(apps::one_of({"fp32", "bf16", "fp16"}));
   app.add_flag("--tf32", tf32, "CUDA: TF32 tensor-core math in cuBLAS/cuDNN (default: off)");
   app.add_flag("--winograd", winograd,
                "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "train_step_bench")) {
+    return *rc;
+  }
   try {
     KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
                      "--fold-bn needs --mode eval and a ResNet model");
+    for (const char* flag : {"--image-size", "--classes"}) {
+      KILN_CHECK_INPUT(model != "mnist_cnn" || app.count(flag) == 0, flag, " applies to the "
+                       "ResNet models (mnist_cnn's images are 1x28x28, 10 classes): drop it or "
+                       "pass --model resnet50");
+    }
+    if (model != "mnist_cnn") {  // one batch of input images; the activations come on top
+      apps::check_fits_in_memory("--batch-size", std::to_string(batch),
+                                 static_cast<double>(batch) * 3 * image * image * sizeof(float),
+                                 detail::str("one batch of 3x", image, "x", image,
+                                             " f32 images (--image-size ", image, ")"));
+    }
     const Device device = parse_device(device_spec);
     const bool on_cuda = device.type == DeviceType::CUDA;
     if (on_cuda) {
@@ -154,9 +169,18 @@ int main(int argc, char** argv) {
                 device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median,
                 on_cuda && cuda::kSimulated ? " SIMULATED" : "");
+  } catch (const OutOfMemory& e) {
+    // Every buffer is sized by the flags: the model, the batch and its activations.
+    const Error sized = apps::size_error(e, detail::str("--batch-size ", batch, ", --image-size ",
+                                                        image, " and --model ", model));
+    std::fprintf(stderr, "train_step_bench: error: %s\n", sized.what());
+    return sized.exit_code();
   } catch (const Error& e) {
-    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    std::fprintf(stderr, "train_step_bench: error: %s\n", e.what());
     return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_step_bench: error: %s\n", e.what());
+    return 1;
   }
   return 0;
 }

@@ -61,7 +61,7 @@ void* allocate(size_t bytes, int device) {
   }
   if (!ptr) {
     MemoryStats s = stats();
-    throw Error(detail::str("out of CPU memory allocating ", bytes, " bytes (in use ",
+    throw OutOfMemory(detail::str("out of CPU memory allocating ", bytes, " bytes (in use ",
                             s.current_bytes, ", reserved ", s.reserved_bytes,
                             "): use a smaller batch size"));
   }

@@ -26,6 +26,14 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// An allocation failed (the CPU allocator, the CUDA caching allocator, the pinned host pool). A
+// runtime failure (exit 1) where it is thrown; an app that knows which of its flags chose the
+// sizes being allocated reports it as bad input naming them (apps/common/flag_checks.h).
+class OutOfMemory : public Error {
+ public:
+  explicit OutOfMemory(const std::string& what) : Error(what, ErrorKind::Runtime) {}
+};
+
 namespace detail {
 // Streams any number of values into one string: str("shape ", s, " on ", dev).
 template <typename... Args>

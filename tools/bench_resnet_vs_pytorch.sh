@@ -33,6 +33,16 @@ rounds=${1:-3}
 threads=${2:-2}
 device=${3:-cpu}
 precision=${4:-fp32}
+usage() {
+  echo "tools/bench_resnet_vs_pytorch.sh: error: $1" >&2
+  echo "usage: tools/bench_resnet_vs_pytorch.sh [rounds=3] [threads=2] [device=cpu|cuda|cuda:N] [precision=fp32|bf16|fp16]" >&2
+  exit 2
+}
+[[ $# -le 4 ]] || usage "at most 4 arguments, got $#"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || usage "rounds must be a whole number >= 1 (got $rounds)"
+[[ $threads =~ ^[1-9][0-9]*$ ]] || usage "threads must be a whole number >= 1 (got $threads)"
+[[ $device =~ ^(cpu|cuda(:[0-9]+)?)$ ]] || usage "device must be cpu, cuda or cuda:N (got $device)"
+[[ $precision =~ ^(fp32|bf16|fp16)$ ]] || usage "precision must be one of fp32, bf16, fp16 (got $precision)"
 read -r -a python <<<"${PYTHON:-/usr/bin/python3}"
 [[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
 "${python[@]}" -c "import torch, torchvision" 2>/dev/null || {

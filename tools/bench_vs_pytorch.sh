@@ -14,6 +14,15 @@ bench=${KILN_BUILD_DIR:-$root/build}/apps/train_step_bench
 rounds=${1:-3}
 kernels=${2:-vendor}
 precision=${3:-fp32}
+usage() {
+  echo "tools/bench_vs_pytorch.sh: error: $1" >&2
+  echo "usage: tools/bench_vs_pytorch.sh [rounds=3] [kernels=hand|vendor] [precision=fp32|bf16|fp16]" >&2
+  exit 2
+}
+[[ $# -le 3 ]] || usage "at most 3 arguments, got $#"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || usage "rounds must be a whole number >= 1 (got $rounds)"
+[[ $kernels =~ ^(hand|vendor)$ ]] || usage "kernels must be one of hand, vendor (got $kernels)"
+[[ $precision =~ ^(fp32|bf16|fp16)$ ]] || usage "precision must be one of fp32, bf16, fp16 (got $precision)"
 [[ -x "$bench" ]] || { echo "missing $bench: run tools/build.sh first" >&2; exit 2; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || {
   echo "PyTorch not found for /usr/bin/python3: run KILN_SETUP_EXTRAS=1 tools/setup.sh" >&2; exit 2; }

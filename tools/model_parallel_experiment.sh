@@ -17,6 +17,13 @@
 # Environment: KILN_BUILD_DIR, MP_OUT (default out/model_parallel), MP_ARGS (extra resnet_bench
 # flags, e.g. "--balance tutorial"), MP_DOCS_IMG (default 1).
 set -euo pipefail
+# No arguments: the settings are the environment variables above. -h/--help prints this header.
+if [[ $# -gt 0 ]]; then
+  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+  echo "$(basename "$0"): error: unexpected argument '$1': it takes none (its settings are environment variables: see --help)" >&2
+  echo "usage: [VAR=value ...] tools/$(basename "$0")" >&2
+  exit 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
 out=${MP_OUT:-$root/out/model_parallel}

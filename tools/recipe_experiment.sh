@@ -21,6 +21,13 @@
 # e.g. "--limit-train 6000 --limit-test 1000" for a quick check of the script itself).
 # Takes 3 x (6 + 3) epochs of training: on a quiet 2-core CPU about half an hour or more.
 set -euo pipefail
+# No arguments: the settings are the environment variables above. -h/--help prints this header.
+if [[ $# -gt 0 ]]; then
+  if [[ $1 == -h || $1 == --help ]]; then sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
+  echo "$(basename "$0"): error: unexpected argument '$1': it takes none (its settings are environment variables: see --help)" >&2
+  echo "usage: [VAR=value ...] tools/$(basename "$0")" >&2
+  exit 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_BUILD_DIR:-$root/build}
 out=${RECIPE_OUT:-$root/out/recipe}

@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <exception>
+#include <limits>
 
+#include "apps/common/flag_checks.h"
 #include "comm/communicator.h"
 #include "engine/error.h"
 
@@ -25,23 +28,23 @@ void add_flags(CLI::App& app, Options& o) {
                  "powers of 1024)")->capture_default_str();
   app.add_option("--max-bytes", o.max_bytes, "largest message")->capture_default_str();
   app.add_option("--step-factor", o.step_factor, "each size is the previous one times this")
-      ->check(CLI::Range(2, 1024))->capture_default_str();
+      ->check(apps::in_range(2, 1024))->capture_default_str();
   app.add_option("--iters", o.iters, "timed allreduces per size and algorithm (at most)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed allreduces first (at least 1 always runs)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--max-seconds", o.max_seconds, "time budget of one size and algorithm: "
                  "fewer --iters when one allreduce is slow")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(apps::above(0.0))->capture_default_str();
   app.add_option("--dtype", o.dtype, "element type on the wire: f32 | f16 | bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}))->capture_default_str();
+      ->check(apps::one_of({"f32", "f16", "bf16"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "ps: 0 = one shard per rank (co-located); S > 0 "
                  "= the last S ranks are dedicated servers (the others run every algorithm)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(0))->capture_default_str();
   app.add_option("--ps-scaling", o.ps_scaling, "PS bottleneck mode: worker counts W, "
                  "comma-separated; ring over W ranks vs PS with W workers + 1 server (local: "
                  "W+1 threads each; mpi: one W = ranks - 1)")
-      ->delimiter(',')->check(CLI::Range(1, 63));
+      ->delimiter(',')->check(apps::in_range(1, 63));
   app.add_option("--ps-bytes", o.ps_bytes, "--ps-scaling: message size")->capture_default_str();
   app.add_option("--ring-subchunk", o.ring_subchunk, "ring: pipelined sub-chunk size")
       ->capture_default_str();
@@ -70,6 +73,10 @@ size_t parse_bytes(const std::string& flag, const std::string& s) {
   if (mult == 0 || v == 0) {
     throw Error(flag + " " + s + ": expected a positive size in bytes, with an optional K, M or "
                 "G suffix (powers of 1024), e.g. 4K or 256M", ErrorKind::Usage);
+  }
+  if (v > std::numeric_limits<int64_t>::max() / mult) {
+    throw Error(flag + " " + s + ": more bytes than any buffer can hold: use a size like 4K or "
+                "256M", ErrorKind::Input);
   }
   return static_cast<size_t>(v * mult);
 }
@@ -106,6 +113,36 @@ void check_flags(const Options& o) {
   parse_bytes("--ps-bytes", o.ps_bytes);
   parse_bytes("--ring-subchunk", o.ring_subchunk);
   for (const std::string& a : o.algorithms) comm::parse_algorithm(a);
+  if (o.append && o.csv.empty()) {
+    throw Error("--append adds rows to the --csv file: give --csv FILE, or drop --append",
+                ErrorKind::Usage);
+  }
+  if (!o.ps_scaling.empty() && o.ps_servers > 0) {
+    throw Error("--ps-servers " + std::to_string(o.ps_servers) + " sets the servers of the "
+                "sweep; --ps-scaling always runs one dedicated server: drop --ps-servers",
+                ErrorKind::Usage);
+  }
+  check_messages_fit(o);
+}
+
+void check_messages_fit(const Options& o) {
+  // Local ranks are threads of this process: each holds its own message.
+  if (o.ps_scaling.empty()) {
+    const int ranks_here = std::max(local_ranks(o.transport), 1);
+    apps::check_fits_in_memory("--max-bytes", o.max_bytes,
+                               static_cast<double>(parse_bytes("--max-bytes", o.max_bytes)) *
+                                   ranks_here,
+                               "a message on each of the " + std::to_string(ranks_here) +
+                                   " ranks of this process");
+    return;
+  }
+  const int most = *std::max_element(o.ps_scaling.begin(), o.ps_scaling.end());
+  const int ranks_here = local_ranks(o.transport) > 0 ? most + 1 : 1;
+  apps::check_fits_in_memory("--ps-bytes", o.ps_bytes,
+                             static_cast<double>(parse_bytes("--ps-bytes", o.ps_bytes)) *
+                                 ranks_here,
+                             "a message on each of the " + std::to_string(ranks_here) +
+                                 " ranks of this process");
 }
 
 }  // namespace kiln::apps::comm_bench

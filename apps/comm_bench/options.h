@@ -45,7 +45,11 @@ comm::ElemType parse_dtype(const std::string& s);
 // "local:N" -> N; "local" -> 2; anything else -> 0.
 int local_ranks(const std::string& transport);
 
-// Flags every rank checks the same way before any communication.
+// Flags every rank checks the same way before any communication (with check_messages_fit).
 void check_flags(const Options& o);
+
+// Messages that cannot fit in this machine's memory (--max-bytes, or --ps-bytes with
+// --ps-scaling, times the ranks that are threads of this process) are bad input (exit 2).
+void check_messages_fit(const Options& o);
 
 }  // namespace kiln::apps::comm_bench

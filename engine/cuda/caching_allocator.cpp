@@ -175,7 +175,7 @@ int64_t release_cached_locked(State& s, int device) {
   }
   msg += ". Use a smaller batch size (--batch-size) or a smaller model, and drop references to "
          "tensors you no longer need (a kept loss still holds its whole graph).";
-  throw Error(msg);
+  throw OutOfMemory(msg);
 }
 
 // cudaMalloc with one retry after releasing the cache (point 4). Called with the mutex held.

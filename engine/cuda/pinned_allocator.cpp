@@ -104,7 +104,7 @@ void* allocate(size_t bytes) {
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      throw Error(detail::str("cannot pin ", bytes, " bytes of host memory (cudaHostAlloc: ",
+      throw OutOfMemory(detail::str("cannot pin ", bytes, " bytes of host memory (cudaHostAlloc: ",
                               cudaGetErrorName(err), "; pinned in use ", s.stats.current_bytes,
                               " bytes, reserved ", s.stats.reserved_bytes,
                               "): use smaller batches or fewer prefetched batches, or raise the "

@@ -39,6 +39,8 @@ std::string oom_message(size_t bytes) {
     cuda_allocator::deallocate(p);
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Runtime);  // exit code 1: not a usage error
+    // The apps tell it apart from other runtime errors (apps/common/flag_checks.h).
+    EXPECT_NE(dynamic_cast<const OutOfMemory*>(&e), nullptr) << e.what();
     return e.what();
   }
   ADD_FAILURE() << "allocating " << bytes << " bytes did not fail";

@@ -3,6 +3,7 @@
 
 #include "engine/allocator.h"
 #include "engine/error.h"
+#include "engine/sanitizer.h"
 #include "engine/tensor.h"
 
 using namespace kiln;
@@ -103,6 +104,25 @@ TEST(Allocator, ReusesBlocksAndTracksPeak) {
   EXPECT_EQ(again.raw_data(), first) << "a freed block of the same size should be reused";
   EXPECT_EQ(cpu_allocator::stats().os_allocs, mid.os_allocs);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(again.raw_data()) % 64, 0u);
+}
+
+// An allocation that cannot succeed is kiln::OutOfMemory (a runtime error the apps map to the
+// flags that chose the size), with the allocator's numbers and what to do.
+TEST(Allocator, FailureIsOutOfMemoryWithTheRequest) {
+#if KILN_ASAN
+  GTEST_SKIP() << "AddressSanitizer aborts on a request above its maximum instead of failing it";
+#endif
+  const size_t huge = size_t{1} << 60;  // 1 EiB: beyond any address space in use
+  try {
+    cpu_allocator::allocate(huge);
+    FAIL() << "allocating 1 EiB succeeded";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+    EXPECT_NE(std::string(e.what()).find("out of CPU memory allocating " + std::to_string(huge)),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("smaller batch size"), std::string::npos) << e.what();
+  }
 }
 
 // cpu:N share one pool but count their bytes apart: a pipeline stage reports its own peak.

@@ -1,0 +1,152 @@
+// flag_checks.cpp: see flag_checks.h.
+#include "apps/common/flag_checks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "apps/common/launcher.h"
+
+namespace kiln::apps {
+
+namespace flag_text {
+
+std::string bound_text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+
+namespace {
+std::string got(const std::string& text) { return " (got " + text + ")"; }
+}  // namespace
+
+std::string check_whole(const std::string& text, long long lo, long long hi,
+                        bool hi_is_type_limit) {
+  const std::string range = hi_is_type_limit
+                                ? "at least " + std::to_string(lo)
+                                : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end == text.c_str() || *end != '\0') {
+    return "must be a whole number, " + range + got(text);  // "2.5", "1e3", "abc"
+  }
+  if (errno == ERANGE && v < 0) return "must be " + range + got(text);
+  if (errno == ERANGE || v > hi) {
+    return hi_is_type_limit ? "must be at most " + std::to_string(hi) + got(text)
+                            : "must be " + range + got(text);
+  }
+  if (v < lo) return "must be " + range + got(text);
+  return "";
+}
+
+std::string check_real(const std::string& text, double lo, bool lo_open, double hi,
+                       bool hi_is_type_limit) {
+  const std::string range =
+      hi_is_type_limit ? (lo_open ? "> " + bound_text(lo) : "at least " + bound_text(lo))
+                       : "between " + bound_text(lo) + " and " + bound_text(hi);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(v)) {
+    return "must be a number, " + range + got(text);
+  }
+  if (v < lo || (lo_open && v == lo) || v > hi) return "must be " + range + got(text);
+  return "";
+}
+
+std::string check_member(const std::string& text, const std::vector<std::string>& choices) {
+  for (const std::string& c : choices) {
+    if (c == text) return "";
+  }
+  std::string list;
+  for (size_t i = 0; i < choices.size(); ++i) list += (i > 0 ? ", " : "") + choices[i];
+  return "must be one of " + list + got(text);
+}
+
+}  // namespace flag_text
+
+CLI::Validator one_of(std::vector<std::string> choices) {
+  std::string description = "{";
+  for (size_t i = 0; i < choices.size(); ++i) description += (i > 0 ? "," : "") + choices[i];
+  description += "}";
+  return CLI::Validator(
+      [choices = std::move(choices)](std::string& text) {
+        return flag_text::check_member(text, choices);
+      },
+      description);
+}
+
+namespace {
+
+// CLI11 words a validator's failure as "<flag>: <message>"; ours read as one sentence
+// ("--epochs must be at least 1 (got 0)"), so the colon goes.
+std::string error_text(const CLI::Error& e) {
+  std::string text = e.what();
+  if (e.get_name() == "ValidationError") {
+    const size_t colon = text.find(": must ");
+    if (colon != std::string::npos && text.rfind("-", 0) == 0) text.erase(colon, 1);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const bool say = !launched_as_nonzero_rank();
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      if (say) app.exit(e);  // --help
+      return 0;
+    }
+    if (say) {
+      std::cout.flush();
+      std::cerr << app_name << ": error: " << error_text(e) << "\n"
+                << "Run " << app_name << " --help for the flags and their ranges.\n";
+    }
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  double v = bytes;
+  int u = 0;
+  while (v >= 1024 && u < 8) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 || v >= 100 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+void check_fits_in_memory(const std::string& flag, const std::string& value, double bytes,
+                          const std::string& what) {
+  const int64_t total = physical_memory_bytes();
+  if (total <= 0 || bytes <= static_cast<double>(total)) return;
+  throw Error(flag + " " + value + ": " + what + " would need " + human_bytes(bytes) +
+                  ", more than this machine's " + human_bytes(static_cast<double>(total)) +
+                  " of memory: lower " + flag,
+              ErrorKind::Input);
+}
+
+Error size_error(const OutOfMemory& oom, const std::string& flags) {
+  return Error("the sizes chosen by " + flags + " do not fit in memory: lower them (" +
+                   oom.what() + ")",
+               ErrorKind::Input);
+}
+
+}  // namespace kiln::apps

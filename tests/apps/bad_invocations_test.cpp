@@ -1,0 +1,253 @@
+// bad_invocations_test: every app's flags, bad and good, as one table of
+// {app, argv, expected exit code, expected text in stderr}.
+//
+// The exit codes of every Kiln app: 0 ok (and --help), 2 bad usage or bad input, 1 a runtime
+// failure. A bad row must fail before any work (each runs in milliseconds); a good row uses tiny
+// sizes. The stderr text checks that the message names the flag and the value in words, not
+// CLI11's raw validator text ("Value 0 not in range 0.000000 to 1797...").
+//
+// The apps' paths come from CMake (KILN_APP_<NAME>); rows marked kNeedsMnist skip without real
+// MNIST in datasets/mnist (datasets/fetch_mnist.sh).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "support/run_command.h"
+
+namespace {
+
+enum class Data { kNone, kNeedsMnist };
+
+struct Row {
+  const char* app;                // an app target's name
+  std::vector<std::string> args;  // its flags
+  int exit_code;                  // expected
+  const char* stderr_has;         // expected substring of stderr ("" for none)
+  Data data = Data::kNone;
+};
+
+std::string app_path(const std::string& app) {
+  if (app == "mnist_train") return KILN_APP_MNIST_TRAIN;
+  if (app == "resnet_bench") return KILN_APP_RESNET_BENCH;
+  if (app == "comm_bench") return KILN_APP_COMM_BENCH;
+  if (app == "loader_bench") return KILN_APP_LOADER_BENCH;
+  if (app == "train_step_bench") return KILN_APP_TRAIN_STEP_BENCH;
+  if (app == "gemm_bench") return KILN_APP_GEMM_BENCH;
+  if (app == "conv_bench") return KILN_APP_CONV_BENCH;
+  if (app == "idx_to_imagefolder") return KILN_APP_IDX_TO_IMAGEFOLDER;
+  return "";
+}
+
+const std::string kMnist = std::string(KILN_SOURCE_DIR) + "/datasets/mnist";
+const std::string kScratch = ::testing::TempDir() + "kiln_bad_invocations_out";
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> table = {
+      // ---- mnist_train: ranges, choices, combinations, sizes ----
+      {"mnist_train", {"--epochs", "0"}, 2, "--epochs must be at least 1 (got 0)"},
+      {"mnist_train", {"--epochs", "2.5"}, 2, "--epochs must be a whole number, at least 1 (got 2.5)"},
+      {"mnist_train", {"--epochs", "99999999999"}, 2, "--epochs must be at most 2147483647"},
+      {"mnist_train", {"--batch-size", "0"}, 2, "--batch-size must be at least 1 (got 0)"},
+      {"mnist_train", {"--eval-batch-size", "-3"}, 2, "--eval-batch-size must be at least 1 (got -3)"},
+      {"mnist_train", {"--lr", "-1"}, 2, "--lr must be > 0 (got -1)"},
+      {"mnist_train", {"--lr", "0"}, 2, "--lr must be > 0 (got 0)"},
+      {"mnist_train", {"--lr", "abc"}, 2, "--lr must be a number, > 0 (got abc)"},
+      {"mnist_train", {"--lr", "nan"}, 2, "--lr must be a number, > 0 (got nan)"},
+      {"mnist_train", {"--gamma", "1.5"}, 2, "--gamma must be between 0 and 1 (got 1.5)"},
+      {"mnist_train", {"--pct-start", "1"}, 2, "--pct-start must be between 0.01 and 0.99 (got 1)"},
+      {"mnist_train", {"--div-factor", "0.5"}, 2, "--div-factor must be between 1 and"},
+      {"mnist_train", {"--half-cycle-epochs", "0"}, 2, "--half-cycle-epochs must be > 0 (got 0)"},
+      {"mnist_train", {"--threads", "0"}, 2, "--threads must be at least 1 (got 0)"},
+      {"mnist_train", {"--workers", "-1"}, 2, "--workers must be at least 0 (got -1)"},
+      {"mnist_train", {"--prefetch", "0"}, 2, "--prefetch must be at least 1 (got 0)"},
+      {"mnist_train", {"--limit-train", "0"}, 2, "--limit-train must be at least 1 (got 0)"},
+      {"mnist_train", {"--bucket-mb", "0"}, 2, "--bucket-mb must be > 0 (got 0)"},
+      {"mnist_train", {"--warmup-epochs", "-1"}, 2, "--warmup-epochs must be at least 0 (got -1)"},
+      {"mnist_train", {"--precision", "fp64"}, 2,
+       "--precision must be one of fp32, tf32, bf16, fp16 (got fp64)"},
+      {"mnist_train", {"--model", "resnet"}, 2, "--model must be one of cnn, mlp (got resnet)"},
+      {"mnist_train", {"--optimizer", "lamb"}, 2, "--optimizer must be one of adadelta, sgd, adam (got lamb)"},
+      {"mnist_train", {"--lr-schedule", "linear"}, 2, "--lr-schedule must be one of step, cosine"},
+      {"mnist_train", {"--allreduce", "tree"}, 2, "--allreduce must be one of ring, hd, bb, ps, native"},
+      {"mnist_train", {"--kernels", "fast"}, 2, "--kernels must be one of hand, vendor (got fast)"},
+      {"mnist_train", {"--dist", "local:0"}, 2, "--dist local:0: use none, local:N"},
+      {"mnist_train", {"--ps-async"}, 2, "--ps-async needs --allreduce ps and --ps-servers >= 1"},
+      {"mnist_train", {"--dist", "local:2", "--ps-servers", "1"}, 2, "--ps-servers 1 needs --allreduce ps"},
+      {"mnist_train", {"--dist", "local:2", "--ps-staleness", "3"}, 2, "--ps-staleness applies to the asynchronous"},
+      {"mnist_train", {"--warmup-epochs", "1"}, 2, "--warmup-epochs belongs to the large-minibatch recipe"},
+      {"mnist_train", {"--dist", "local:2", "--allreduce", "native"}, 2, "--allreduce native is MPI_Allreduce"},
+      {"mnist_train", {"--dist", "local:2", "--fp16-allreduce", "--bf16-allreduce"}, 2,
+       "--fp16-allreduce and --bf16-allreduce each choose"},
+      {"mnist_train", {"--allreduce", "hd"}, 2, "need several ranks: add --dist local:N"},
+      {"mnist_train", {"--dist", "local:3", "--batch-size", "128"}, 2,
+       "--batch-size 128 is the global batch and must split evenly over the 3 worker ranks"},
+      {"mnist_train", {"--dist", "local:2", "--allreduce", "ps", "--ps-servers", "2"}, 2,
+       "--ps-servers 2 leaves no worker among 2 ranks"},
+      {"mnist_train", {"--batch-size", "100000000"}, 2,
+       "--batch-size 100000000: one batch of 28x28 f32 images would need"},
+      {"mnist_train", {"--eval-batch-size", "100000000000"}, 2, "lower --eval-batch-size"},
+      {"mnist_train", {"--json", "/nonexistent-kiln-dir/run.json"}, 2, "does not exist: create it first"},
+      {"mnist_train", {"--no-such-flag"}, 2, "--no-such-flag"},
+      {"mnist_train", {"--no-such-flag"}, 2, "Run mnist_train --help"},
+      {"mnist_train", {"--epochs"}, 2, "--epochs"},
+      {"mnist_train", {"--help"}, 0, ""},
+      {"mnist_train",
+       {"--epochs", "1", "--limit-train", "64", "--limit-test", "64", "--batch-size", "32",
+        "--threads", "1", "--workers", "0", "--quiet"},
+       0, "", Data::kNeedsMnist},
+
+      // ---- resnet_bench ----
+      {"resnet_bench", {"--image-size", "16"}, 2, "--image-size must be between 32 and 4096 (got 16)"},
+      {"resnet_bench", {"--batch-size", "0"}, 2, "--batch-size must be between 1 and 65536 (got 0)"},
+      {"resnet_bench", {"--width", "4"}, 2, "--width must be between 8 and 64 (got 4)"},
+      {"resnet_bench", {"--lr", "0"}, 2, "--lr must be > 0 (got 0)"},
+      {"resnet_bench", {"--dp", "65"}, 2, "--dp must be between 1 and 64 (got 65)"},
+      {"resnet_bench", {"--model", "resnet19"}, 2, "--model must be one of resnet18, resnet34"},
+      {"resnet_bench", {"--schedule", "zb"}, 2, "--schedule must be one of gpipe, 1f1b (got zb)"},
+      {"resnet_bench", {"--balance", "random"}, 2, "--balance must be one of time, params, tutorial"},
+      {"resnet_bench", {"--devices", "cpu:0"}, 2, "--devices"},
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--modes", "single,foo"}, 2,
+       "--modes: each must be one of single, model-parallel, pipeline (got foo)"},
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--batch-size", "4", "--split-sizes", "0"}, 2,
+       "--split-sizes: each must be a number of rows between 1 and --batch-size 4 (got 0)"},
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--precision", "fp16"}, 2,
+       "--precision fp16 needs loss scaling"},
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--batch-size", "65536", "--image-size", "4096"},
+       2, "--batch-size 65536: one batch of 3x4096x4096 f32 images (--image-size 4096) would need"},
+      {"resnet_bench", {"--help"}, 0, ""},
+
+      // ---- comm_bench ----
+      {"comm_bench", {"--iters", "0"}, 2, "--iters must be at least 1 (got 0)"},
+      {"comm_bench", {"--warmup", "-1"}, 2, "--warmup must be at least 0 (got -1)"},
+      {"comm_bench", {"--max-seconds", "0"}, 2, "--max-seconds must be > 0 (got 0)"},
+      {"comm_bench", {"--step-factor", "1"}, 2, "--step-factor must be between 2 and 1024 (got 1)"},
+      {"comm_bench", {"--dtype", "f64"}, 2, "--dtype must be one of f32, f16, bf16 (got f64)"},
+      {"comm_bench", {"--ps-scaling", "1,64"}, 2, "--ps-scaling must be between 1 and 63 (got 64)"},
+      {"comm_bench", {"--ps-servers", "-1"}, 2, "--ps-servers must be at least 0 (got -1)"},
+      {"comm_bench", {"--transport", "local:99"}, 2, "--transport local:99: expected local:N with N in 1..64"},
+      {"comm_bench", {"--algorithms", "tree"}, 2, "tree"},
+      {"comm_bench", {"--min-bytes", "4X"}, 2, "--min-bytes 4X: expected a positive size in bytes"},
+      {"comm_bench", {"--min-bytes", "1M", "--max-bytes", "4K"}, 2, "--min-bytes 1M is larger than --max-bytes 4K"},
+      {"comm_bench", {"--max-bytes", "99999999999G"}, 2, "--max-bytes 99999999999G: more bytes than any buffer can hold"},
+      {"comm_bench", {"--transport", "local:4", "--max-bytes", "1000G"}, 2,
+       "--max-bytes 1000G: a message on each of the 4 ranks of this process would need"},
+      {"comm_bench", {"--ps-scaling", "2", "--ps-bytes", "1000G"}, 2, "lower --ps-bytes"},
+      {"comm_bench", {"--append"}, 2, "--append adds rows to the --csv file: give --csv FILE"},
+      {"comm_bench", {"--ps-scaling", "2", "--ps-servers", "1"}, 2,
+       "--ps-scaling always runs one dedicated server: drop --ps-servers"},
+      {"comm_bench", {"--help"}, 0, ""},
+      {"comm_bench",
+       {"--transport", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
+        "--warmup", "0", "--algorithms", "ring"},
+       0, ""},
+
+      // ---- loader_bench ----
+      {"loader_bench", {"--mode", "speed"}, 2, "--mode must be one of throughput, train, h2d (got speed)"},
+      {"loader_bench", {"--dataset", "cifar"}, 2, "--dataset must be one of mnist-idx, imagefolder, synthetic"},
+      {"loader_bench", {"--workers", "0,-2"}, 2, "--workers must be at least 0 (got -2)"},
+      {"loader_bench", {"--batch-size", "0"}, 2, "--batch-size must be at least 1 (got 0)"},
+      {"loader_bench", {"--prefetch", "0"}, 2, "--prefetch must be at least 1 (got 0)"},
+      {"loader_bench", {"--h2d-max-mb", "0"}, 2, "--h2d-max-mb must be between 1 and 1048576 (got 0)"},
+      {"loader_bench", {"--dataset", "synthetic", "--shape", "1,0,28"}, 2, "--shape 1,0,28: expected three positive sizes"},
+      {"loader_bench", {"--dataset", "synthetic", "--batch-size", "100000000000"}, 2,
+       "--batch-size 100000000000: one batch of f32 examples would need"},
+      {"loader_bench", {"--mode", "h2d", "--h2d-max-mb", "1000000"}, 2, "lower --h2d-max-mb"},
+      {"loader_bench", {"--dataset", "synthetic", "--append"}, 2, "--append adds rows to the --csv file"},
+      {"loader_bench", {"--help"}, 0, ""},
+      {"loader_bench",
+       {"--dataset", "synthetic", "--synthetic-size", "64", "--batch-size", "8", "--batches", "2",
+        "--warmup-batches", "0", "--repeats", "1", "--workers", "0,1"},
+       0, ""},
+
+      // ---- train_step_bench ----
+      {"train_step_bench", {"--batch-size", "0"}, 2, "--batch-size must be between 1 and 1048576 (got 0)"},
+      {"train_step_bench", {"--threads", "0"}, 2, "--threads must be between 1 and 1024 (got 0)"},
+      {"train_step_bench", {"--steps", "0"}, 2, "--steps must be between 1 and 100000 (got 0)"},
+      {"train_step_bench", {"--mode", "infer"}, 2, "--mode must be one of train, eval (got infer)"},
+      {"train_step_bench", {"--precision", "tf32"}, 2, "--precision must be one of fp32, bf16, fp16 (got tf32)"},
+      {"train_step_bench", {"--image-size", "64"}, 2, "--image-size applies to the ResNet models"},
+      {"train_step_bench", {"--fold-bn"}, 2, "--fold-bn needs --mode eval and a ResNet model"},
+      {"train_step_bench", {"--tf32"}, 2, "--tf32 needs --device cuda"},
+      {"train_step_bench", {"--model", "resnet18", "--batch-size", "1000000", "--image-size", "4096"},
+       2, "lower --batch-size"},
+      {"train_step_bench", {"--help"}, 0, ""},
+      {"train_step_bench", {"--batch-size", "2", "--steps", "1", "--warmup", "0", "--threads", "1"}, 0, ""},
+
+      // ---- gemm_bench ----
+      {"gemm_bench", {"--sizes", "64,0"}, 2, "--sizes must be between 1 and 1048576 (got 0)"},
+      {"gemm_bench", {"--iters", "0"}, 2, "--iters must be at least 1 (got 0)"},
+      {"gemm_bench", {"--device", "tpu"}, 2, "--device must be one of cuda, cpu (got tpu)"},
+      {"gemm_bench", {"--kernels", "fastest"}, 2, "--kernels must be one of naive, tiled"},
+      {"gemm_bench", {"--dtypes", "f8"}, 2, "--dtypes must be one of bf16, f16 (got f8)"},
+      {"gemm_bench", {"--device", "cpu", "--kernels", "naive"}, 2, "--kernels naive is not a cpu kernel"},
+      {"gemm_bench", {"--device", "cpu", "--sizes", "1000000"}, 2,
+       "--sizes 1000000: three 1000000 x 1000000 f32 matrices would need"},
+      {"gemm_bench", {"--help"}, 0, ""},
+      {"gemm_bench", {"--device", "cpu", "--sizes", "8", "--iters", "1", "--warmup", "0", "--kernels", "blas"}, 0, ""},
+
+      // ---- conv_bench ----
+      {"conv_bench", {"--batch-size", "0"}, 2, "--batch-size must be at least 1 (got 0)"},
+      {"conv_bench", {"--threads", "0"}, 2, "--threads must be at least 1 (got 0)"},
+      {"conv_bench", {"--warmup", "-1"}, 2, "--warmup must be at least 0 (got -1)"},
+      {"conv_bench", {"--shapes", "vgg"}, 2, "--shapes must be one of mnist, resnet50 (got vgg)"},
+      {"conv_bench", {"--hand-kernel", "fft"}, 2, "--hand-kernel must be one of implicit-gemm, direct (got fft)"},
+      {"conv_bench", {"--batch-size", "10000000000"}, 2, "lower --batch-size"},
+      {"conv_bench", {"--help"}, 0, ""},
+
+      // ---- idx_to_imagefolder ----
+      {"idx_to_imagefolder", {}, 2, "--out is required"},
+      {"idx_to_imagefolder", {"--out", kScratch, "--limit-train", "0"}, 2, "--limit-train 0 would write no image"},
+      {"idx_to_imagefolder", {"--out", kScratch, "--limit-test", "-5"}, 2, "--limit-test must be at least -1 (got -5)"},
+      {"idx_to_imagefolder", {"--out", kScratch, "--data", "/nonexistent-kiln-dir"}, 2, "/nonexistent-kiln-dir"},
+      {"idx_to_imagefolder", {"--help"}, 0, ""},
+  };
+  return table;
+}
+
+bool have_mnist() {
+  return std::filesystem::exists(kMnist + "/train-images-idx3-ubyte") &&
+         std::filesystem::exists(kMnist + "/t10k-labels-idx1-ubyte");
+}
+
+// Single quotes for the shell.
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class BadInvocations : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(BadInvocations, ExitCodeAndMessage) {
+  const Row& row = rows()[GetParam()];
+  std::string cmd = quoted(app_path(row.app));
+  for (const std::string& a : row.args) cmd += " " + quoted(a);
+  SCOPED_TRACE(cmd);
+  if (row.data == Data::kNeedsMnist && !have_mnist()) {
+    GTEST_SKIP() << "real MNIST not found in " << kMnist << ": run datasets/fetch_mnist.sh";
+  }
+  // stderr alone (stdout goes away): the message must be on the error stream.
+  const kiln::testing::RunResult r = kiln::testing::run_command(cmd + " 2>&1 >/dev/null");
+  EXPECT_EQ(r.exit_code, row.exit_code) << r.output;
+  EXPECT_NE(r.output.find(row.stderr_has), std::string::npos)
+      << "stderr lacks \"" << row.stderr_has << "\":\n" << r.output;
+  // No row may show CLI11's raw validator text.
+  EXPECT_EQ(r.output.find("not in range"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("179769313486231570814527"), std::string::npos) << r.output;
+  // Bad usage and bad input never leave a half-written output behind.
+  if (row.exit_code == 2) {
+    EXPECT_FALSE(std::filesystem::exists(kScratch)) << kScratch;
+  }
+}
+
+std::string row_name(const ::testing::TestParamInfo<size_t>& info) {
+  const Row& row = rows()[info.param];
+  return std::string(row.app) + "_" + std::to_string(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Apps, BadInvocations, ::testing::Range<size_t>(0, rows().size()),
+                         row_name);
+
+}  // namespace
