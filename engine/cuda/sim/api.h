@@ -22,7 +22,10 @@
 
 // ---- Errors -------------------------------------------------------------------------------
 // The values match the real runtime's, so printed numbers mean the same thing.
-enum cudaError_t {
+// The enums have a fixed underlying type (int): any int converted to one is then a valid value,
+// which the simulator checks and rejects as the CUDA runtime does (an out-of-range value of an enum
+// without one would be undefined behaviour, reported by UBSan before the check could run).
+enum cudaError_t : int {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
@@ -72,7 +75,7 @@ struct cudaDeviceProp {
   int pciBusID, pciDeviceID, pciDomainID;
 };
 
-enum cudaDeviceAttr {
+enum cudaDeviceAttr : int {
   cudaDevAttrMaxThreadsPerBlock = 1,
   cudaDevAttrMaxBlockDimX = 2,
   cudaDevAttrMaxBlockDimY = 3,
@@ -140,7 +143,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event);  // cudaErrorNotReady until the r
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // ---- Memory -------------------------------------------------------------------------------
-enum cudaMemcpyKind {
+enum cudaMemcpyKind : int {
   cudaMemcpyHostToHost = 0,
   cudaMemcpyHostToDevice = 1,
   cudaMemcpyDeviceToHost = 2,
@@ -178,7 +181,7 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
 cudaError_t cudaMemset(void* dev_ptr, int value, size_t count);
 cudaError_t cudaMemsetAsync(void* dev_ptr, int value, size_t count, cudaStream_t stream = nullptr);
 
-enum cudaMemoryType {
+enum cudaMemoryType : int {
   cudaMemoryTypeUnregistered = 0,
   cudaMemoryTypeHost = 1,
   cudaMemoryTypeDevice = 2,
@@ -212,7 +215,7 @@ cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t count, size_
 // ---- Library data types (library_types.h, which cuda_runtime.h includes) -----------------------
 // The element types the libraries' typed entry points take (cublasGemmEx). Only the real types
 // Kiln uses are listed; the values are the real ones.
-enum cudaDataType_t {
+enum cudaDataType_t : int {
   CUDA_R_32F = 0,
   CUDA_R_64F = 1,
   CUDA_R_16F = 2,
@@ -222,7 +225,7 @@ enum cudaDataType_t {
 using cudaDataType = cudaDataType_t;
 
 // ---- Kernel attributes --------------------------------------------------------------------
-enum cudaFuncAttribute {
+enum cudaFuncAttribute : int {
   cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
   cudaFuncAttributePreferredSharedMemoryCarveout = 9,
 };

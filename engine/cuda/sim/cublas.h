@@ -14,7 +14,10 @@
 #include "engine/cuda/sim/api.h"
 #include "engine/cuda/sim/library_error.h"  // IWYU pragma: export
 
-enum cublasStatus_t {
+// The enums have a fixed underlying type (int): any int converted to one is then a valid value,
+// which the simulator checks and rejects as cuBLAS does (an out-of-range value of an enum
+// without one would be undefined behaviour, reported by UBSan before the check could run).
+enum cublasStatus_t : int {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
   CUBLAS_STATUS_ALLOC_FAILED = 3,
@@ -27,7 +30,7 @@ enum cublasStatus_t {
   CUBLAS_STATUS_LICENSE_ERROR = 16,
 };
 
-enum cublasOperation_t {
+enum cublasOperation_t : int {
   CUBLAS_OP_N = 0,
   CUBLAS_OP_T = 1,
   CUBLAS_OP_C = 2,      // conjugate transpose: the transpose for real types
@@ -37,7 +40,7 @@ enum cublasOperation_t {
 // Only DEFAULT, PEDANTIC and TF32_TENSOR_OP (each optionally with the
 // DISALLOW_REDUCED_PRECISION_REDUCTION flag) are simulated; cublasSetMathMode answers
 // CUBLAS_STATUS_NOT_SUPPORTED for the others (TENSOR_OP_MATH would round FP32 to FP16).
-enum cublasMath_t {
+enum cublasMath_t : int {
   CUBLAS_DEFAULT_MATH = 0,
   CUBLAS_TENSOR_OP_MATH = 1,
   CUBLAS_PEDANTIC_MATH = 2,
@@ -48,7 +51,7 @@ enum cublasMath_t {
 // The compute types of cublasGemmEx (the real values). Simulated: CUBLAS_COMPUTE_32F (which
 // follows the handle's math mode: TF32 applies to FP32 inputs) and CUBLAS_COMPUTE_32F_PEDANTIC
 // (never TF32); the others are CUBLAS_STATUS_NOT_SUPPORTED.
-enum cublasComputeType_t {
+enum cublasComputeType_t : int {
   CUBLAS_COMPUTE_16F = 64,
   CUBLAS_COMPUTE_16F_PEDANTIC = 65,
   CUBLAS_COMPUTE_32F = 68,
@@ -64,7 +67,7 @@ enum cublasComputeType_t {
 
 // cublasGemmEx's algorithm: the library's heuristic choice. The numbered algorithms
 // (CUBLAS_GEMM_ALGO0...) are not simulated (CUBLAS_STATUS_NOT_SUPPORTED).
-enum cublasGemmAlgo_t {
+enum cublasGemmAlgo_t : int {
   CUBLAS_GEMM_DEFAULT = -1,
   CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99,  // deprecated synonym of DEFAULT since CUDA 11
 };

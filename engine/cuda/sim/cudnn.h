@@ -24,7 +24,10 @@
 #include "engine/cuda/sim/api.h"
 #include "engine/cuda/sim/library_error.h"  // IWYU pragma: export
 
-enum cudnnStatus_t {
+// The enums have a fixed underlying type (int): any int converted to one is then a valid value,
+// which the simulator checks and rejects as cuDNN does (an out-of-range value of an enum
+// without one would be undefined behaviour, reported by UBSan before the check could run).
+enum cudnnStatus_t : int {
   CUDNN_STATUS_SUCCESS = 0,
   CUDNN_STATUS_NOT_INITIALIZED = 1001,
   CUDNN_STATUS_BAD_PARAM = 2000,
@@ -37,36 +40,36 @@ enum cudnnStatus_t {
   CUDNN_STATUS_EXECUTION_FAILED = 5000,
 };
 
-enum cudnnDataType_t {
+enum cudnnDataType_t : int {
   CUDNN_DATA_FLOAT = 0,
   CUDNN_DATA_DOUBLE = 1,
   CUDNN_DATA_HALF = 2,       // IEEE binary16, computed in FLOAT (PSEUDO_HALF_CONFIG)
   CUDNN_DATA_BFLOAT16 = 9,   // bfloat16, computed in FLOAT
 };
 
-enum cudnnTensorFormat_t {
+enum cudnnTensorFormat_t : int {
   CUDNN_TENSOR_NCHW = 0,
   CUDNN_TENSOR_NHWC = 1,  // not simulated
 };
 
-enum cudnnMathType_t {
+enum cudnnMathType_t : int {
   CUDNN_DEFAULT_MATH = 0,  // FP32: tensor cores (TF32) allowed
   CUDNN_TENSOR_OP_MATH = 1,
   CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2,
   CUDNN_FMA_MATH = 3,  // FMA instructions only: no TF32
 };
 
-enum cudnnDeterminism_t {
+enum cudnnDeterminism_t : int {
   CUDNN_NON_DETERMINISTIC = 0,
   CUDNN_DETERMINISTIC = 1,
 };
 
-enum cudnnConvolutionMode_t {
+enum cudnnConvolutionMode_t : int {
   CUDNN_CONVOLUTION = 0,  // the filter is flipped
   CUDNN_CROSS_CORRELATION = 1,
 };
 
-enum cudnnConvolutionFwdAlgo_t {
+enum cudnnConvolutionFwdAlgo_t : int {
   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM = 0,
   CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM = 1,
   CUDNN_CONVOLUTION_FWD_ALGO_GEMM = 2,
@@ -78,7 +81,7 @@ enum cudnnConvolutionFwdAlgo_t {
   CUDNN_CONVOLUTION_FWD_ALGO_COUNT = 8,
 };
 
-enum cudnnConvolutionBwdDataAlgo_t {
+enum cudnnConvolutionBwdDataAlgo_t : int {
   CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 = 0,  // non-deterministic
   CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 = 1,
   CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT = 2,
@@ -88,7 +91,7 @@ enum cudnnConvolutionBwdDataAlgo_t {
   CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT = 6,
 };
 
-enum cudnnConvolutionBwdFilterAlgo_t {
+enum cudnnConvolutionBwdFilterAlgo_t : int {
   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 = 0,  // non-deterministic
   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 = 1,
   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT = 2,

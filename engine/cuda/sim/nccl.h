@@ -38,7 +38,10 @@ struct ncclUniqueId {
   char internal[NCCL_UNIQUE_ID_BYTES];
 };
 
-enum ncclResult_t {
+// The enums have a fixed underlying type (int): any int converted to one is then a valid value,
+// which the simulator checks and rejects as NCCL does (an out-of-range value of an enum
+// without one would be undefined behaviour, reported by UBSan before the check could run).
+enum ncclResult_t : int {
   ncclSuccess = 0,
   ncclUnhandledCudaError = 1,
   ncclSystemError = 2,
@@ -50,7 +53,7 @@ enum ncclResult_t {
   ncclNumResults = 8,
 };
 
-enum ncclRedOp_t {
+enum ncclRedOp_t : int {
   ncclSum = 0,
   ncclProd = 1,
   ncclMax = 2,
@@ -59,7 +62,7 @@ enum ncclRedOp_t {
   ncclNumOps = 5,
 };
 
-enum ncclDataType_t {
+enum ncclDataType_t : int {
   ncclInt8 = 0,
   ncclChar = 0,
   ncclUint8 = 1,
