@@ -39,5 +39,10 @@ check 2 "usage: tools/gpu_bundle.sh [make|unpack]" tools/gpu_bundle.sh bogus
 check 2 "unknown option --bogus" tools/gpu_check.sh --bogus
 check 2 "--epochs needs a positive number" tools/gpu_check.sh out --epochs 0
 check 2 "usage: tools/gpu_check.sh" tools/gpu_check.sh out --only nothing
+check 2 "KILLS must be a number, got 'many'" tools/kill_resume.sh many
+check 2 "unknown argument '--bogus'" tools/rank_death.sh --bogus
+check 2 "--dead-rank must be 0, 1 or 2" tools/rank_death.sh --dead-rank 5
+check 2 "unknown argument '--fast'" tools/reliability.sh --fast
+check 0 "" tools/reliability.sh --help
 echo "$((count - failed)) of $count tool invocations as expected"
 [[ $failed -eq 0 ]]
