@@ -6,7 +6,8 @@
 // CRC checks every time), once more with those two CRCs recomputed: that copy reaches the table
 // parser and the per-record checks. A checkpoint that reads is also read as a training
 // checkpoint, expecting the model and optimizer names it holds, so its metadata parsing runs
-// too. An Input error is the expected answer to a bad file.
+// too, and its epoch count must be one a run can start from. An Input error is the expected
+// answer to a bad file.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -40,8 +41,10 @@ void read_both_ways(const uint8_t* data, size_t size) {
     if (!t.defined() || t.nbytes() > size) std::abort();
   }
   try {
-    kiln::apps::read_train_checkpoint(file.path(), meta_or_empty(ck, "model"),
-                                      meta_or_empty(ck, "optimizer"));
+    const kiln::apps::TrainCheckpoint train = kiln::apps::read_train_checkpoint(
+        file.path(), meta_or_empty(ck, "model"), meta_or_empty(ck, "optimizer"));
+    // Epochs completed: where a resumed run starts counting (an int in mnist_train).
+    if (train.epoch < 0 || train.epoch > INT32_MAX) std::abort();
   } catch (const kiln::Error& e) {
     if (e.kind() != kiln::ErrorKind::Input) std::abort();
   }
