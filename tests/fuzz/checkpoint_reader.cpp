@@ -6,7 +6,7 @@
 // CRC checks every time), once more with those two CRCs recomputed: that copy reaches the table
 // parser and the per-record checks. A checkpoint that reads is also read as a training
 // checkpoint, expecting the model and optimizer names it holds, so its metadata parsing runs
-// too, and its epoch count must be one a run can start from. An Input error is the expected
+// too, and its counts and positions must not be negative. An Input error is the expected
 // answer to a bad file.
 #include <cstdint>
 #include <cstdlib>
@@ -43,8 +43,12 @@ void read_both_ways(const uint8_t* data, size_t size) {
   try {
     const kiln::apps::TrainCheckpoint train = kiln::apps::read_train_checkpoint(
         file.path(), meta_or_empty(ck, "model"), meta_or_empty(ck, "optimizer"));
-    // Epochs completed: where a resumed run starts counting (an int in mnist_train).
-    if (train.epoch < 0 || train.epoch > INT32_MAX) std::abort();
+    // Where a resumed run starts counting: no negative count or position (global_step -1:
+    // not recorded, in kiln-train/1 files).
+    if (train.epoch < 0 || train.epoch_position < 0 || train.global_step < -1 ||
+        train.epoch_steps < 0 || train.epoch_seen < 0 || train.workers < 1) {
+      std::abort();
+    }
   } catch (const kiln::Error& e) {
     if (e.kind() != kiln::ErrorKind::Input) std::abort();
   }

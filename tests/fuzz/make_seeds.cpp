@@ -4,7 +4,7 @@
 // a format change and commit what changed). Spec strings (device_spec, dist_spec) are plain
 // files written by hand; regression inputs are the files named regress_*.
 //   checkpoint_reader/  checkpoints of a few dtypes and shapes, one with the training metadata
-//                       (apps/common/train_checkpoint.h), one empty
+//                       (apps/common/train_checkpoint.h), one empty, and a regression input
 //   idx_reader/         the first two MNIST examples as an IDX pair (the headers' counts set to
 //                       2), and the real headers cut after 16 / 8 bytes (counts 60000: truncated)
 //   image_decode/       tiny PNGs (grey, RGB, RGBA) and a JPEG, at their own size and resized
@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,12 +67,18 @@ void checkpoint_seeds(const std::string& dir) {
                           {"mask", Tensor::full({2, 1, 2}, 1, DType::U8)},
                           {"s", Tensor::full({}, 2.0, DType::F64)}});
   kiln::write_checkpoint(dir + "/empty", {});
-  kiln::write_checkpoint(dir + "/train",
-                         {{"model.fc.weight", Tensor::full({2, 2}, 0.25)},
-                          {"optimizer.lr", Tensor::full({1}, 0.1, DType::F64)}},
-                         {{"format", "kiln-train/1"}, {"epoch", "3"}, {"model", "cnn"},
-                          {"optimizer", "adadelta"}, {"seed", "1"}, {"generator_offset", "4096"},
-                          {"lr", "0.69999999999999996"}, {"test_accuracy", "0.98999999999999999"}});
+  const std::map<std::string, Tensor> train_tensors = {
+      {"model.fc.weight", Tensor::full({2, 2}, 0.25)},
+      {"optimizer.lr", Tensor::full({1}, 0.1, DType::F64)}};
+  std::map<std::string, std::string> train_meta = {
+      {"format", "kiln-train/1"}, {"epoch", "3"}, {"model", "cnn"}, {"optimizer", "adadelta"},
+      {"seed", "1"}, {"generator_offset", "4096"}, {"lr", "0.69999999999999996"},
+      {"test_accuracy", "0.98999999999999999"}};
+  kiln::write_checkpoint(dir + "/train", train_tensors, train_meta);
+  // Regression: an epoch count past INT64_MAX, which read_train_checkpoint once cast to a
+  // negative epoch (a resumed run would have started at epoch -1).
+  train_meta["epoch"] = "18446744073709551615";
+  kiln::write_checkpoint(dir + "/regress_train_epoch_past_int64", train_tensors, train_meta);
 }
 
 void idx_seeds(const std::string& dir, const std::string& mnist) {
