@@ -8,7 +8,7 @@
 # tree (preset fuzz: build-fuzz/, or $KILN_FUZZ_BUILD_DIR) when needed, then runs each target for
 # SECONDS (-max_total_time) on a temporary working corpus seeded from tests/fuzz/corpus/TARGET,
 # and prints one line per target:
-#   fuzz: TARGET seconds=S execs=N exec/s=R corpus=FILES crashes=0|1
+#   fuzz: TARGET seconds=S execs=N exec/s=R corpus=INPUTS/BYTES crashes=0|1
 # A finding (crash, sanitizer report, leak, timeout over 10 s, out of memory over 2 GB) stops its
 # target; the line then names the input that caused it, kept under <build dir>/fuzz-artifacts/,
 # libFuzzer's log is printed, and the script exits 1 after the remaining targets. To keep it as
@@ -62,16 +62,18 @@ for t in "${targets[@]}"; do
   elapsed=$(( $(date +%s) - before ))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  files=$(find "$corpus" -type f | wc -l)
+  # libFuzzer's corpus at the end ("corp: 29/209b": inputs it keeps, after reduction), which is
+  # fewer than the files in the working directory (a reduced input does not delete its parent).
+  corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -1 | sed 's/corp: //')
   artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
   if [[ $status -ne 0 || -n "$artifact" ]]; then
     found=1
-    echo "fuzz: $t seconds=$elapsed execs=${execs:-?} exec/s=${rate:-?} corpus=$files crashes=1 input=${artifact:-none} (exit $status)"
+    echo "fuzz: $t seconds=$elapsed execs=${execs:-?} exec/s=${rate:-?} corpus=${corp:-?} crashes=1 input=${artifact:-none} (exit $status)"
     echo "---- libFuzzer's log ($log), last 60 lines:"
     tail -n 60 "$log"
     echo "----"
   else
-    echo "fuzz: $t seconds=$elapsed execs=$execs exec/s=$rate corpus=$files crashes=0"
+    echo "fuzz: $t seconds=$elapsed execs=$execs exec/s=$rate corpus=$corp crashes=0"
   fi
 done
 exit $found
