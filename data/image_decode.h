@@ -7,7 +7,9 @@
 //   1. refuses content that is neither PNG (signature 89 'P' 'N' 'G' 0D 0A 1A 0A) nor JPEG
 //      (starts FF D8 FF): stb also reads BMP, GIF, PSD, PIC, PNM, HDR and TGA, and ImageFolder
 //      promises only the two, so the other decoders are never reached;
-//   2. reads the header (stbi_info_from_memory) and refuses an image of more than max_pixels
+//   2. refuses a JPEG with a Huffman table of more than 256 codes, which stb_image 2.27
+//      (Debian 12's) would let write past its tables (image_decode.cpp says how it was found);
+//   3. reads the header (stbi_info_from_memory) and refuses an image of more than max_pixels
 //      pixels (width x height) before any pixel is decoded.
 // Every refusal is a kiln::Error of kind Input naming the file.
 #pragma once
@@ -26,8 +28,8 @@ struct ImageHeader {
   int channels = 0;  // in the file: 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA
 };
 
-// Checks the format and the budget (steps 1 and 2 above) and returns the header. `name` (the
-// file's path) is for messages.
+// Checks the format, the JPEG tables and the budget (steps 1 to 3 above) and returns the
+// header. `name` (the file's path) is for messages.
 ImageHeader read_image_header(const unsigned char* bytes, size_t size, const std::string& name,
                               int64_t max_pixels = kImageMaxPixels);
 

@@ -259,6 +259,30 @@ TEST_F(ImageFolder, RefusesImagesOverThePixelBudgetAndOtherFormats) {
   EXPECT_EQ(kind, ErrorKind::Usage);
 }
 
+// A JPEG whose Huffman table declares more than 256 codes (stb_image 2.27 would write past its
+// tables: found by tests/fuzz/image_decode) is refused before stb decodes it; the same file with
+// its counts intact decodes.
+TEST_F(ImageFolder, RefusesAJpegHuffmanTableOfMoreThan256Codes) {
+  const Bytes rgb = pattern(8, 8, 3, 5);
+  std::string jpg;
+  stbi_write_jpg_to_func([](void* ctx, void* data, int size) {
+    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  }, &jpg, 8, 8, 3, rgb.data(), 90);
+  const size_t dht = jpg.find("\xFF\xC4");
+  ASSERT_NE(dht, std::string::npos);
+  fs::create_directories(dir_ / "a");
+  std::ofstream(dir_ / "a" / "0.jpg", std::ios::binary) << jpg;
+  EXPECT_EQ(get(ImageFolderDataset::open(root()), 0).size(), 3u * 8 * 8);
+  // The first table's counts are bytes dht+5 .. dht+20; 255 more 16-bit codes.
+  jpg[dht + 20] = static_cast<char>(static_cast<unsigned char>(jpg[dht + 20]) + 255);
+  std::ofstream(dir_ / "a" / "1.jpg", std::ios::binary) << jpg;
+  ErrorKind kind = ErrorKind::Runtime;
+  const std::string msg = error_of([&] { get(ImageFolderDataset::open(root()), 1); }, &kind);
+  EXPECT_NE(msg.find("1.jpg is a corrupt JPEG: a Huffman table declares"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("more than the 256 JPEG allows"), std::string::npos) << msg;
+  EXPECT_EQ(kind, ErrorKind::Input);
+}
+
 TEST_F(ImageFolder, ConcurrentGetMatchesSerialAndErrorsStayPerThread) {
   for (int i = 0; i < 24; ++i) {
     write_png(dir_ / std::to_string(i % 3) / (std::to_string(i) + ".png"), 9, 7, 3, pattern(9, 7, 3, i));
