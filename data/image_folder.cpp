@@ -1,6 +1,5 @@
-// image_folder.cpp: scanning root/<class>/<image> and decoding with stb_image (see
-// image_folder.h). stb's implementations come from Debian's libstb.so (data/CMakeLists.txt),
-// so only the declarations are included here.
+// image_folder.cpp: scanning root/<class>/<image> (see image_folder.h); the checks and the
+// decoding of one file are data/image_decode.cpp's.
 #include "data/image_folder.h"
 
 #include <algorithm>
@@ -11,9 +10,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "stb_image.h"
-#include "stb_image_resize.h"
-
+#include "data/image_decode.h"
 #include "engine/error.h"
 
 namespace kiln {
@@ -52,12 +49,6 @@ std::vector<unsigned char> read_file(const std::string& path) {
   return bytes;
 }
 
-// stb's reason for the last failure on this thread (thread-local in Debian's libstb).
-std::string stb_reason() {
-  const char* r = stbi_failure_reason();
-  return r ? r : "unknown reason";
-}
-
 }  // namespace
 
 ImageFolderDataset ImageFolderDataset::open(const std::string& root, ImageFolderOptions options) {
@@ -78,12 +69,17 @@ ImageFolderDataset ImageFolderDataset::scan(const std::string& root, const Image
                             ": set both (>= 1) or neither (0: the first image's size)"),
                 ErrorKind::Usage);
   }
+  if (options.max_pixels < 1) {
+    throw Error(detail::str("ImageFolder: max_pixels ", options.max_pixels, " must be >= 1"),
+                ErrorKind::Usage);
+  }
   std::error_code ec;
   if (!fs::exists(root, ec)) input_error(detail::str("ImageFolder: root ", root, " does not exist"));
   if (!fs::is_directory(root, ec)) input_error(detail::str("ImageFolder: root ", root, " is not a directory"));
 
   ImageFolderDataset ds;
   ds.root_ = root;
+  ds.max_pixels_ = options.max_pixels;
   // Classes: the non-hidden sub-directories of root, sorted by name.
   std::vector<fs::path> class_dirs;
   for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
@@ -121,17 +117,15 @@ ImageFolderDataset ImageFolderDataset::scan(const std::string& root, const Image
     }
   }
 
-  // Defaults from the first image's header.
-  int w = 0, h = 0, c = 0;
+  // Defaults from the first image's header (checked against the pixel budget).
+  ImageHeader first;
   if (options.channels == 0 || options.height == 0) {
     const std::vector<unsigned char> bytes = read_file(ds.files_[0]);
-    if (!stbi_info_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &c)) {
-      input_error(detail::str("ImageFolder: cannot decode ", ds.files_[0], ": ", stb_reason()));
-    }
+    first = read_image_header(bytes.data(), bytes.size(), ds.files_[0], ds.max_pixels_);
   }
-  ds.channels_ = options.channels != 0 ? options.channels : (c <= 2 ? 1 : 3);  // alpha dropped
-  ds.height_ = options.height != 0 ? options.height : h;
-  ds.width_ = options.width != 0 ? options.width : w;
+  ds.channels_ = options.channels != 0 ? options.channels : (first.channels <= 2 ? 1 : 3);  // alpha dropped
+  ds.height_ = options.height != 0 ? options.height : first.height;
+  ds.width_ = options.width != 0 ? options.width : first.width;
   return ds;
 }
 
@@ -154,34 +148,8 @@ int64_t ImageFolderDataset::get(int64_t index, float* out) const {
   check_index(index);
   const std::string& file = files_[static_cast<size_t>(index)];
   const std::vector<unsigned char> bytes = read_file(file);
-  // Decode to HWC uint8 with exactly channels_ channels (stb converts grey <-> RGB).
-  int w = 0, h = 0, file_channels = 0;
-  const int channels = static_cast<int>(channels_);
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-      stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h,
-                            &file_channels, channels),
-      &stbi_image_free);
-  if (!pixels) input_error(detail::str("ImageFolder: cannot decode ", file, ": ", stb_reason()));
-
-  // Another size: resize in uint8, as PIL would before ToTensor.
-  const stbi_uc* hwc = pixels.get();
-  std::vector<stbi_uc> resized;
-  if (w != width_ || h != height_) {
-    resized.resize(static_cast<size_t>(height_ * width_ * channels_));
-    if (!stbir_resize_uint8(hwc, w, h, 0, resized.data(), static_cast<int>(width_),
-                            static_cast<int>(height_), 0, channels)) {
-      input_error(detail::str("ImageFolder: cannot resize ", file, " from ", w, "x", h, " to ",
-                              width_, "x", height_));
-    }
-    hwc = resized.data();
-  }
-  // HWC uint8 -> CHW float in [0, 1], pixel / 255 like torchvision's ToTensor.
-  const int64_t plane = height_ * width_;
-  for (int64_t c = 0; c < channels_; ++c) {
-    for (int64_t k = 0; k < plane; ++k) {
-      out[c * plane + k] = static_cast<float>(hwc[k * channels_ + c]) / 255.0f;
-    }
-  }
+  decode_image_chw(bytes.data(), bytes.size(), file, static_cast<int>(channels_),
+                   static_cast<int>(height_), static_cast<int>(width_), out, max_pixels_);
   return labels_[static_cast<size_t>(index)];
 }
 

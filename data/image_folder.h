@@ -11,6 +11,8 @@
 //   - Errors (kiln::Error, ErrorKind::Input), all at open(): root missing or not a directory,
 //     no class directory, a class directory without images, a first image that cannot be
 //     read; at get(): a file that cannot be read or decoded, naming the file and stb's reason.
+//   - Untrusted files: only PNG and JPEG content is decoded, and an image whose header announces
+//     more than options.max_pixels pixels is refused before decoding (data/image_decode.h).
 //
 // Decoding: get() reads and decodes the file on every call (stb_image: PNG, JPEG), which is
 // the real per-example work the multi-threaded Loader parallelises; nothing is cached. The
@@ -26,12 +28,14 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image_decode.h"
 
 namespace kiln {
 
 struct ImageFolderOptions {
   int channels = 0;  // 1 (grey) or 3 (RGB); 0: from the first image (grey, or RGB if colour)
   int height = 0, width = 0;  // 0, 0: the first image's size; set both or neither
+  int64_t max_pixels = kImageMaxPixels;  // larger images (width x height) are an Input error
 };
 
 class ImageFolderDataset : public Dataset {
@@ -68,6 +72,7 @@ class ImageFolderDataset : public Dataset {
   std::vector<int64_t> labels_;     // per example
   int64_t channels_ = 0, height_ = 0, width_ = 0;
   int64_t ignored_files_ = 0;
+  int64_t max_pixels_ = kImageMaxPixels;
 };
 
 }  // namespace kiln

@@ -96,7 +96,10 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
     const double mu = static_cast<double>(mean[ch]);
     const double is = static_cast<double>(invstd[ch]);
     const double w = weight ? static_cast<double>(weight[ch]) : 1.0;
-    const auto [scale, shift] = bn_affine(mean, invstd, weight, bias, ch);  // the ReLU's mask
+    // The ReLU's mask. (Named members, not a structured binding: C++17 lets no lambda capture
+    // one, and clang's OpenMP outlines the simd loops below as such captures.)
+    const BnAffine<T> affine = bn_affine(mean, invstd, weight, bias, ch);
+    const T scale = affine.scale, shift = affine.shift;
     // Pass 1: sum(grad_y) and sum(grad_y * (x - mean)).
     double sum_gy = 0, sum_gy_xc = 0;
     if (need_sums) {

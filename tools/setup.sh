@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # tools/setup.sh: installs what Kiln needs to build and test, from Debian's packages.
 # Safe to run again: it installs only what is missing, and says what it does.
+#   tools/setup.sh        the build and test dependencies
+#   tools/setup.sh fuzz   those, plus clang and libFuzzer for the fuzz tree (tools/fuzz.sh);
+#                         KILN_SETUP_FUZZ=1 does the same
 set -euo pipefail
+
+case "${1:-}" in
+  "") ;;
+  fuzz) KILN_SETUP_FUZZ=1 ;;
+  *) echo "usage: tools/setup.sh [fuzz]" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config  # toolchain
@@ -17,6 +26,12 @@ packages=(
 # Optional extras for tools/bench_vs_pytorch.sh and the reference fixtures (not needed to test):
 if [[ "${KILN_SETUP_EXTRAS:-0}" == 1 ]]; then
   packages+=(python3-torch python3-torchvision python3-numpy python3-matplotlib)
+fi
+
+# The fuzz tree (preset fuzz): clang, its runtimes (libFuzzer and the sanitizers:
+# -fsanitize=fuzzer,address,undefined) and LLVM's OpenMP, which clang needs for -fopenmp.
+if [[ "${KILN_SETUP_FUZZ:-0}" == 1 ]]; then
+  packages+=(clang-14 libclang-rt-14-dev libomp-14-dev)
 fi
 
 missing=()

@@ -2,6 +2,7 @@
 #include "apps/common/train_checkpoint.h"
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -43,6 +44,15 @@ uint64_t meta_u64(const Checkpoint& c, const std::string& path, const std::strin
   if (s.empty() || s[0] == '-' || *end != '\0' || errno != 0)
     bad(path, "entry '" + key + "' is not an unsigned integer: '" + s + "'");
   return v;
+}
+
+// A count or position kept as int64_t (epochs, steps, workers): a value past INT64_MAX would
+// turn negative.
+int64_t meta_count(const Checkpoint& c, const std::string& path, const std::string& key) {
+  const uint64_t v = meta_u64(c, path, key);
+  if (v > static_cast<uint64_t>(INT64_MAX))
+    bad(path, "entry '" + key + "' is " + std::to_string(v) + ", out of range: the file is damaged");
+  return static_cast<int64_t>(v);
 }
 
 double meta_double(const Checkpoint& c, const std::string& path, const std::string& key) {
@@ -102,14 +112,14 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
     bad(path, "has format '" + format + "', expected '" + kFormat + "' (or '" + kFormatEpochEnds +
                   "'): it was written by another Kiln; resume it with that one");
   }
-  c.epoch = static_cast<int64_t>(meta_u64(c.file, path, "epoch"));
+  c.epoch = meta_count(c.file, path, "epoch");
   if (format == kFormat) {
-    c.epoch_position = static_cast<int64_t>(meta_u64(c.file, path, "epoch_position"));
-    c.global_step = static_cast<int64_t>(meta_u64(c.file, path, "global_step"));
-    c.epoch_steps = static_cast<int64_t>(meta_u64(c.file, path, "epoch_steps"));
+    c.epoch_position = meta_count(c.file, path, "epoch_position");
+    c.global_step = meta_count(c.file, path, "global_step");
+    c.epoch_steps = meta_count(c.file, path, "epoch_steps");
     c.epoch_loss_sum = meta_double(c.file, path, "epoch_loss_sum");
-    c.epoch_seen = static_cast<int64_t>(meta_u64(c.file, path, "epoch_seen"));
-    c.workers = static_cast<int64_t>(meta_u64(c.file, path, "workers"));
+    c.epoch_seen = meta_count(c.file, path, "epoch_seen");
+    c.workers = meta_count(c.file, path, "workers");
     if (c.workers < 1) bad(path, "entry 'workers' is 0: the file is damaged");
   }
   c.model = meta_value(c.file, path, "model");
