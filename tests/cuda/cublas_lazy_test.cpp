@@ -2,8 +2,11 @@
 // Real CUDA builds only (under the simulator nothing is ever loaded).
 //   1. A process that works on the CPU alone, vendor kernels included, never maps libcublas:
 //      loading it would cost ~150 MB of resident memory (libcublasLt's relocated data).
-//   2. On a GPU (skipped without one), the first cuBLAS product loads it, and the product is
+//   2. Asking for the table loads it (no GPU needed: dlopen and dlsym only) and every entry
+//      point is resolved; a status name comes from the real library.
+//   3. On a GPU (skipped without one), the first cuBLAS product loads it, and the product is
 //      right.
+// Run as one process (the binary), 1 comes before 2; ctest runs each test in its own.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -36,6 +39,27 @@ TEST(CublasLazy, CpuWorkNeverLoadsCublas) {
   reset_kernel_impl();
   EXPECT_FALSE(cuda::cublas_loaded());
   EXPECT_FALSE(mapped("libcublas")) << "libcublas is mapped although no GPU work ran";
+}
+
+TEST(CublasLazy, TheTableLoadsTheLibrary) {
+  const cuda::CublasApi& api = cuda::cublas();
+  EXPECT_TRUE(cuda::cublas_loaded());
+  EXPECT_TRUE(mapped("libcublas"));
+  for (const void* fn : {reinterpret_cast<const void*>(api.create),
+                         reinterpret_cast<const void*>(api.destroy),
+                         reinterpret_cast<const void*>(api.set_stream),
+                         reinterpret_cast<const void*>(api.get_stream),
+                         reinterpret_cast<const void*>(api.set_math_mode),
+                         reinterpret_cast<const void*>(api.get_math_mode),
+                         reinterpret_cast<const void*>(api.sgemm),
+                         reinterpret_cast<const void*>(api.dgemm),
+                         reinterpret_cast<const void*>(api.gemm_ex),
+                         reinterpret_cast<const void*>(api.status_name),
+                         reinterpret_cast<const void*>(api.status_string)}) {
+    EXPECT_NE(fn, nullptr);
+  }
+  EXPECT_EQ(std::string(api.status_name(CUBLAS_STATUS_NOT_SUPPORTED)),
+            "CUBLAS_STATUS_NOT_SUPPORTED");
 }
 
 TEST(CublasLazy, FirstGpuProductLoadsIt) {
