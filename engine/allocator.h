@@ -4,6 +4,17 @@
 // training step page-faults it back in, one 4 KiB page at a time. A training step allocates
 // the same sizes every iteration, so a free list keyed by size turns that into a lookup.
 // This is the CPU twin of the CUDA caching allocator. Statistics feed `peak_memory_bytes`.
+//
+// Why the cache stays bounded over a long run (a training run's resident memory is flat from
+// the second epoch on; tests/engine/allocator_test.cpp, tests/soak/):
+//   - Blocks of 128 KiB and more are mmap'ed and munmap'ed by the pool itself, not taken from
+//     malloc. glibc's malloc raises its mmap threshold to the size of every mmap'ed chunk it
+//     frees (up to 32 MiB, mallopt(3) M_MMAP_THRESHOLD), so after release_cached() the next
+//     epoch's activations came from the heap instead, and freeing them left ~200 MB of
+//     fragmented heap that glibc never handed back: resident memory grew epoch after epoch.
+//   - A request may take a cached block up to 1.5x its size: the smaller last batch of an
+//     epoch (60,000 = 468 x 128 + 96) reuses the full batches' blocks instead of adding a
+//     second set of every activation to the cache.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +43,7 @@ MemoryStats stats();            // the whole pool
 MemoryStats stats(int device);  // the bytes of cpu:device (current_bytes, peak_bytes)
 void reset_peak();
 void reset_peak(int device);
-void release_cached();                   // hand every cached block back to the OS
+void release_cached();  // hand every cached block back to the OS (munmap or free)
 }  // namespace cpu_allocator
 
 }  // namespace kiln

@@ -44,8 +44,9 @@ run_tree() {
   cmake -S "$root" --preset "$preset" -B "$dir" >/dev/null
   # shellcheck disable=SC2086  # several targets, one word each
   cmake --build "$dir" -j "$jobs" --target $target
-  local filter=()
-  [[ -n "$label" ]] && filter=(-L "$label")
+  # Label soak (tests/soak: the long runs, minutes) is never part of a tree's run: tools/soak.sh.
+  local filter=(-LE soak)
+  [[ -n "$label" ]] && filter+=(-L "$label")
   [[ -n "${KILN_TEST_EXCLUDE:-}" ]] && filter+=(-E "$KILN_TEST_EXCLUDE")
   (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}" "${ctest_args[@]}")
 }

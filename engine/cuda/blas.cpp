@@ -34,7 +34,7 @@ struct ThreadHandles {
     for (size_t d = 0; d < by_device.size(); ++d) {
       if (!by_device[d]) continue;
       (void)cudaSetDevice(static_cast<int>(d));
-      (void)cublasDestroy(by_device[d]);
+      (void)cublas().destroy(by_device[d]);
     }
   }
 };
@@ -58,10 +58,11 @@ cublasHandle_t cublas_handle() {
   std::vector<cublasHandle_t>& handles = thread_handles.by_device;
   if (handles.size() <= device) handles.resize(static_cast<size_t>(device_count()), nullptr);
   cublasHandle_t& h = handles[device];
-  if (!h) KILN_CUBLAS_CHECK(cublasCreate(&h));
-  KILN_CUBLAS_CHECK(cublasSetStream(h, stream));
+  const CublasApi& api = cublas();
+  if (!h) KILN_CUBLAS_CHECK(api.create(&h));
+  KILN_CUBLAS_CHECK(api.set_stream(h, stream));
   KILN_CUBLAS_CHECK(
-      cublasSetMathMode(h, tf32_enabled() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+      api.set_math_mode(h, tf32_enabled() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return h;
 }
 
@@ -71,7 +72,7 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
   if (*sim::last_library_error()) detail = std::string(": ") + sim::last_library_error();
 #endif
   throw Error(std::string("cuBLAS error: ") + call + " failed with " +
-              cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")" + detail +
+              cublas().status_name(status) + " (" + cublas().status_string(status) + ")" + detail +
               " at " + file + ":" + std::to_string(line));
 }
 

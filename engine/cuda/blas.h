@@ -1,7 +1,9 @@
 // blas.h: cuBLAS handles and the TF32 switch. Under the CUDA simulator cuBLAS is the simulated
 // subset of engine/cuda/sim/cublas.h (docs/cuda_simulator.md).
 //
-//   cublasSgemm(cuda::cublas_handle(), ...);   // queued on cuda::current_stream()
+//   cuda::cublas().sgemm(cuda::cublas_handle(), ...);   // queued on cuda::current_stream()
+//
+// cuBLAS is called through the table of cublas_api.h, which loads the library on first use.
 //
 // A cuBLAS handle holds per-device state and is not safe to share between host threads, so
 // there is one per device and host thread, created on first use. cublas_handle() binds it to
@@ -14,11 +16,7 @@
 // same switch (tf32_enabled()).
 #pragma once
 
-#if KILN_CUDA_SIM
-#include "engine/cuda/sim/cublas.h"
-#else
-#include <cublas_v2.h>
-#endif
+#include "engine/cuda/cublas_api.h"
 
 #include "engine/cuda/runtime.h"
 

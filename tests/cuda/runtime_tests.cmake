@@ -11,3 +11,8 @@ kiln_test(caching_allocator_oom_test SOURCES caching_allocator_oom_test.cpp
 # Tracer spans on a CUDA device: GPU events on the current stream, resolved to host times.
 kiln_test(trace_cuda_test SOURCES trace_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# cuBLAS is opened on first use: a CPU-only run of a CUDA build never maps it (label unit: it
+# runs without a GPU), and the first GPU product does (skipped without a GPU).
+if(NOT KILN_CUDA_SIM)
+  kiln_test(cublas_lazy_test SOURCES cublas_lazy_test.cpp LABELS unit gpu LIBS kiln_engine)
+endif()

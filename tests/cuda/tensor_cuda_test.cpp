@@ -433,13 +433,13 @@ TEST(CudaLibraries, HandlesPerThreadOnTheCurrentStream) {
   cublasHandle_t blas = cuda::cublas_handle();
   EXPECT_EQ(cuda::cublas_handle(), blas);
   cudaStream_t stream = nullptr;
-  KILN_CUBLAS_CHECK(cublasGetStream(blas, &stream));
+  KILN_CUBLAS_CHECK(cuda::cublas().get_stream(blas, &stream));
   EXPECT_EQ(stream, cuda::current_stream());
   cublasMath_t mode;
-  KILN_CUBLAS_CHECK(cublasGetMathMode(blas, &mode));
+  KILN_CUBLAS_CHECK(cuda::cublas().get_math_mode(blas, &mode));
   EXPECT_EQ(mode, CUBLAS_DEFAULT_MATH);
   cuda::set_allow_tf32(true);
-  KILN_CUBLAS_CHECK(cublasGetMathMode(cuda::cublas_handle(), &mode));
+  KILN_CUBLAS_CHECK(cuda::cublas().get_math_mode(cuda::cublas_handle(), &mode));
   EXPECT_EQ(mode, CUBLAS_TF32_TENSOR_OP_MATH);
   cuda::set_allow_tf32(false);
 

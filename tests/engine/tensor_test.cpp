@@ -1,11 +1,16 @@
 // Tensor basics: factories, metadata, conversions, views, copies, devices, allocator stats.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
+#include <vector>
+
 #include "engine/allocator.h"
 #include "engine/error.h"
 #include "engine/sanitizer.h"
 #include "engine/build_config.h"
 #include "engine/tensor.h"
+#include "support/process_stats.h"
 
 using namespace kiln;
 
@@ -126,6 +131,62 @@ TEST(Allocator, FailureIsOutOfMemoryWithTheRequest) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("smaller batch size"), std::string::npos) << e.what();
   }
+}
+
+// A smaller request takes a cached block up to 1.5x its size (the smaller last batch of an
+// epoch reuses the full batches' blocks), and nothing larger.
+TEST(Allocator, SmallerRequestsReuseCachedBlocksWithinHalfAgain) {
+  cpu_allocator::release_cached();
+  void* block = nullptr;
+  {
+    Tensor full = Tensor::empty({1 << 20});  // 4 MiB
+    block = full.raw_data();
+  }
+  const MemoryStats cached = cpu_allocator::stats();
+  {
+    Tensor smaller = Tensor::empty({3 << 18});  // 3 MiB: 4/3 of it is within 1.5x
+    EXPECT_EQ(smaller.raw_data(), block);
+    EXPECT_EQ(cpu_allocator::stats().os_allocs, cached.os_allocs);
+    EXPECT_EQ(cpu_allocator::stats().current_bytes, cached.current_bytes + (4 << 20))
+        << "the block's whole size is in use";
+  }
+  EXPECT_EQ(cpu_allocator::stats().current_bytes, cached.current_bytes);
+  Tensor half = Tensor::empty({1 << 19});  // 2 MiB: the 4 MiB block is twice that
+  EXPECT_NE(half.raw_data(), block);
+  EXPECT_EQ(cpu_allocator::stats().os_allocs, cached.os_allocs + 1);
+}
+
+// release_cached() gives the memory back to the OS every time. It did not after the first
+// time when blocks came from malloc: glibc raised its mmap threshold to the size of the freed
+// chunks, the next blocks came from the heap, and freeing them left the heap resident.
+TEST(Allocator, ReleaseCachedReturnsMemoryToTheOs) {
+  // Small objects allocated between the blocks and kept (as a training step's autograd nodes
+  // are) stop a heap from shrinking back over the freed blocks.
+  std::vector<std::unique_ptr<char[]>> small;
+  auto touch_and_free = [&small] {
+    std::vector<Tensor> blocks;
+    for (int i = 0; i < 8; ++i) {
+      blocks.push_back(Tensor::empty({1 << 20}));  // 8 x 4 MiB
+      std::memset(blocks.back().raw_data(), 1, size_t{4} << 20);
+      small.push_back(std::make_unique<char[]>(256));
+    }
+    blocks.clear();
+    cpu_allocator::release_cached();
+  };
+  touch_and_free();
+  const int64_t baseline = kiln::testing::resident_bytes();
+  ASSERT_GT(baseline, 0) << "/proc/self/statm is not readable";
+  for (int round = 0; round < 3; ++round) {
+    touch_and_free();
+    EXPECT_LT(kiln::testing::resident_bytes(), baseline + (8 << 20))
+        << "round " << round << ": 32 MiB freed and released are still resident";
+  }
+  EXPECT_EQ(cpu_allocator::stats().reserved_bytes, cpu_allocator::stats().current_bytes);
+}
+
+TEST(Allocator, FreeingAForeignPointerIsAnError) {
+  int not_ours = 0;
+  EXPECT_THROW(cpu_allocator::deallocate(&not_ours, sizeof not_ours), Error);
 }
 
 // cpu:N share one pool but count their bytes apart: a pipeline stage reports its own peak.

@@ -651,9 +651,9 @@ void gemm_vendor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
     // FP32 unless TF32 is switched on (engine/cuda/blas.h: cublas_handle() applies the math
     // mode): TF32 rounds the inputs to 10 mantissa bits for the tensor cores, ~1e-3 relative
     // error, several times faster.
-    cublas_gemm(cublasSgemm, ta, tb, s, a, b, c, beta);
+    cublas_gemm(cublas().sgemm, ta, tb, s, a, b, c, beta);
   } else {
-    cublas_gemm(cublasDgemm, ta, tb, s, a, b, c, beta);
+    cublas_gemm(cublas().dgemm, ta, tb, s, a, b, c, beta);
   }
 }
 
