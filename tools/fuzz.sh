@@ -44,6 +44,11 @@ for t in "${targets[@]}"; do exes+=("fuzz_$t"); done
 cmake --build "$build" -j "${KILN_FUZZ_JOBS:-$(nproc)}" --target "${exes[@]}" >/dev/null \
   || { echo "fuzz.sh: building the fuzz tree in $build failed (rerun: cmake --build $build --target ${exes[*]})" >&2; exit 1; }
 
+# KILN_FUZZ_SEED: libFuzzer's -seed (0, the default: a new one each run). tools/test.sh fixes it
+# so a CI run mutates the same inputs every time: its verdict is reproducible, and new findings
+# come from the long runs.
+seed=${KILN_FUZZ_SEED:-0}
+[[ "$seed" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: KILN_FUZZ_SEED must be a whole number, got '$seed'" >&2; exit 2; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 found=0
@@ -57,7 +62,7 @@ for t in "${targets[@]}"; do
   # -timeout: one input running over 10 s is a finding (a hang); -rss_limit_mb: so is a process
   # over 2 GB (-malloc_limit_mb follows it: one allocation over 2 GB). Leaks are findings too.
   status=0
-  "$build/tests/fuzz/fuzz_$t" "$corpus" -max_total_time="$seconds" -print_final_stats=1 \
+  "$build/tests/fuzz/fuzz_$t" "$corpus" -max_total_time="$seconds" -print_final_stats=1 -seed="$seed" \
     -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
   elapsed=$(( $(date +%s) - before ))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

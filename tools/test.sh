@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/test.sh: one command from a fresh machine to the full test suite: installs
-# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests four trees:
+# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests four trees
+# and fuzzes for a few minutes:
 #
 #   build/       the default build (Release). Where nvcc is installed it includes the real CUDA
 #                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
@@ -23,13 +24,17 @@
 #                simulated kernel, whose GPU threads are TSan fibers: a shared- or global-memory
 #                race between two threads of a block (or two blocks) is a TSan report:
 #                ctest -L 'loader|comm|sim|pipeline|threads'.
-# Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan).
+#   build-fuzz/  clang + libFuzzer (preset fuzz): every fuzz target of tests/fuzz for 30 s
+#                (tools/fuzz.sh), with a fixed seed.
+# Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan, fuzz).
 #
-# KILN_TEST_TREES=default,sim,asan,tsan picks trees (default: all four). Arguments go to every
-# ctest call of the four trees (e.g. -R Conv); the out-of-tree example runs all of its tests.
+# KILN_TEST_TREES=default,sim,asan,tsan,fuzz picks trees (default: all five). Arguments go to
+# every ctest call of the four test trees (e.g. -R Conv); the out-of-tree example runs all of its
+# tests. KILN_FUZZ_SECONDS changes the fuzzing time per target, KILN_ASAN_ALL=1 adds the long
+# training runs to the ASan tree.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-trees=${KILN_TEST_TREES:-default,sim,asan,tsan}
+trees=${KILN_TEST_TREES:-default,sim,asan,tsan,fuzz}
 jobs=$(nproc)
 ctest_args=("$@")
 "$root/tools/setup.sh"
@@ -99,4 +104,10 @@ has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 
 # on cuda:0: one host thread, the same kernels as the rows that do run here.
 has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrainTest\.|^mnist_train_rank_death_nccl$|^resnet_cuda_test_vendor$|^Table/Autocast\.' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps; simulator)" \
   "$root/build-tsan" 'loader|comm|sim|pipeline|threads' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline kiln_tests_threads" tsan
+# Fuzzing: every libFuzzer target of tests/fuzz for 30 s (clang and libFuzzer from
+# tools/setup.sh fuzz; the fuzz preset's tree, build-fuzz/), from the committed corpora, with a
+# fixed seed so that CI's verdict is reproducible. The corpora themselves are replayed as
+# ordinary tests in every tree above (label fuzz).
+has fuzz && { echo "== test.sh: fuzzing (tools/fuzz.sh all ${KILN_FUZZ_SECONDS:-30})";
+              KILN_FUZZ_SEED=${KILN_FUZZ_SEED:-1} "$root/tools/fuzz.sh" all "${KILN_FUZZ_SECONDS:-30}"; }
 echo "== test.sh: all selected trees passed ($trees)"
