@@ -74,6 +74,15 @@ Pool& pool() {
   return *p;
 }
 
+// Under AddressSanitizer a block handed out is addressable for the `bytes` asked for and no
+// further: the rest of a rounded or larger cached block stays poisoned, so a write past a
+// tensor's end is reported even inside Kiln's pool, as is any use of a cached (freed) block.
+void expose(void* ptr, size_t bytes, size_t block_size) {
+  KILN_ASAN_UNPOISON(ptr, bytes);
+  KILN_ASAN_POISON(static_cast<char*>(ptr) + bytes, block_size - bytes);
+  (void)ptr, (void)bytes, (void)block_size;
+}
+
 // The smallest cached block of at least `size` bytes and at most 1.5 times that, taken out of
 // the cache; null when there is none. Caller holds p.mu.
 void* take_cached(Pool& p, size_t size, size_t& block_size) {
@@ -96,6 +105,7 @@ void* allocate(size_t bytes, int device) {
     if (void* ptr = take_cached(p, size, block_size)) {
       p.in_use.emplace(ptr, block_size);
       count_in(p, device, block_size);
+      expose(ptr, bytes, block_size);
       return ptr;
     }
   }
@@ -115,6 +125,7 @@ void* allocate(size_t bytes, int device) {
   p.stats.reserved_bytes += static_cast<int64_t>(size);
   p.in_use.emplace(ptr, size);
   count_in(p, device, size);
+  expose(ptr, bytes, size);
   return ptr;
 }
 
@@ -129,6 +140,7 @@ void deallocate(void* ptr, size_t bytes, int device) {
   p.in_use.erase(it);
   p.stats.current_bytes -= static_cast<int64_t>(size);
   p.per_device[device].current_bytes -= static_cast<int64_t>(size);
+  KILN_ASAN_POISON(ptr, size);  // a cached block: any use of it now is a use after free
   p.free_blocks.emplace(size, ptr);
 }
 
@@ -162,6 +174,7 @@ void release_cached() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   for (auto& [size, ptr] : p.free_blocks) {
+    KILN_ASAN_UNPOISON(ptr, size);
     os_free(ptr, size);
     p.stats.reserved_bytes -= static_cast<int64_t>(size);
   }

@@ -33,11 +33,17 @@
 #endif
 #endif
 
-// For `if` in ordinary code (a test that scales its work down under ThreadSanitizer).
+// For `if` in ordinary code (a test that scales its work down, or leaves out a figure that
+// means nothing under a sanitizer).
 #if KILN_TSAN
 #define KILN_TSAN_ENABLED true
 #else
 #define KILN_TSAN_ENABLED false
+#endif
+#if KILN_ASAN
+#define KILN_ASAN_ENABLED true
+#else
+#define KILN_ASAN_ENABLED false
 #endif
 
 #if KILN_ASAN
