@@ -19,19 +19,14 @@
 #include "comm/local_transport.h"
 #include "comm/parameter_server.h"
 #include "engine/optim/sgd.h"
+#include "support/comm_buffers.h"
 
 using namespace kiln;
 using namespace kiln::comm;
 
 namespace {
 
-Buffer f32_buffer(std::vector<float>& v) {
-  Buffer b;
-  b.data = v.data();
-  b.count = static_cast<int64_t>(v.size());
-  b.type = ElemType::F32;
-  return b;
-}
+using kiln::testing::f32_buffer;
 
 std::vector<float> random_floats(int64_t n, uint32_t seed) {
   std::mt19937 gen(seed);

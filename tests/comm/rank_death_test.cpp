@@ -33,6 +33,7 @@
 #include "comm/peer_liveness.h"
 #include "engine/ops.h"
 #include "engine/optim/sgd.h"
+#include "support/comm_buffers.h"
 
 using namespace kiln;
 using namespace kiln::comm;
@@ -118,13 +119,7 @@ void expect_survivors_name(const std::vector<Outcome>& out, int dead, const std:
   }
 }
 
-Buffer f32_buffer(std::vector<float>& v) {
-  Buffer b;
-  b.data = v.data();
-  b.count = static_cast<int64_t>(v.size());
-  b.type = ElemType::F32;
-  return b;
-}
+using kiln::testing::f32_buffer;
 
 // Allreduces in a loop on the calling thread, over `members` ranks of the communicator.
 void allreduce_loop(std::shared_ptr<Transport> t, Algorithm alg, int members,
