@@ -59,7 +59,7 @@ while read -r _ target rest; do
   # fuzz: TARGET seconds=S execs=N exec/s=R corpus=INPUTS/BYTES crashes=C
   declare -A f=()
   for kv in $rest; do f[${kv%%=*}]=${kv#*=}; done
-  row "fuzz $target" "${f[seconds]} s, ${f[execs]} executions (${f[exec/s]}/s), corpus ${f[corpus]} inputs/bytes, crashes ${f[crashes]}"
+  row "fuzz $target" "${f[seconds]} s, ${f[execs]} executions (${f[exec/s]}/s), final corpus ${f[corpus]} (inputs/bytes), crashes ${f[crashes]}"
   unset f
 done < <(grep '^fuzz: ' "$logs/fuzz.log")
 grep -q '^fuzz: ' "$logs/fuzz.log" || row "fuzz" "did not run: see $logs/fuzz.log"
@@ -91,9 +91,15 @@ row "kill-and-resume" "${verdict#kill-and-resume: }"
 echo "== rank death: local, mpi, nccl" >&2
 KILN_BUILD_DIR=$sim_build RANK_DEATH_OUT=$logs/rank_death \
   "$root/tools/rank_death.sh" --transports local,mpi,nccl --check >"$logs/rank_death.log" 2>&1 || failed=1
-# Table rows: transport, dead rank, survivors' times (rank:seconds ...), named, exit code.
-while read -r transport rest; do
-  case $transport in local|mpi|nccl) row "rank death $transport" "$rest" ;; esac
+# Table rows: transport, dead rank, survivors' times (rank:seconds ...), named, exit code; or
+# transport and "skipped: why".
+while read -r transport dead_rank rest; do
+  case $transport in local|mpi|nccl) ;; *) continue ;; esac
+  if [[ $dead_rank == skipped:* ]]; then row "rank death $transport" "$dead_rank $rest"; continue; fi
+  read -r -a fields <<<"$rest"
+  n=${#fields[@]}
+  named=${fields[n-2]} code=${fields[n-1]} times=${fields[*]:0:n-2}
+  row "rank death $transport" "rank $dead_rank died; survivors stopped after (rank:s) $times; named it: $named; exit $code"
 done < <(sed -n '/^transport /,/^(survivors/p' "$logs/rank_death.log")
 
 echo "== soak: $soak_epochs epochs" >&2
