@@ -148,7 +148,8 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
   KILN_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
              values.size(), " values do not fill shape ", shape_str(shape));
   Tensor host = empty(shape, dtype_of<T>::value, Device());
-  std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  // An empty vector's data() may be null, and memcpy from null is undefined even for 0 bytes.
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
   return device.is_cpu() && device.index == 0 ? host : host.to(device);
 }
 
