@@ -66,6 +66,10 @@ kiln_mpi_test(mpi_algorithms_test NP 2 3 4 SOURCES mpi_algorithms_test.cpp LIBS 
               TIMEOUT 300)
 # Binary blocks on the other non-powers of two up to 7 (5 = 4 + 1, 6 = 4 + 2, 7 = 4 + 2 + 1):
 # its tests only, oversubscribed like the others.
+set(bb_environment OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR})
+kiln_sanitizer_environment(mpi bb_sanitizer_env)  # tests/CMakeLists.txt
+list(APPEND bb_environment ${bb_sanitizer_env})
 foreach(np 5 6 7)
   add_test(NAME mpi_algorithms_test_bb_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
@@ -75,7 +79,7 @@ foreach(np 5 6 7)
     LABELS mpi
     TIMEOUT 300
     PROCESSORS ${np}
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+    ENVIRONMENT "${bb_environment}")
 endforeach()
 
 # A rank that leaves the job while rank 0 waits for it, killed (SIGKILL) or by abort(): the
