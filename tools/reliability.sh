@@ -21,7 +21,8 @@
 #
 # Environment: KILN_BUILD_DIR (a CPU or default tree for kill-and-resume and soak; default
 # build-cpu), KILN_SIM_BUILD_DIR (the rank-death runs, which need the simulator for nccl;
-# default build-sim, else KILN_BUILD_DIR). Each check's full output goes to
+# default build-sim, else KILN_BUILD_DIR), KILN_SANITIZER_ROOT (the tree whose build-asan and
+# build-tsan are read; default this one). Each check's full output goes to
 # out/reliability/<check>.log. Exit 0 when every check passed, 1 otherwise, 2 on bad usage.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --long) long=1; shift ;;
     --sanitizers) sanitizers=1; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "tools/reliability.sh: unknown argument '$1' (use --long, --sanitizers)" >&2; exit 2 ;;
   esac
 done
@@ -70,8 +71,9 @@ if (( sanitizers )); then
 fi
 # The last ctest run of a tree: LastTest.log holds one "Test Passed." / "Test Failed." per test
 # and the time it ended.
+sanitizer_root=${KILN_SANITIZER_ROOT:-$root}
 for tree in asan tsan; do
-  log=$root/build-$tree/Testing/Temporary/LastTest.log
+  log=$sanitizer_root/build-$tree/Testing/Temporary/LastTest.log
   name="sanitizer $tree"; [[ $tree == asan ]] && name="sanitizer asan+ubsan"
   if [[ -f "$log" ]]; then
     passed=$(grep -c '^Test Passed\.' "$log") failed_n=$(grep -c '^Test Failed\.' "$log")
