@@ -195,7 +195,7 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--checkpoint-every", o.checkpoint_every, "also save --checkpoint every N "
                  "optimizer steps inside an epoch, with the epoch's position, so a killed run "
                  "resumes at the batch it had reached (0: at epoch ends only)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(apps::at_least(int64_t{0}))->capture_default_str();
   app.add_option("--resume", o.resume, "continue a run from this checkpoint, at the epoch and "
                  "batch it was written at (same flags, threads and ranks give the same result, "
                  "bit for bit, as an uninterrupted run; another --dist rank count continues "
