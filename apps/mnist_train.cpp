@@ -491,6 +491,21 @@ int train_rank_saying_why(Options o, const CLI::App& app, Device device,
   }
 }
 
+// Runs `ranks` ranks as threads through `launch` (comm::run_local or comm::run_nccl_local, which
+// fail the other ranks when one throws and rethrow its error); returns the highest rank's code.
+template <typename Launch>
+int train_thread_ranks(Launch launch, int ranks, const Options& o, const CLI::App& app,
+                       Device device, const apps::TrainCheckpoint& resumed) {
+  std::atomic<int> rc{0};
+  launch(ranks, [&](std::shared_ptr<comm::Transport> t) {
+    const int r = train_rank_saying_why(o, app, device, resumed, t);
+    int prev = rc.load();
+    while (r > prev && !rc.compare_exchange_weak(prev, r)) {
+    }
+  });
+  return rc.load();
+}
+
 // With one rank per process (mpi, nccl), each process writes its own trace: rank 0 to PATH,
 // rank r to PATH with ".rank<r>" before the extension (run.json, run.rank1.json, ...).
 std::string rank_trace_path(const std::string& path, int rank) {
@@ -571,27 +586,13 @@ int run(Options& o, const CLI::App& app) {
   if (d.kind == "local") {
     // Every rank a thread with its own model, generator and thread budget; when one fails,
     // run_local fails the others and rethrows its error.
-    std::atomic<int> rc{0};
-    comm::run_local(d.ranks, [&](std::shared_ptr<comm::Transport> t) {
-      const int r = train_rank_saying_why(o, app, device, resumed, t);
-      int prev = rc.load();
-      while (r > prev && !rc.compare_exchange_weak(prev, r)) {
-      }
-    });
-    return rc.load();
+    return train_thread_ranks(comm::run_local, d.ranks, o, app, device, resumed);
   }
   if (d.kind == "nccl" && d.threads) {
 #if KILN_WITH_NCCL
     // The same with NCCL between the threads, rank r on cuda:r; a rank that fails aborts the
     // NCCL communicator, so the others stop waiting for it.
-    std::atomic<int> rc{0};
-    comm::run_nccl_local(d.ranks, [&](std::shared_ptr<comm::Transport> t) {
-      const int r = train_rank_saying_why(o, app, device, resumed, t);
-      int prev = rc.load();
-      while (r > prev && !rc.compare_exchange_weak(prev, r)) {
-      }
-    });
-    return rc.load();
+    return train_thread_ranks(comm::run_nccl_local, d.ranks, o, app, device, resumed);
 #else
     throw Error("--dist " + o.dist + ": this build has no NCCL (it needs a CUDA build with NCCL, "
                 "or the CUDA simulator: -DKILN_CUDA_SIM=ON); use local:N", ErrorKind::Usage);
