@@ -80,7 +80,6 @@ Pool& pool() {
 void expose(void* ptr, size_t bytes, size_t block_size) {
   KILN_ASAN_UNPOISON(ptr, bytes);
   KILN_ASAN_POISON(static_cast<char*>(ptr) + bytes, block_size - bytes);
-  (void)ptr, (void)bytes, (void)block_size;
 }
 
 // The smallest cached block of at least `size` bytes and at most 1.5 times that, taken out of
