@@ -11,6 +11,8 @@
 #include "stb_image.h"
 #include "stb_image_resize.h"
 
+#include "data/jpeg_check.h"
+#include "data/png_check.h"
 #include "engine/error.h"
 
 namespace kiln {
@@ -34,50 +36,6 @@ bool is_jpeg(const unsigned char* b, size_t n) {
   return n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
 }
 
-// stb_image 2.27 (Debian 12's libstb) trusts the code counts of a JPEG Huffman table: counts
-// that add up to more than 256 make stbi__build_huffman write past its 257-entry size table,
-// and the values that follow are then read past the 256-entry value table, over the rest of the
-// decoder's state (found by tests/fuzz/image_decode under UBSan; stb_image 2.28 refuses such a
-// table: "bad DHT header"). So every DHT segment is checked here, read as stb reads it:
-// markers are 0xFF then a code (0xFF fill bytes skipped), a segment's 16-bit length counts
-// itself, the tables of a DHT are read while its remaining length is above 0 (even past the
-// segment's end: stb then fails the file), bytes past the end of the file read as 0, and the
-// entropy-coded data after a scan header is walked byte by byte up to the next marker. It may
-// look at more of the file than stb would (it does not stop where stb gives up), never at less.
-void check_jpeg_huffman_tables(const unsigned char* b, size_t n, const std::string& name) {
-  auto byte_at = [&](size_t i) -> unsigned { return i < n ? b[i] : 0u; };
-  size_t pos = 2;  // after the start-of-image marker FF D8
-  while (pos + 1 < n) {
-    if (b[pos] != 0xFF || b[pos + 1] == 0xFF) {  // not a marker here, or a fill byte
-      ++pos;
-      continue;
-    }
-    const unsigned marker = b[pos + 1];
-    // In entropy-coded data: a stuffed 0xFF (FF 00) and restart markers FF D0..D7, no length.
-    if (marker == 0x00 || (marker >= 0xD0 && marker <= 0xD7)) {
-      pos += 2;
-      continue;
-    }
-    if (marker == 0xD9) return;  // end of image
-    const size_t length = (byte_at(pos + 2) << 8) | byte_at(pos + 3);  // includes itself
-    if (marker == 0xC4) {  // DHT: tables of (class/id byte, 16 code counts, the codes' values)
-      long remaining = static_cast<long>(length) - 2;
-      size_t table = pos + 4;
-      while (remaining > 0) {
-        unsigned codes = 0;
-        for (size_t i = 0; i < 16; ++i) codes += byte_at(table + 1 + i);
-        if (codes > 256) {
-          input_error(detail::str("ImageFolder: ", name, " is a corrupt JPEG: a Huffman table "
-                                  "declares ", codes, " codes, more than the 256 JPEG allows"));
-        }
-        table += 17 + codes;
-        remaining -= static_cast<long>(17 + codes);
-      }
-    }
-    pos += 2 + length;  // a scan header (SOS) too: its entropy-coded data follows, walked above
-  }
-}
-
 }  // namespace
 
 ImageHeader read_image_header(const unsigned char* bytes, size_t size, const std::string& name,
@@ -92,7 +50,8 @@ ImageHeader read_image_header(const unsigned char* bytes, size_t size, const std
     input_error(detail::str("ImageFolder: ", name, " is ", size, " bytes, larger than the ",
                             INT_MAX, " bytes an image file may have"));
   }
-  if (is_jpeg(bytes, size)) check_jpeg_huffman_tables(bytes, size, name);
+  if (is_jpeg(bytes, size)) detail::check_jpeg_tables(bytes, size, name);
+  if (is_png(bytes, size)) detail::check_png_chunks(bytes, size, name);
   ImageHeader h;
   if (!stbi_info_from_memory(bytes, static_cast<int>(size), &h.width, &h.height, &h.channels)) {
     input_error(detail::str("ImageFolder: cannot decode ", name, ": ", stb_reason()));

@@ -7,8 +7,11 @@
 //   1. refuses content that is neither PNG (signature 89 'P' 'N' 'G' 0D 0A 1A 0A) nor JPEG
 //      (starts FF D8 FF): stb also reads BMP, GIF, PSD, PIC, PNM, HDR and TGA, and ImageFolder
 //      promises only the two, so the other decoders are never reached;
-//   2. refuses a JPEG with a Huffman table of more than 256 codes, which stb_image 2.27
-//      (Debian 12's) would let write past its tables (image_decode.cpp says how it was found);
+//   2. refuses what stb_image 2.27 (Debian 12's) would mishandle: in a JPEG, a Huffman table
+//      of more than 256 codes, a scan using a table no segment defined, a table of 256 short
+//      codes (data/jpeg_check.h says why each one matters); in a PNG, a chunk declaring more
+//      data than the file holds, for which stb would first allocate the declared size, up to
+//      2 GiB (data/png_check.h);
 //   3. reads the header (stbi_info_from_memory) and refuses an image of more than max_pixels
 //      pixels (width x height) before any pixel is decoded.
 // Every refusal is a kiln::Error of kind Input naming the file.
@@ -28,7 +31,7 @@ struct ImageHeader {
   int channels = 0;  // in the file: 1 grey, 2 grey + alpha, 3 RGB, 4 RGBA
 };
 
-// Checks the format, the JPEG tables and the budget (steps 1 to 3 above) and returns the
+// Checks the format, the JPEG tables or PNG chunks, and the budget (steps 1 to 3 above) and returns the
 // header. `name` (the file's path) is for messages.
 ImageHeader read_image_header(const unsigned char* bytes, size_t size, const std::string& name,
                               int64_t max_pixels = kImageMaxPixels);
