@@ -1,0 +1,33 @@
+// flags.h: mnist_train's flags (CLI11), and the checks made on them before any work starts.
+//
+// add_flags declares every flag with its help text and its range or choices (the words of
+// apps/common/flag_checks.h: `--epochs must be at least 1 (got 0)`); the data-parallel flags'
+// combinations are checked in dist_flags.h, the schedule's in schedule.h. The checks here are
+// the ones a range cannot express, each a Usage error (exit 2) that says what to change.
+#pragma once
+
+#include <string>
+
+#include "apps/mnist/options.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kiln::apps::mnist {
+
+// Every flag of mnist_train, bound to the fields of `o`.
+void add_flags(CLI::App& app, Options& o);
+
+// Fails now, not after an hour of training, when `path` (given to `flag`) cannot be created
+// because its directory does not exist. An empty path is not used: nothing to check.
+void check_output_path(const std::string& path, const char* flag);
+
+// A batch the loaders could never hold in this machine's memory is refused before anything is
+// allocated.
+void check_batch_sizes_fit(const Options& o);
+
+// --checkpoint-every needs --checkpoint, and cannot go with --ps-async.
+void check_checkpoint_flags(const Options& o);
+
+}  // namespace kiln::apps::mnist
