@@ -72,6 +72,7 @@ void decode_image_chw(const unsigned char* bytes, size_t size, const std::string
              "decode_image_chw: channels ", channels, " must be 1 or 3, and height ", height,
              " and width ", width, " >= 1");
   const ImageHeader header = read_image_header(bytes, size, name, max_pixels);
+  if (is_png(bytes, size)) detail::check_png_inflated_size(bytes, size, name);
   // Decode to HWC uint8 with exactly `channels` channels (stb converts grey <-> RGB).
   int w = 0, h = 0, file_channels = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(

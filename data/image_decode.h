@@ -11,7 +11,8 @@
 //      of more than 256 codes, a scan using a table no segment defined, a table of 256 short
 //      codes (data/jpeg_check.h says why each one matters); in a PNG, a chunk declaring more
 //      data than the file holds, for which stb would first allocate the declared size, up to
-//      2 GiB (data/png_check.h);
+//      2 GiB, and, just before decoding, data inflating to more than the header's image
+//      needs (data/png_check.h);
 //   3. reads the header (stbi_info_from_memory) and refuses an image of more than max_pixels
 //      pixels (width x height) before any pixel is decoded.
 // Every refusal is a kiln::Error of kind Input naming the file.

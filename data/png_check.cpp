@@ -1,14 +1,22 @@
-// png_check.cpp: walks a PNG's chunks and refuses one whose declared length runs past the end of
-// the file (png_check.h says why).
+// png_check.cpp: the PNG checks before stb_image decodes (png_check.h says why).
 #include "data/png_check.h"
 
+#include <climits>
 #include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "stb_image.h"
 
 #include "engine/error.h"
 
 namespace kiln::detail {
 
 namespace {
+
+uint32_t be32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
 
 // A chunk type for a message: its four letters, or its bytes in hex when they are not letters
 // (a damaged header).
@@ -27,24 +35,110 @@ std::string chunk_type(const unsigned char* t) {
   return s;
 }
 
+// Calls visit(type, data, length) for each chunk up to IEND, as stb reads them: a chunk is a
+// 4-byte big-endian data length, a 4-byte type, the data and a 4-byte CRC. Stops at a chunk
+// running past the end of the file (check_png_chunks refuses those).
+template <typename Visit>
+void for_each_chunk(const unsigned char* b, size_t n, Visit visit) {
+  size_t pos = 8;  // after the signature
+  while (pos + 8 <= n) {
+    const uint32_t length = be32(b + pos);
+    if (length > n - (pos + 8)) return;
+    const unsigned char* type = b + pos + 4;
+    if (std::memcmp(type, "IEND", 4) == 0) return;
+    visit(type, b + pos + 8, length);
+    pos += 12 + size_t{length};
+  }
+}
+
 }  // namespace
 
 void check_png_chunks(const unsigned char* b, size_t n, const std::string& name) {
-  // A chunk: 4-byte big-endian data length, 4-byte type, the data, 4-byte CRC.
-  size_t pos = 8;  // after the signature
+  size_t pos = 8;
   while (pos + 8 <= n) {
-    const uint32_t length = (uint32_t{b[pos]} << 24) | (uint32_t{b[pos + 1]} << 16) |
-                            (uint32_t{b[pos + 2]} << 8) | uint32_t{b[pos + 3]};
-    const std::string type = chunk_type(b + pos + 4);
+    const uint32_t length = be32(b + pos);
     const size_t left = n - (pos + 8);
     if (length > left) {
-      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", type, " chunk at byte ",
-                      pos, " declares ", length, " bytes of data, but only ", left,
-                      " bytes follow in the file (truncated or damaged)"),
+      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", chunk_type(b + pos + 4),
+                      " chunk at byte ", pos, " declares ", length, " bytes of data, but only ",
+                      left, " bytes follow in the file (truncated or damaged)"),
                   ErrorKind::Input);
     }
-    if (type == "IEND") return;
+    if (std::memcmp(b + pos + 4, "IEND", 4) == 0) return;
     pos += 12 + size_t{length};
+  }
+}
+
+int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int color_type,
+                          bool interlaced) {
+  int samples = 0;  // per pixel, by colour type
+  switch (color_type) {
+    case 0: samples = 1; break;  // grey
+    case 2: samples = 3; break;  // RGB
+    case 3: samples = 1; break;  // palette index
+    case 4: samples = 2; break;  // grey + alpha
+    case 6: samples = 4; break;  // RGBA
+    default: return 0;
+  }
+  if (bit_depth != 1 && bit_depth != 2 && bit_depth != 4 && bit_depth != 8 && bit_depth != 16) {
+    return 0;
+  }
+  const int64_t bits_per_pixel = int64_t{samples} * bit_depth;
+  const auto rows_bytes = [&](int64_t w, int64_t h) -> int64_t {
+    if (w == 0 || h == 0) return 0;                 // an empty Adam7 pass has no rows at all
+    return h * (1 + (w * bits_per_pixel + 7) / 8);  // a filter byte, then the packed samples
+  };
+  if (!interlaced) return rows_bytes(width, height);
+  // Adam7: seven passes over the pixels at these origins and spacings (PNG 8.2).
+  static const int origin_x[7] = {0, 4, 0, 2, 0, 1, 0}, origin_y[7] = {0, 0, 4, 0, 2, 0, 1};
+  static const int step_x[7] = {8, 8, 4, 4, 2, 2, 1}, step_y[7] = {8, 8, 8, 4, 4, 2, 2};
+  int64_t total = 0;
+  for (int p = 0; p < 7; ++p) {
+    const int64_t w = (int64_t{width} - origin_x[p] + step_x[p] - 1) / step_x[p];
+    const int64_t h = (int64_t{height} - origin_y[p] + step_y[p] - 1) / step_y[p];
+    total += rows_bytes(w > 0 ? w : 0, h > 0 ? h : 0);
+  }
+  return total;
+}
+
+void check_png_inflated_size(const unsigned char* b, size_t n, const std::string& name) {
+  // The header (IHDR: width, height, bit depth, colour type, compression, filter, interlace),
+  // every IDAT's data in order, and Apple's CgBI chunk, after which stb reads the data as raw
+  // deflate without the zlib header.
+  bool have_header = false, raw_deflate = false;
+  uint32_t width = 0, height = 0;
+  int depth = 0, color = 0;
+  bool interlaced = false;
+  std::vector<char> compressed;
+  for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
+    if (std::memcmp(type, "IHDR", 4) == 0 && length == 13 && !have_header) {
+      have_header = true;
+      width = be32(data);
+      height = be32(data + 4);
+      depth = data[8];
+      color = data[9];
+      interlaced = data[12] != 0;
+    } else if (std::memcmp(type, "IDAT", 4) == 0) {
+      compressed.insert(compressed.end(), data, data + length);
+    } else if (std::memcmp(type, "CgBI", 4) == 0) {
+      raw_deflate = true;
+    }
+  });
+  const int64_t needed = have_header ? png_inflated_size(width, height, depth, color, interlaced) : 0;
+  // Nothing to hold against: stb refuses such a header itself (or the pixel budget did).
+  if (needed <= 0 || needed > INT_MAX || compressed.size() > static_cast<size_t>(INT_MAX)) return;
+  std::vector<char> inflated(static_cast<size_t>(needed));
+  const int in = static_cast<int>(compressed.size()), out = static_cast<int>(needed);
+  const int got = raw_deflate
+                      ? stbi_zlib_decode_noheader_buffer(inflated.data(), out, compressed.data(), in)
+                      : stbi_zlib_decode_buffer(inflated.data(), out, compressed.data(), in);
+  const char* reason = stbi_failure_reason();
+  if (got < 0 && reason != nullptr && std::strcmp(reason, "output buffer limit") == 0) {
+    throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its compressed image data "
+                    "inflates to more than the ", needed, " bytes its ", width, "x", height,
+                    " header needs (refused before decoding: stb_image would keep growing its "
+                    "buffer for it)"),
+                ErrorKind::Input);
   }
 }
 

@@ -1,9 +1,13 @@
-// png_check_test.cpp: the PNG chunk check made before stb_image decodes a file
-// (data/png_check.h), through decode_image_chw: a chunk declaring more data than the file holds
-// is refused with the chunk, its offset and both sizes named, while the same file intact, or
-// cut after its IEND chunk's header, or with bytes after IEND, decodes.
+// png_check_test.cpp: the PNG checks made before stb_image decodes a file (data/png_check.h),
+// through decode_image_chw: a chunk declaring more data than the file holds is refused with the
+// chunk, its offset and both sizes named, and so is image data inflating past what the header
+// needs; the same files intact decode, bytes after IEND are not looked at, and the inflated
+// size is exact for interlaced (Adam7) images too, shown on PNGs written here that stb decodes
+// to the pixels put in.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "stb_image_write.h"
 
 #include "data/image_decode.h"
+#include "data/png_check.h"
 #include "engine/error.h"
 
 namespace kiln {
@@ -71,6 +76,134 @@ TEST(PngCheck, BytesAfterTheEndChunkAreNotLookedAt) {
   const Bytes trailer = {0x00, 0x00, 0xFF, 0xFF, 'J', 'U', 'N', 'K'};  // a "chunk" of 65535 bytes
   png.insert(png.end(), trailer.begin(), trailer.end());
   EXPECT_EQ(decode_error(png), "(no error)");
+}
+
+// ---- PNGs written here: any colour type, interlaced or not, any image data ------------------
+
+uint32_t crc32(const unsigned char* p, size_t n) {  // PNG's CRC (ISO 3309), bit by bit
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+void put32(Bytes& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(v >> s));
+}
+
+void put_chunk(Bytes& png, const char* type, const Bytes& data) {
+  put32(png, static_cast<uint32_t>(data.size()));
+  const size_t start = png.size();
+  png.insert(png.end(), type, type + 4);
+  png.insert(png.end(), data.begin(), data.end());
+  put32(png, crc32(png.data() + start, png.size() - start));
+}
+
+// `raw` as a zlib stream of stored (uncompressed) deflate blocks (RFC 1950, RFC 1951 3.2.4).
+Bytes zlib_stored(const Bytes& raw) {
+  Bytes z = {0x78, 0x01};
+  size_t pos = 0;
+  do {
+    const size_t len = std::min<size_t>(raw.size() - pos, 65535);
+    const bool last = pos + len == raw.size();
+    z.push_back(last ? 1 : 0);
+    z.push_back(static_cast<unsigned char>(len & 0xFF));
+    z.push_back(static_cast<unsigned char>(len >> 8));
+    z.push_back(static_cast<unsigned char>(~len & 0xFF));
+    z.push_back(static_cast<unsigned char>((~len >> 8) & 0xFF));
+    z.insert(z.end(), raw.begin() + static_cast<long>(pos), raw.begin() + static_cast<long>(pos + len));
+    pos += len;
+  } while (pos < raw.size());
+  uint32_t a = 1, b = 0;  // Adler-32
+  for (unsigned char c : raw) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  put32(z, (b << 16) | a);
+  return z;
+}
+
+// An 8-bit PNG (colour type 0 grey or 2 RGB) of w x h with `raw` as its filtered image data.
+Bytes png_with_data(int w, int h, int color_type, bool interlaced, const Bytes& raw) {
+  Bytes png = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  Bytes ihdr;
+  put32(ihdr, static_cast<uint32_t>(w));
+  put32(ihdr, static_cast<uint32_t>(h));
+  ihdr.insert(ihdr.end(), {8, static_cast<unsigned char>(color_type), 0, 0,
+                           static_cast<unsigned char>(interlaced ? 1 : 0)});
+  put_chunk(png, "IHDR", ihdr);
+  put_chunk(png, "IDAT", zlib_stored(raw));
+  put_chunk(png, "IEND", {});
+  return png;
+}
+
+// Pixel (x, y) of the grey test image.
+unsigned char grey_at(int x, int y) { return static_cast<unsigned char>(x * 31 + y * 7 + 1); }
+
+// The filtered data of a grey image: per Adam7 pass (or the one pass of a plain image), per
+// row, filter byte 0 ("None") and the row's pixels.
+Bytes grey_data(int w, int h, bool interlaced) {
+  static const int ox[7] = {0, 4, 0, 2, 0, 1, 0}, oy[7] = {0, 0, 4, 0, 2, 0, 1};
+  static const int sx[7] = {8, 8, 4, 4, 2, 2, 1}, sy[7] = {8, 8, 8, 4, 4, 2, 2};
+  Bytes raw;
+  for (int p = 0; p < (interlaced ? 7 : 1); ++p) {
+    const int x0 = interlaced ? ox[p] : 0, y0 = interlaced ? oy[p] : 0;
+    const int dx = interlaced ? sx[p] : 1, dy = interlaced ? sy[p] : 1;
+    if (x0 >= w || y0 >= h) continue;  // an empty pass has no rows
+    for (int y = y0; y < h; y += dy) {
+      raw.push_back(0);
+      for (int x = x0; x < w; x += dx) raw.push_back(grey_at(x, y));
+    }
+  }
+  return raw;
+}
+
+TEST(PngCheck, InflatedSizeIsExactForPlainAndInterlacedImages) {
+  // By hand: 8x8 RGB, 8 bits, non-interlaced: 8 rows of 1 + 24 bytes; Adam7: passes of 1x1,
+  // 1x1, 2x1, 2x2, 4x2, 4x4 and 8x4 pixels, each row with its filter byte.
+  EXPECT_EQ(detail::png_inflated_size(8, 8, 8, 2, false), 8 * 25);
+  EXPECT_EQ(detail::png_inflated_size(8, 8, 8, 2, true), 4 + 4 + 7 + 2 * 7 + 2 * 13 + 4 * 13 + 4 * 25);
+  EXPECT_EQ(detail::png_inflated_size(3, 2, 1, 0, false), 2 * 2);  // 3 one-bit pixels: one byte
+  EXPECT_EQ(detail::png_inflated_size(1, 1, 16, 6, true), 1 + 8);  // pass 1 alone
+  EXPECT_EQ(detail::png_inflated_size(4, 4, 8, 5, false), 0);      // no colour type 5
+  EXPECT_EQ(detail::png_inflated_size(4, 4, 3, 0, false), 0);      // no 3-bit depth
+  // On files: stb decodes each to the pixels put in, so the data had exactly the right size.
+  for (const bool interlaced : {false, true}) {
+    for (const auto& [w, h] : std::vector<std::pair<int, int>>{{1, 1}, {5, 3}, {9, 9}, {16, 2}}) {
+      const Bytes raw = grey_data(w, h, interlaced);
+      EXPECT_EQ(static_cast<int64_t>(raw.size()), detail::png_inflated_size(w, h, 8, 0, interlaced));
+      const Bytes png = png_with_data(w, h, 0, interlaced, raw);
+      std::vector<float> out(static_cast<size_t>(w * h));
+      decode_image_chw(png.data(), png.size(), "x.png", 1, h, w, out.data());
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          ASSERT_EQ(out[static_cast<size_t>(y * w + x)], grey_at(x, y) / 255.0f)
+              << w << "x" << h << (interlaced ? " interlaced" : "") << " at " << x << "," << y;
+        }
+      }
+    }
+  }
+}
+
+TEST(PngCheck, RefusesImageDataThatInflatesPastWhatTheHeaderNeeds) {
+  // A 4x3 RGB image needs 3 x (1 + 12) = 39 bytes; this stream carries 1 MB more (stored
+  // blocks here; deflate proper would pack it into about 1 KB).
+  Bytes raw(39, 0);
+  const Bytes good = png_with_data(4, 3, 2, false, raw);
+  EXPECT_EQ(decode_error(good), "(no error)");
+  raw.resize(39 + (1 << 20), 0);
+  const std::string msg = decode_error(png_with_data(4, 3, 2, false, raw));
+  EXPECT_NE(msg.find("x.png is a corrupt PNG: its compressed image data inflates to more than "
+                     "the 39 bytes its 4x3 header needs"), std::string::npos) << msg;
+  // One byte more is enough; one byte less is stb's to refuse, with its own reason.
+  raw.resize(40);
+  EXPECT_NE(decode_error(png_with_data(4, 3, 2, false, raw)).find("more than the 39 bytes"),
+            std::string::npos);
+  raw.resize(38);
+  const std::string short_msg = decode_error(png_with_data(4, 3, 2, false, raw));
+  EXPECT_NE(short_msg.find("cannot decode x.png"), std::string::npos) << short_msg;
 }
 
 }  // namespace
