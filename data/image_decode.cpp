@@ -72,11 +72,16 @@ void decode_image_chw(const unsigned char* bytes, size_t size, const std::string
              "decode_image_chw: channels ", channels, " must be 1 or 3, and height ", height,
              " and width ", width, " >= 1");
   const ImageHeader header = read_image_header(bytes, size, name, max_pixels);
-  if (is_png(bytes, size)) detail::check_png_inflated_size(bytes, size, name);
+  // A PNG large enough to matter is inflated once here, checked, and handed to stb with its
+  // data stored (data/png_check.h).
+  const std::vector<unsigned char> checked_png =
+      is_png(bytes, size) ? detail::png_checked_for_stb(bytes, size, name) : std::vector<unsigned char>();
+  const unsigned char* stb_bytes = checked_png.empty() ? bytes : checked_png.data();
+  const int stb_size = static_cast<int>(checked_png.empty() ? size : checked_png.size());
   // Decode to HWC uint8 with exactly `channels` channels (stb converts grey <-> RGB).
   int w = 0, h = 0, file_channels = 0;
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-      stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &file_channels, channels),
+      stbi_load_from_memory(stb_bytes, stb_size, &w, &h, &file_channels, channels),
       &stbi_image_free);
   if (!pixels) input_error(detail::str("ImageFolder: cannot decode ", name, ": ", stb_reason()));
   // The header was read by the same decoder; a file whose pixels disagree with it is damaged.

@@ -1,9 +1,12 @@
 // png_check.cpp: the PNG checks before stb_image decodes (png_check.h says why).
 #include "data/png_check.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "stb_image.h"
@@ -34,6 +37,10 @@ std::string chunk_type(const unsigned char* t) {
   }
   return s;
 }
+
+// Deflate's largest expansion: about 1032 to 1 (a 258-byte match coded in 2 bits; zlib's
+// technical details, https://zlib.net/zlib_tech.html).
+constexpr int64_t kMaxDeflateRatio = 1032;
 
 // Calls visit(type, data, length) for each chunk up to IEND, as stb reads them: a chunk is a
 // 4-byte big-endian data length, a 4-byte type, the data and a 4-byte CRC. Stops at a chunk
@@ -101,7 +108,8 @@ int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int co
   return total;
 }
 
-void check_png_inflated_size(const unsigned char* b, size_t n, const std::string& name) {
+std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
+                                               const std::string& name, int64_t harmless_bytes) {
   // The header (IHDR: width, height, bit depth, colour type, compression, filter, interlace),
   // every IDAT's data in order, and Apple's CgBI chunk, after which stb reads the data as raw
   // deflate without the zlib header.
@@ -109,7 +117,8 @@ void check_png_inflated_size(const unsigned char* b, size_t n, const std::string
   uint32_t width = 0, height = 0;
   int depth = 0, color = 0;
   bool interlaced = false;
-  std::vector<char> compressed;
+  std::vector<std::pair<const unsigned char*, uint32_t>> idat;
+  int64_t compressed_bytes = 0;
   for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
     if (std::memcmp(type, "IHDR", 4) == 0 && length == 13 && !have_header) {
       have_header = true;
@@ -119,27 +128,85 @@ void check_png_inflated_size(const unsigned char* b, size_t n, const std::string
       color = data[9];
       interlaced = data[12] != 0;
     } else if (std::memcmp(type, "IDAT", 4) == 0) {
-      compressed.insert(compressed.end(), data, data + length);
+      idat.emplace_back(data, length);
+      compressed_bytes += length;
     } else if (std::memcmp(type, "CgBI", 4) == 0) {
       raw_deflate = true;
     }
   });
+  // Data that could not inflate past harmless_bytes whatever it held is not worth checking:
+  // most small images (an MNIST digit's data is about 300 bytes).
+  if (compressed_bytes * kMaxDeflateRatio <= harmless_bytes) return {};
   const int64_t needed = have_header ? png_inflated_size(width, height, depth, color, interlaced) : 0;
   // Nothing to hold against: stb refuses such a header itself (or the pixel budget did).
-  if (needed <= 0 || needed > INT_MAX || compressed.size() > static_cast<size_t>(INT_MAX)) return;
-  std::vector<char> inflated(static_cast<size_t>(needed));
-  const int in = static_cast<int>(compressed.size()), out = static_cast<int>(needed);
-  const int got = raw_deflate
-                      ? stbi_zlib_decode_noheader_buffer(inflated.data(), out, compressed.data(), in)
-                      : stbi_zlib_decode_buffer(inflated.data(), out, compressed.data(), in);
-  const char* reason = stbi_failure_reason();
-  if (got < 0 && reason != nullptr && std::strcmp(reason, "output buffer limit") == 0) {
-    throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its compressed image data "
-                    "inflates to more than the ", needed, " bytes its ", width, "x", height,
-                    " header needs (refused before decoding: stb_image would keep growing its "
-                    "buffer for it)"),
-                ErrorKind::Input);
+  if (needed <= 0 || needed > INT_MAX - 65536 || compressed_bytes > INT_MAX) return {};
+  // The compressed stream: the one IDAT's data in place, or the IDATs' data joined.
+  std::vector<char> joined;
+  const char* compressed = reinterpret_cast<const char*>(idat.empty() ? b : idat[0].first);
+  if (idat.size() > 1) {
+    joined.reserve(static_cast<size_t>(compressed_bytes));
+    for (const auto& [data, length] : idat) joined.insert(joined.end(), data, data + length);
+    compressed = joined.data();
   }
+  const size_t size_needed = static_cast<size_t>(needed);
+  std::unique_ptr<unsigned char[]> inflated(new unsigned char[size_needed]);  // not zeroed
+  char* const into = reinterpret_cast<char*>(inflated.get());
+  const int in = static_cast<int>(compressed_bytes), out = static_cast<int>(needed);
+  const int got = raw_deflate ? stbi_zlib_decode_noheader_buffer(into, out, compressed, in)
+                              : stbi_zlib_decode_buffer(into, out, compressed, in);
+  if (got < 0) {
+    const char* reason = stbi_failure_reason();
+    if (reason != nullptr && std::strcmp(reason, "output buffer limit") == 0) {
+      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its compressed image data "
+                      "inflates to more than the ", needed, " bytes its ", width, "x", height,
+                      " header needs (refused before decoding: stb_image would keep growing "
+                      "its buffer for it)"),
+                  ErrorKind::Input);
+    }
+    return {};  // a damaged stream: stb refuses the original with its own reason
+  }
+  if (got != needed) return {};  // too short: stb says "not enough pixels"
+
+  // The same PNG with the inflated data stored (deflate's uncompressed blocks, RFC 1951 3.2.4),
+  // so that stb's inflate is a copy: the chunks before the first IDAT as they are, one IDAT
+  // chunk, IEND. stb checks neither a chunk's CRC nor zlib's Adler-32, so the new IDAT leaves
+  // both 0 (this PNG is for stb alone, never written out).
+  std::vector<unsigned char> png;
+  png.reserve(n + size_needed + 5 * (size_needed / 65535 + 1) + 32);
+  png.assign(b, b + 8);
+  const auto put32 = [&png](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) png.push_back(static_cast<unsigned char>(v >> shift));
+  };
+  bool idat_written = false;
+  for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
+    if (std::memcmp(type, "IDAT", 4) != 0) {
+      // Chunk header, data and, where the file has it, the CRC.
+      const size_t end = std::min(n, static_cast<size_t>(data - b) + length + 4);
+      png.insert(png.end(), type - 4, b + end);
+      return;
+    }
+    if (idat_written) return;
+    idat_written = true;
+    const size_t blocks = (size_needed + 65534) / 65535;
+    const size_t stream = (raw_deflate ? 0 : 2 + 4) + 5 * blocks + size_needed;
+    put32(static_cast<uint32_t>(stream));
+    png.insert(png.end(), {'I', 'D', 'A', 'T'});
+    if (!raw_deflate) png.insert(png.end(), {0x78, 0x01});  // zlib header: deflate, no dictionary
+    for (size_t pos = 0; pos < size_needed; pos += 65535) {
+      const size_t len = std::min<size_t>(65535, size_needed - pos);
+      png.push_back(pos + len == size_needed ? 1 : 0);  // BFINAL on the last, BTYPE 00
+      png.insert(png.end(), {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                             static_cast<unsigned char>(~len), static_cast<unsigned char>(~len >> 8)});
+      png.insert(png.end(), inflated.get() + pos, inflated.get() + pos + len);
+    }
+    if (!raw_deflate) put32(0);  // Adler-32
+    put32(0);  // CRC
+  });
+  const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  png.insert(png.end(), iend, iend + 12);
+  // Past stb's int sizes, the original goes instead: its stream is now known to fit.
+  if (png.size() > static_cast<size_t>(INT_MAX)) return {};
+  return png;
 }
 
 }  // namespace kiln::detail

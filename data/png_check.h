@@ -13,15 +13,16 @@
 // ImageFolder decodes on several loader threads at once, so a folder of such files could
 // exhaust the machine's memory. check_png_chunks refuses a chunk whose data runs past the end of
 // the file (stb's compressed buffer then stays under twice the file's size), and
-// check_png_inflated_size inflates the data once into a buffer of exactly the size the header
+// png_checked_for_stb inflates the data once into a buffer of exactly the size the header
 // implies, refusing a stream that does not fit (stb's own inflater, stbi_zlib_decode_buffer,
-// which does not grow its buffer). PNG layout: https://www.w3.org/TR/png/ (chunks: 5.3; the
+// which does not grow its buffer), and hands stb that data stored, so nothing is inflated twice. PNG layout: https://www.w3.org/TR/png/ (chunks: 5.3; the
 // filtered, interlaced image data's size: 7.2, 8.2).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::detail {
 
@@ -35,10 +36,20 @@ void check_png_chunks(const unsigned char* bytes, size_t size, const std::string
 int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int color_type,
                           bool interlaced);
 
-// Throws a kiln::Error of kind Input naming `name` when the concatenated IDAT data inflates to
-// more than png_inflated_size of the header (a damaged or malicious stream). A stream that
-// fails for another reason is left to stb, which then reports it. Costs one inflate: run just
-// before decoding, after check_png_chunks and the pixel budget.
-void check_png_inflated_size(const unsigned char* bytes, size_t size, const std::string& name);
+// Below this much inflated data, stb's growing buffer is harmless (at most twice it, 32 MiB).
+constexpr int64_t kPngHarmlessInflate = int64_t{16} << 20;
+
+// Inflates the concatenated IDAT data once, into a buffer of exactly png_inflated_size of the
+// header, and throws a kiln::Error of kind Input naming `name` when the stream does not fit (a
+// damaged or malicious stream). Returns the PNG to give stb instead of `bytes`: the same chunks
+// with that inflated data stored uncompressed, so that stb's own inflate is a copy and the
+// check costs about nothing. Returns an empty vector when `bytes` should go to stb as they are:
+// data too small to inflate past `harmless_bytes` whatever it holds (1032 times its size: small
+// images, MNIST's among them), or a stream that fails for another reason or comes out short
+// (stb then refuses it with its own reason). Run just before decoding, after check_png_chunks
+// and the pixel budget.
+std::vector<unsigned char> png_checked_for_stb(const unsigned char* bytes, size_t size,
+                                               const std::string& name,
+                                               int64_t harmless_bytes = kPngHarmlessInflate);
 
 }  // namespace kiln::detail
