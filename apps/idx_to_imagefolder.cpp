@@ -14,30 +14,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
 #include "data/idx_export.h"
 #include "data/mnist.h"
 #include "engine/error.h"
 
-#ifndef KILN_SOURCE_DIR
-#define KILN_SOURCE_DIR "."
-#endif
-
-namespace {
-
-std::string default_data_dir() {
-  const std::filesystem::path in_tree = std::filesystem::path(KILN_SOURCE_DIR) / "datasets" / "mnist";
-  std::error_code ec;
-  if (std::filesystem::is_directory(in_tree, ec)) return in_tree.string();
-  return "datasets/mnist";
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace kiln;
   CLI::App app{"idx_to_imagefolder: write MNIST (IDX files) as OUT/{train,test}/<label>/<index>.png"};
-  std::string data = default_data_dir(), out;
+  std::string data = kiln::apps::in_source_tree("datasets/mnist"), out;
   int64_t limit_train = -1, limit_test = -1;
   app.add_option("--data", data, "directory holding the four MNIST IDX files")->capture_default_str();
   app.add_option("--out", out, "output directory (created if missing)")->required();

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "apps/common/csv_out.h"
+#include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
 #include "apps/common/progress.h"
 #include "data/image_folder.h"
@@ -70,9 +71,6 @@
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
 
-#ifndef KILN_SOURCE_DIR
-#define KILN_SOURCE_DIR "."
-#endif
 
 using namespace kiln;
 using apps::Clock;
@@ -100,12 +98,6 @@ struct Options {
   std::string csv;
   bool append = false;
 };
-
-std::string in_tree(const char* rel) {
-  const std::filesystem::path p = std::filesystem::path(KILN_SOURCE_DIR) / rel;
-  std::error_code ec;
-  return std::filesystem::exists(p, ec) ? p.string() : std::string(rel);
-}
 
 Shape parse_shape(const std::string& s) {
   Shape shape;
@@ -176,11 +168,11 @@ std::shared_ptr<const Compose> mnist_normalize(const Shape& example_shape) {
 Data open_data(const Options& o) {
   Data d;
   if (o.dataset == "mnist-idx") {
-    const std::string dir = o.data.empty() ? in_tree("datasets/mnist") : o.data;
+    const std::string dir = o.data.empty() ? apps::in_source_tree("datasets/mnist") : o.data;
     d.dataset = std::make_unique<MnistDataset>(MnistDataset::load(dir, MnistSplit::Train));
   } else if (o.dataset == "imagefolder") {
     // DIR/train/<class>/*.png as apps/idx_to_imagefolder writes it, or DIR/<class>/*.png.
-    std::string dir = o.data.empty() ? in_tree("datasets/mnist_png") : o.data;
+    std::string dir = o.data.empty() ? apps::in_source_tree("datasets/mnist_png") : o.data;
     std::error_code ec;
     if (std::filesystem::is_directory(std::filesystem::path(dir) / "train", ec)) dir += "/train";
     d.dataset = std::make_unique<ImageFolderDataset>(ImageFolderDataset::open(dir));

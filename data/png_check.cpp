@@ -42,20 +42,22 @@ std::string chunk_type(const unsigned char* t) {
 // technical details, https://zlib.net/zlib_tech.html).
 constexpr int64_t kMaxDeflateRatio = 1032;
 
-// Calls visit(type, data, length) for each chunk up to IEND, as stb reads them: a chunk is a
+// Calls visit(type, data, length) for each chunk before IEND, as stb reads them: a chunk is a
 // 4-byte big-endian data length, a 4-byte type, the data and a 4-byte CRC. Stops at a chunk
-// running past the end of the file (check_png_chunks refuses those).
+// running past the end of the file (check_png_chunks refuses those). Returns whether it
+// reached IEND: stb inflates the image data only there.
 template <typename Visit>
-void for_each_chunk(const unsigned char* b, size_t n, Visit visit) {
+bool for_each_chunk(const unsigned char* b, size_t n, Visit visit) {
   size_t pos = 8;  // after the signature
   while (pos + 8 <= n) {
     const uint32_t length = be32(b + pos);
-    if (length > n - (pos + 8)) return;
+    if (length > n - (pos + 8)) return false;
     const unsigned char* type = b + pos + 4;
-    if (std::memcmp(type, "IEND", 4) == 0) return;
+    if (std::memcmp(type, "IEND", 4) == 0) return true;
     visit(type, b + pos + 8, length);
     pos += 12 + size_t{length};
   }
+  return false;
 }
 
 }  // namespace
@@ -119,7 +121,8 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
   bool interlaced = false;
   std::vector<std::pair<const unsigned char*, uint32_t>> idat;
   int64_t compressed_bytes = 0;
-  for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
+  const bool reaches_end = for_each_chunk(b, n, [&](const unsigned char* type,
+                                                     const unsigned char* data, uint32_t length) {
     if (std::memcmp(type, "IHDR", 4) == 0 && length == 13 && !have_header) {
       have_header = true;
       width = be32(data);
@@ -134,6 +137,9 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
       raw_deflate = true;
     }
   });
+  // Without an IEND chunk stb refuses the file before inflating anything (and a rewritten file,
+  // which has one, would decode where the original does not).
+  if (!reaches_end) return {};
   // Data that could not inflate past harmless_bytes whatever it held is not worth checking:
   // most small images (an MNIST digit's data is about 300 bytes).
   if (compressed_bytes * kMaxDeflateRatio <= harmless_bytes) return {};

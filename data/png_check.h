@@ -15,8 +15,9 @@
 // the file (stb's compressed buffer then stays under twice the file's size), and
 // png_checked_for_stb inflates the data once into a buffer of exactly the size the header
 // implies, refusing a stream that does not fit (stb's own inflater, stbi_zlib_decode_buffer,
-// which does not grow its buffer), and hands stb that data stored, so nothing is inflated twice. PNG layout: https://www.w3.org/TR/png/ (chunks: 5.3; the
-// filtered, interlaced image data's size: 7.2, 8.2).
+// which does not grow its buffer), and hands stb that data stored, so nothing is inflated
+// twice. PNG layout: https://www.w3.org/TR/png/ (chunks: 5.3; the filtered, interlaced image
+// data's size: 7.2, 8.2).
 #pragma once
 
 #include <cstddef>
@@ -45,8 +46,8 @@ constexpr int64_t kPngHarmlessInflate = int64_t{16} << 20;
 // with that inflated data stored uncompressed, so that stb's own inflate is a copy and the
 // check costs about nothing. Returns an empty vector when `bytes` should go to stb as they are:
 // data too small to inflate past `harmless_bytes` whatever it holds (1032 times its size: small
-// images, MNIST's among them), or a stream that fails for another reason or comes out short
-// (stb then refuses it with its own reason). Run just before decoding, after check_png_chunks
+// images, MNIST's among them), a file without an IEND chunk, or a stream that fails for another
+// reason or comes out short (stb then refuses each with its own reason). Run just before decoding, after check_png_chunks
 // and the pixel budget.
 std::vector<unsigned char> png_checked_for_stb(const unsigned char* bytes, size_t size,
                                                const std::string& name,

@@ -7,25 +7,16 @@
 #include <filesystem>
 #include <string>
 
+#include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
 #include "apps/common/mixed_precision.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
 
-#ifndef KILN_SOURCE_DIR
-#define KILN_SOURCE_DIR "."
-#endif
-
 namespace kiln::apps::mnist {
 
 namespace {
 
-std::string default_data_dir() {
-  const std::filesystem::path in_tree = std::filesystem::path(KILN_SOURCE_DIR) / "datasets" / "mnist";
-  std::error_code ec;
-  if (std::filesystem::is_directory(in_tree, ec)) return in_tree.string();
-  return "datasets/mnist";
-}
 
 }  // namespace
 
@@ -79,7 +70,7 @@ void add_flags(CLI::App& app, Options& o) {
                  "the cores this process may use; with --dist, divided by the ranks on this host)")
       ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--seed", o.seed, "seed of initialisation, dropout and shuffling")->capture_default_str();
-  o.data = default_data_dir();
+  o.data = apps::in_source_tree("datasets/mnist");
   app.add_option("--data", o.data, "directory holding the four MNIST IDX files (run "
                  "datasets/fetch_mnist.sh to get them), or with --format imagefolder the folders "
                  "train/<class>/*.png and test/<class>/*.png (apps/idx_to_imagefolder writes "

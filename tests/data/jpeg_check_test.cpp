@@ -16,11 +16,12 @@
 
 #include "data/image_decode.h"
 #include "engine/error.h"
+#include "image_bytes.h"
 
 namespace kiln {
 namespace {
 
-using Bytes = std::vector<unsigned char>;
+using test::Bytes;
 
 // An 8x8 RGB baseline JPEG from stb_image_write: DQT (tables 0, 1), SOF0 (components 1, 2, 3
 // with quantization tables 0, 1, 1), DHT (DC 0, AC 0, DC 1, AC 1), one SOS (component 1 with
@@ -29,11 +30,7 @@ Bytes baseline_jpeg() {
   std::vector<unsigned char> rgb(8 * 8 * 3);
   for (size_t k = 0; k < rgb.size(); ++k) rgb[k] = static_cast<unsigned char>(k * 7 % 256);
   Bytes jpg;
-  stbi_write_jpg_to_func([](void* ctx, void* data, int size) {
-    auto* out = static_cast<Bytes*>(ctx);
-    const auto* p = static_cast<const unsigned char*>(data);
-    out->insert(out->end(), p, p + size);
-  }, &jpg, 8, 8, 3, rgb.data(), 90);
+  stbi_write_jpg_to_func(test::append_to_bytes, &jpg, 8, 8, 3, rgb.data(), 90);
   return jpg;
 }
 
@@ -70,17 +67,9 @@ std::vector<float> decode(const Bytes& jpg, int channels, int h, int w) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    return e.what();
-  }
-  return "(no error)";
+std::string decode_error(const Bytes& jpg) {
+  return test::input_error_of([&] { decode(jpg, 3, 8, 8); });
 }
-
-std::string decode_error(const Bytes& jpg) { return error_of([&] { decode(jpg, 3, 8, 8); }); }
 
 TEST(JpegCheck, BaselineAndProgressiveFilesDecode) {
   EXPECT_EQ(decode(baseline_jpeg(), 3, 8, 8).size(), 3u * 8 * 8);
@@ -147,7 +136,9 @@ TEST(JpegCheck, ProgressiveScansNeedOnlyTheTablesTheyDecodeWith) {
   ASSERT_NE(dc_first, 0u);
   ASSERT_NE(ac, 0u);
   ASSERT_NE(dc_refine, 0u);
-  const auto decode_rgb = [](const Bytes& jpg) { return error_of([&] { decode(jpg, 3, 12, 16); }); };
+  const auto decode_rgb = [](const Bytes& jpg) {
+    return test::input_error_of([&] { decode(jpg, 3, 12, 16); });
+  };
   Bytes bad = good;
   bad[dc_first + 6] = 0x30 | (bad[dc_first + 6] & 15);  // first DC scan: DC table 3
   EXPECT_NE(decode_rgb(bad).find("uses DC Huffman table 3"), std::string::npos) << decode_rgb(bad);

@@ -17,38 +17,26 @@
 #include "data/image_decode.h"
 #include "data/png_check.h"
 #include "engine/error.h"
+#include "image_bytes.h"
 
 namespace kiln {
 namespace {
 
-using Bytes = std::vector<unsigned char>;
+using test::Bytes;
 
 // A 4x3 RGB PNG from stb_image_write: signature, IHDR at byte 8, IDAT at byte 33, IEND.
 Bytes small_png() {
   std::vector<unsigned char> rgb(4 * 3 * 3);
   for (size_t k = 0; k < rgb.size(); ++k) rgb[k] = static_cast<unsigned char>(k * 19 % 256);
   Bytes png;
-  stbi_write_png_to_func([](void* ctx, void* data, int size) {
-    auto* out = static_cast<Bytes*>(ctx);
-    const auto* p = static_cast<const unsigned char*>(data);
-    out->insert(out->end(), p, p + size);
-  }, &png, 4, 3, 3, rgb.data(), 4 * 3);
+  stbi_write_png_to_func(test::append_to_bytes, &png, 4, 3, 3, rgb.data(), 4 * 3);
   return png;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::string decode_error(const Bytes& png) {
   std::vector<float> out(3 * 3 * 4);
-  return error_of([&] { decode_image_chw(png.data(), png.size(), "x.png", 3, 3, 4, out.data()); });
+  return test::input_error_of(
+      [&] { decode_image_chw(png.data(), png.size(), "x.png", 3, 3, 4, out.data()); });
 }
 
 void set_length(Bytes& png, size_t chunk, uint32_t length) {
@@ -212,11 +200,17 @@ TEST(PngCheck, RefusesImageDataThatInflatesPastWhatTheHeaderNeeds) {
   // is not checked by default, and stb decodes it, ignoring the extra byte.
   raw.resize(40);
   const Bytes one_more = png_with_data(4, 3, 2, false, raw);
-  const std::string checked = error_of([&] {
+  const std::string checked = test::input_error_of([&] {
     detail::png_checked_for_stb(one_more.data(), one_more.size(), "x.png", 0);
   });
   EXPECT_NE(checked.find("more than the 39 bytes"), std::string::npos) << checked;
   EXPECT_EQ(decode_error(one_more), "(no error)");
+  // Without its IEND chunk the file is left to stb, which refuses it: the rewritten file, which
+  // has one, would decode.
+  Bytes no_end = png_with_data(4, 3, 2, false, Bytes(39, 0));
+  no_end.resize(no_end.size() - 12);
+  EXPECT_TRUE(detail::png_checked_for_stb(no_end.data(), no_end.size(), "x.png", 0).empty());
+  EXPECT_NE(decode_error(no_end).find("cannot decode x.png"), std::string::npos);
   // One byte less is stb's to refuse, with its own reason.
   raw.resize(38);
   const std::string short_msg = decode_error(png_with_data(4, 3, 2, false, raw));

@@ -4,8 +4,9 @@
 // Input layout: byte 0 picks the output (bit 0: 1 or 3 channels; bits 1..7: 0 = the image's
 // own size, else a square of that many pixels a side, so the resize path runs too), the rest is
 // the file. A PNG also goes through the inflate check on its own, and the PNG that check
-// rewrites (its data stored) must decode in stb exactly as the original. The budget is 2^20 pixels (1024 x 1024), small enough that no accepted input costs
-// more than a few megabytes or milliseconds. An Input error is the expected answer to a bad file.
+// rewrites (its data stored) must decode in stb exactly as the original. The budget is 2^20
+// pixels (1024 x 1024), small enough that no accepted input costs more than a few megabytes or
+// milliseconds. An Input error is the expected answer to a bad file.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
