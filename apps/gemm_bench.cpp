@@ -6,8 +6,8 @@
 // --device cuda (the default in CUDA builds; apps/gemm_bench/cuda_rows.cpp): the steps of our
 //   GEMM against cuBLAS, as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
 //   Kernels: naive, tiled, regblock (the f32 steps of engine/cuda/kernels/gemm.cu), tc_bf16 and
-//   tc_f16 (step 4, tensor cores: A and B rounded to bf16 / f16, C in f32), hand (what matmul
-//   uses with KILN_KERNELS=hand: regblock for float), vendor (cuBLAS SGEMM; TF32 only with
+//   tc_f16 (step 4, gemm_tensor_core.cu: A and B rounded to bf16 / f16, C in f32), hand (what
+//   matmul uses with KILN_KERNELS=hand: regblock for float), vendor (cuBLAS SGEMM; TF32 only with
 //   KILN_TF32=1) and vendor_bf16 (cublasGemmEx on the bf16 inputs); default hand,vendor; sizes
 //   1024,2048,4096,8192 (64,128 under the simulator, where every line says SIMULATED). A bf16 /
 //   f16 result is checked against the f32 product of its rounded inputs.

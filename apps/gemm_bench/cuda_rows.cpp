@@ -1,5 +1,5 @@
-// cuda_rows.cpp: gemm_bench on cuda:0: the steps of our GEMM (engine/cuda/kernels/gemm.cu) and
-// cuBLAS on square matrices, C always f32 (contract: rows.h). Kernels:
+// cuda_rows.cpp: gemm_bench on cuda:0: the steps of our GEMM (engine/cuda/kernels/gemm.cu,
+// gemm_tensor_core.cu) and cuBLAS on square matrices, C always f32 (contract: rows.h). Kernels:
 //   naive, tiled, regblock  steps 1-3 on f32 inputs
 //   hand                    what matmul uses with KILN_KERNELS=hand: regblock for float
 //   vendor                  cuBLAS SGEMM (TF32 only with KILN_TF32=1)

@@ -303,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(Table, GradcheckCuda, ::testing::ValuesIn(cases_in(kGra
 INSTANTIATE_TEST_SUITE_P(Table, VendorCuda, ::testing::ValuesIn(cases_in(kVendorCuda)),
                          test_name);
 
-// Hand: the tensor-core GEMM (step 4 of gemm.cu), widened operands for conv; Vendor: cuBLAS
+// Hand: the tensor-core GEMM (step 4, gemm_tensor_core.cu), widened operands for conv; Vendor: cuBLAS
 // GemmEx and cuDNN's bf16/f16 convolutions (the simulator's stand-ins under the simulator).
 TEST_P(Autocast, CloseToF32OnCuda) {
   KILN_SKIP_WITHOUT_CUDA();

@@ -1,5 +1,5 @@
 // gemm_shape.h: the shape checks and leading dimensions every CUDA GEMM entry point shares
-// (gemm.cu, gemm_lowp.cu). Row-major, as cuda::gemm: op(A) is (M,K), op(B) is (K,N), C is
+// (gemm.cu, gemm_tensor_core.cu, gemm_lowp.cu). Row-major, as cuda::gemm: op(A) is (M,K), op(B) is (K,N), C is
 // (M,N); A is stored (M,K), or (K,M) when transposed, likewise B, so lda = trans_a ? M : K,
 // ldb = trans_b ? K : N, ldc = N.
 #pragma once
@@ -27,5 +27,8 @@ inline GemmShape gemm_shape(const char* who, bool ta, bool tb, int64_t m, int64_
   s.ldb = static_cast<int>(tb ? k : n);
   return s;
 }
+
+// Whether p may be read as 16-byte vectors (float4, uint4).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace kiln::cuda
