@@ -1,4 +1,4 @@
-// sim/cudnn_compute.h: the host arithmetic behind the simulated cuDNN calls (sim/cudnn.cpp
+// sim/cudnn_compute.h: the host arithmetic behind the simulated cuDNN calls (sim/cudnn_calls.cpp
 // checks the arguments and queues these on the handle's stream). Plain NCHW / KCRS buffers;
 // every function computes out = alpha op(...) + beta out and never reads out when beta is 0.
 #pragma once
