@@ -42,40 +42,86 @@ std::string chunk_type(const unsigned char* t) {
 // technical details, https://zlib.net/zlib_tech.html).
 constexpr int64_t kMaxDeflateRatio = 1032;
 
+// Where a walk over the chunks stopped: at IEND, at a chunk whose data runs past the end of the
+// file (its offset; check_png_chunks refuses those), or at the end of the bytes.
+struct ChunkWalkEnd {
+  bool reached_iend = false;
+  size_t overrun_at = 0;  // 0: no chunk ran past the end (no chunk starts before byte 8)
+};
+
 // Calls visit(type, data, length) for each chunk before IEND, as stb reads them: a chunk is a
-// 4-byte big-endian data length, a 4-byte type, the data and a 4-byte CRC. Stops at a chunk
-// running past the end of the file (check_png_chunks refuses those). Returns whether it
-// reached IEND: stb inflates the image data only there.
+// 4-byte big-endian data length, a 4-byte type, the data and a 4-byte CRC. stb inflates the
+// image data only once it reaches IEND.
 template <typename Visit>
-bool for_each_chunk(const unsigned char* b, size_t n, Visit visit) {
+ChunkWalkEnd for_each_chunk(const unsigned char* b, size_t n, Visit visit) {
   size_t pos = 8;  // after the signature
   while (pos + 8 <= n) {
     const uint32_t length = be32(b + pos);
-    if (length > n - (pos + 8)) return false;
+    if (length > n - (pos + 8)) return {false, pos};
     const unsigned char* type = b + pos + 4;
-    if (std::memcmp(type, "IEND", 4) == 0) return true;
+    if (std::memcmp(type, "IEND", 4) == 0) return {true, 0};
     visit(type, b + pos + 8, length);
     pos += 12 + size_t{length};
   }
-  return false;
+  return {};
+}
+
+// The PNG `b` with its image data replaced by `inflated` (size_needed bytes) stored in deflate's
+// uncompressed blocks (RFC 1951 3.2.4), so that stb's inflate is a copy: the chunks before the
+// first IDAT as they are, one IDAT chunk, IEND. stb checks neither a chunk's CRC nor zlib's
+// Adler-32, so the new IDAT leaves both 0 (this PNG is for stb alone, never written out).
+// `raw_deflate`: no zlib header and trailer (Apple's CgBI files). Empty past stb's int sizes.
+std::vector<unsigned char> with_stored_image_data(const unsigned char* b, size_t n,
+                                                  const unsigned char* inflated,
+                                                  size_t size_needed, bool raw_deflate) {
+  std::vector<unsigned char> png;
+  png.reserve(n + size_needed + 5 * (size_needed / 65535 + 1) + 32);
+  png.assign(b, b + 8);
+  const auto put32 = [&png](uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) png.push_back(static_cast<unsigned char>(v >> shift));
+  };
+  bool idat_written = false;
+  for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
+    if (std::memcmp(type, "IDAT", 4) != 0) {
+      // Chunk header, data and, where the file has it, the CRC.
+      const size_t stop = std::min(n, static_cast<size_t>(data - b) + length + 4);
+      png.insert(png.end(), type - 4, b + stop);
+      return;
+    }
+    if (idat_written) return;
+    idat_written = true;
+    const size_t blocks = (size_needed + 65534) / 65535;
+    const size_t stream = (raw_deflate ? 0 : 2 + 4) + 5 * blocks + size_needed;
+    put32(static_cast<uint32_t>(stream));
+    png.insert(png.end(), {'I', 'D', 'A', 'T'});
+    if (!raw_deflate) png.insert(png.end(), {0x78, 0x01});  // zlib header: deflate, no dictionary
+    for (size_t pos = 0; pos < size_needed; pos += 65535) {
+      const size_t len = std::min<size_t>(65535, size_needed - pos);
+      png.push_back(pos + len == size_needed ? 1 : 0);  // BFINAL on the last, BTYPE 00
+      png.insert(png.end(), {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                             static_cast<unsigned char>(~len), static_cast<unsigned char>(~len >> 8)});
+      png.insert(png.end(), inflated + pos, inflated + pos + len);
+    }
+    if (!raw_deflate) put32(0);  // Adler-32
+    put32(0);  // CRC
+  });
+  const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  png.insert(png.end(), iend, iend + 12);
+  if (png.size() > static_cast<size_t>(INT_MAX)) return {};
+  return png;
 }
 
 }  // namespace
 
 void check_png_chunks(const unsigned char* b, size_t n, const std::string& name) {
-  size_t pos = 8;
-  while (pos + 8 <= n) {
-    const uint32_t length = be32(b + pos);
-    const size_t left = n - (pos + 8);
-    if (length > left) {
-      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", chunk_type(b + pos + 4),
-                      " chunk at byte ", pos, " declares ", length, " bytes of data, but only ",
-                      left, " bytes follow in the file (truncated or damaged)"),
-                  ErrorKind::Input);
-    }
-    if (std::memcmp(b + pos + 4, "IEND", 4) == 0) return;
-    pos += 12 + size_t{length};
-  }
+  const ChunkWalkEnd end = for_each_chunk(b, n, [](const unsigned char*, const unsigned char*,
+                                                   uint32_t) {});
+  if (end.overrun_at == 0) return;
+  const size_t pos = end.overrun_at, left = n - (pos + 8);
+  throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", chunk_type(b + pos + 4),
+                  " chunk at byte ", pos, " declares ", be32(b + pos), " bytes of data, but only ",
+                  left, " bytes follow in the file (truncated or damaged)"),
+              ErrorKind::Input);
 }
 
 int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int color_type,
@@ -121,8 +167,8 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
   bool interlaced = false;
   std::vector<std::pair<const unsigned char*, uint32_t>> idat;
   int64_t compressed_bytes = 0;
-  const bool reaches_end = for_each_chunk(b, n, [&](const unsigned char* type,
-                                                     const unsigned char* data, uint32_t length) {
+  const ChunkWalkEnd end = for_each_chunk(b, n, [&](const unsigned char* type,
+                                                    const unsigned char* data, uint32_t length) {
     if (std::memcmp(type, "IHDR", 4) == 0 && length == 13 && !have_header) {
       have_header = true;
       width = be32(data);
@@ -139,7 +185,7 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
   });
   // Without an IEND chunk stb refuses the file before inflating anything (and a rewritten file,
   // which has one, would decode where the original does not).
-  if (!reaches_end) return {};
+  if (!end.reached_iend) return {};
   // Data that could not inflate past harmless_bytes whatever it held is not worth checking:
   // most small images (an MNIST digit's data is about 300 bytes).
   if (compressed_bytes * kMaxDeflateRatio <= harmless_bytes) return {};
@@ -172,47 +218,8 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
     return {};  // a damaged stream: stb refuses the original with its own reason
   }
   if (got != needed) return {};  // too short: stb says "not enough pixels"
-
-  // The same PNG with the inflated data stored (deflate's uncompressed blocks, RFC 1951 3.2.4),
-  // so that stb's inflate is a copy: the chunks before the first IDAT as they are, one IDAT
-  // chunk, IEND. stb checks neither a chunk's CRC nor zlib's Adler-32, so the new IDAT leaves
-  // both 0 (this PNG is for stb alone, never written out).
-  std::vector<unsigned char> png;
-  png.reserve(n + size_needed + 5 * (size_needed / 65535 + 1) + 32);
-  png.assign(b, b + 8);
-  const auto put32 = [&png](uint32_t v) {
-    for (int shift = 24; shift >= 0; shift -= 8) png.push_back(static_cast<unsigned char>(v >> shift));
-  };
-  bool idat_written = false;
-  for_each_chunk(b, n, [&](const unsigned char* type, const unsigned char* data, uint32_t length) {
-    if (std::memcmp(type, "IDAT", 4) != 0) {
-      // Chunk header, data and, where the file has it, the CRC.
-      const size_t end = std::min(n, static_cast<size_t>(data - b) + length + 4);
-      png.insert(png.end(), type - 4, b + end);
-      return;
-    }
-    if (idat_written) return;
-    idat_written = true;
-    const size_t blocks = (size_needed + 65534) / 65535;
-    const size_t stream = (raw_deflate ? 0 : 2 + 4) + 5 * blocks + size_needed;
-    put32(static_cast<uint32_t>(stream));
-    png.insert(png.end(), {'I', 'D', 'A', 'T'});
-    if (!raw_deflate) png.insert(png.end(), {0x78, 0x01});  // zlib header: deflate, no dictionary
-    for (size_t pos = 0; pos < size_needed; pos += 65535) {
-      const size_t len = std::min<size_t>(65535, size_needed - pos);
-      png.push_back(pos + len == size_needed ? 1 : 0);  // BFINAL on the last, BTYPE 00
-      png.insert(png.end(), {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
-                             static_cast<unsigned char>(~len), static_cast<unsigned char>(~len >> 8)});
-      png.insert(png.end(), inflated.get() + pos, inflated.get() + pos + len);
-    }
-    if (!raw_deflate) put32(0);  // Adler-32
-    put32(0);  // CRC
-  });
-  const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
-  png.insert(png.end(), iend, iend + 12);
-  // Past stb's int sizes, the original goes instead: its stream is now known to fit.
-  if (png.size() > static_cast<size_t>(INT_MAX)) return {};
-  return png;
+  // Past stb's int sizes (empty), the original goes instead: its stream is now known to fit.
+  return with_stored_image_data(b, n, inflated.get(), size_needed, raw_deflate);
 }
 
 }  // namespace kiln::detail
