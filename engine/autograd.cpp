@@ -1,8 +1,12 @@
 // autograd.cpp: the backward engine: graph traversal in dependency order, gradient accumulation, hooks.
 #include "engine/autograd.h"
 
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/ops.h"

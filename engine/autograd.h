@@ -17,6 +17,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>

@@ -4,7 +4,9 @@
 // transfer would, so model and pipeline parallelism can be taught and tested on a CPU machine.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 
 namespace kiln {

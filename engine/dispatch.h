@@ -1,6 +1,10 @@
 // dispatch.h: small helpers shared by the op files (not part of the public API).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
 #include "engine/build_config.h"
 #include "engine/cuda/context.h"
 #include "engine/error.h"

@@ -18,6 +18,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "engine/convert_cpu.h"
 #include "engine/dnnl_cpu.h"

@@ -7,6 +7,7 @@
 #include "engine/init.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "engine/error.h"
 

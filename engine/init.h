@@ -1,6 +1,8 @@
 // init.h: parameter initialisation, drawn from the Philox generator (reproducible per seed).
 #pragma once
 
+#include <cstdint>
+
 #include "engine/philox.h"
 #include "engine/tensor.h"
 

@@ -6,6 +6,7 @@
 // "bias row" of shape [C]. Anything else is an error that prints both shapes.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "engine/tensor.h"

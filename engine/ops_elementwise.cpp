@@ -1,4 +1,7 @@
 // ops_elementwise.cpp: elementwise ops, their broadcasting rule, and their gradients.
+#include <memory>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"

@@ -1,4 +1,10 @@
 // ops_matmul.cpp: matrix product (BLAS on CPU) and transpose, with their gradients.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"

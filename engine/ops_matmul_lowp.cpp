@@ -1,6 +1,10 @@
 // ops_matmul_lowp.cpp: matmul under autocast: bf16/f16 operands, f32 sums and f32 results.
 #include "engine/ops_matmul_lowp.h"
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/dispatch.h"

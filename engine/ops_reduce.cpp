@@ -1,6 +1,10 @@
 // ops_reduce.cpp: sum, mean and argmax over dims. Several dims are reduced one at a time,
 // highest first, each as an (outer, len, inner) reduction: one small kernel serves them all.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"

@@ -1,4 +1,8 @@
 // ops_softmax.cpp: softmax and log-softmax over one dim, max-subtracted for stability.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"

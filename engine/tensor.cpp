@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "engine/allocator.h"
 #include "engine/autograd.h"

@@ -9,10 +9,12 @@
 // .grad of a leaf, and the leaf's grad-ready hooks (see autograd.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/device.h"

@@ -1,6 +1,7 @@
 // caching_allocator.cpp: see caching_allocator.h for the scheme (points 1-4 below refer to it).
 #include "engine/cuda/caching_allocator.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/check.h"

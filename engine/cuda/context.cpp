@@ -1,6 +1,7 @@
 // context.cpp: device discovery, the device guard, per-thread streams, events. See context.h.
 #include "engine/cuda/context.h"
 
+#include <cstddef>
 #include <mutex>
 #include <utility>
 #include <vector>

@@ -2,6 +2,7 @@
 #include "engine/cuda/cublas_api.h"
 
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "engine/error.h"

@@ -1,6 +1,7 @@
 // dnn.cpp: cuDNN handles per device and host thread (see dnn.h).
 #include "engine/cuda/dnn.h"
 
+#include <cstddef>
 #include <string>
 #include <vector>
 

@@ -9,6 +9,7 @@
 // int64_t where the kernel takes an int behaves the same on both.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,7 @@
 // pinned_allocator.cpp: see pinned_allocator.h.
 #include "engine/cuda/pinned_allocator.h"
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <unordered_map>

@@ -2,6 +2,11 @@
 // or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/adadelta.h"
 
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"

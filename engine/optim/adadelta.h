@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "engine/optim/optimizer.h"
 

@@ -3,6 +3,11 @@
 // CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/adam.h"
 
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"

@@ -9,6 +9,9 @@
 #pragma once
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/optim/optimizer.h"
 

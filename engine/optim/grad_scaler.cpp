@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstddef>
 #include <utility>
 
 #include "engine/autograd.h"

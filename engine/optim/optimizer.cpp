@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
+#include <utility>
 
 #include "engine/autograd.h"
 #include "engine/error.h"

@@ -16,6 +16,7 @@
 //    "param.<i>.step" and "param.<i>.<buffer>". Round-tripping it continues identically.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>

@@ -3,6 +3,10 @@
 #include "engine/optim/sgd.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"

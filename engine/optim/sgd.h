@@ -9,6 +9,9 @@
 // not applied on the first step.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "engine/optim/optimizer.h"
 
 namespace kiln {

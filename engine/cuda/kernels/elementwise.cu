@@ -12,6 +12,8 @@
 // use the CUDA math library (within 2 ulp of the CPU's).
 #include "engine/cuda/runtime.h"
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"

@@ -19,6 +19,8 @@
 // read by the host once (engine/optim/grad_scaler.cpp).
 #include "engine/cuda/runtime.h"
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"

@@ -23,6 +23,9 @@
 // skipped (unless element 0 is NaN), exactly the CPU's sequential `x[l] > x[best]` scan.
 #include "engine/cuda/runtime.h"
 
+#include <cstddef>
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/kernels/grid_stride.h"

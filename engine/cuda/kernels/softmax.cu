@@ -23,6 +23,8 @@
 // with the same three layouts (the dot product reduced like the sum above).
 #include "engine/cuda/runtime.h"
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"

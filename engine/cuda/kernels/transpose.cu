@@ -19,6 +19,8 @@
 //  - d0 == d1: a plain device-to-device copy.
 #include "engine/cuda/runtime.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "engine/cuda/context.h"

@@ -16,6 +16,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>

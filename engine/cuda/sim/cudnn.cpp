@@ -5,6 +5,7 @@
 // and data types outside the subset).
 #include "engine/cuda/sim/cudnn.h"
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_set>

@@ -2,6 +2,7 @@
 #include "engine/cuda/sim/cudnn_algos.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 namespace kiln::sim {

@@ -23,6 +23,7 @@
 // host im2col + GEMM (cudnn_compute.h): their own summation orders are not simulated.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 

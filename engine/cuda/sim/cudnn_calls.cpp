@@ -10,10 +10,12 @@
 #include "engine/cuda/sim/cudnn.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cuda/sim/cudnn_algos.h"

@@ -7,6 +7,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <type_traits>
 #include <vector>
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "engine/cuda/sim/runtime.h"
 
