@@ -1,6 +1,9 @@
 // activation.h: activation modules (the functional forms are in engine/ops.h).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "engine/ops.h"
 #include "layers/module.h"
 

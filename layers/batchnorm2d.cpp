@@ -2,7 +2,9 @@
 // node) and the BatchNorm2d module. Kernels: batchnorm2d_cpu.cpp and batchnorm2d_cuda.cu.
 #include "layers/batchnorm2d.h"
 
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"

@@ -4,6 +4,7 @@
 // kept in double whatever T is: a channel of a ResNet batch holds ~10^5 values. The inner
 // sums are `omp simd` reductions: vectorised, in an order fixed by the binary.
 #include <cmath>
+#include <cstdint>
 
 #include "layers/batchnorm2d_kernels.h"
 

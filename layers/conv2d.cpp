@@ -12,7 +12,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 #include "engine/autocast.h"
 #include "engine/autograd.h"

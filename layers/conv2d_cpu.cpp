@@ -40,6 +40,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "layers/conv2d_kernels.h"

@@ -67,6 +67,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <type_traits>

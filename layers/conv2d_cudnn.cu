@@ -38,9 +38,12 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <vector>
 

@@ -2,6 +2,8 @@
 // the f32/f64 op (conv2d.cpp) and its autocast path (conv2d_lowp.cpp).
 #pragma once
 
+#include <cstdint>
+
 #include "engine/impl.h"
 #include "engine/tensor.h"
 #include "layers/conv2d_kernels.h"

@@ -29,9 +29,12 @@
 #include <omp.h>
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "engine/dnnl_cpu.h"

@@ -8,6 +8,8 @@
 // these return false before computing anything, and the caller converts to f32 and runs the f32
 // kernels, which is faster than oneDNN's reference code. On CPUs with AVX512_BF16 or AMX,
 // oneDNN 2.6 has JIT kernels for bf16 in every pass; for f16 it has none.
+#include <cstdint>
+
 #include "engine/error.h"
 #include "layers/conv2d_dnnl_primitives.h"
 #include "layers/conv2d_kernels.h"

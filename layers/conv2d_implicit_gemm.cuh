@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda/kernels/common.h"
 #include "engine/error.h"

@@ -7,6 +7,8 @@
 // on them. Both compute the same thing, sums of products of bf16/f16 values in f32;
 // the first reads half the bytes and, on hardware with bf16 dot-product or tensor-core units,
 // multiplies several times faster.
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/autocast.h"

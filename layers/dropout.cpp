@@ -2,7 +2,9 @@
 // kernels are in dropout_cuda.cu (declared in dropout_kernels.h).
 #include "layers/dropout.h"
 
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"

@@ -10,6 +10,8 @@
 // input * mask): a NaN or Inf in a dropped position stays visible.
 #include "engine/cuda/runtime.h"
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/launch.h"
 #include "engine/philox.h"

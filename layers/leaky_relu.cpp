@@ -3,7 +3,9 @@
 #include "layers/leaky_relu.h"
 
 #include <cmath>
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"

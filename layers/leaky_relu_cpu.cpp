@@ -1,5 +1,7 @@
 // leaky_relu_cpu.cpp: CPU kernels of LeakyReLU (see leaky_relu_kernels.h). One pass over the
 // elements, split across OpenMP threads; the branch-free rule vectorises.
+#include <cstdint>
+
 #include "engine/host_device.h"
 #include "layers/leaky_relu_kernels.h"
 

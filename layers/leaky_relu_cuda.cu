@@ -6,6 +6,8 @@
 // element equals the CPU's bit for bit.
 #include "engine/cuda/runtime.h"
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/launch.h"
 #include "engine/host_device.h"

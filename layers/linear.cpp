@@ -1,6 +1,9 @@
 // linear.cpp: Linear: y = x W^T + b through matmul, and its default initialisation.
 #include "layers/linear.h"
 
+#include <cstdint>
+#include <string>
+
 #include "engine/error.h"
 #include "engine/init.h"
 #include "engine/ops.h"

@@ -5,6 +5,9 @@
 // transpose flag instead of a copy.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "layers/module.h"
 
 namespace kiln {

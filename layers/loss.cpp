@@ -2,6 +2,10 @@
 // loss_cuda.cu (CUDA cross-entropy and the fused CUDA mean squared error).
 #include "layers/loss.h"
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"

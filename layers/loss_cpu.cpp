@@ -1,5 +1,6 @@
 // loss_cpu.cpp: CPU kernels of the fused softmax-cross-entropy.
 #include <cmath>
+#include <cstdint>
 
 #include "layers/loss_kernels.h"
 

@@ -30,6 +30,7 @@
 #include "engine/cuda/runtime.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"

@@ -2,6 +2,7 @@
 #include "layers/module.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "engine/autograd.h"

@@ -9,6 +9,8 @@
 // the member, the registry and any optimizer that holds the parameter stay the same tensor.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

@@ -4,7 +4,9 @@
 #include "layers/pool2d.h"
 
 #include <limits>
+#include <memory>
 #include <sstream>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"

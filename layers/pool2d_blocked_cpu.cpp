@@ -6,6 +6,7 @@
 // compares 16 channels at once with selects (one AVX-512 register of floats).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "layers/layout.h"

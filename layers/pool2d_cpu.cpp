@@ -11,6 +11,7 @@
 // PyTorch 1.13 31-40 ms; backward 1.0 ms (PyTorch 1.6-1.9 ms).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
