@@ -3,6 +3,7 @@
 // transport's device, and argument checks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>

@@ -70,6 +70,10 @@
 #include "comm/algorithms.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace kiln::comm {

@@ -13,6 +13,9 @@
 //                        rank has heard, directly or through others, from every rank, so no one
 //                        leaves before everyone arrived. One-byte messages (a zero-byte NCCL
 //                        send completes without its peer, so it would not synchronise).
+#include <cstdint>
+#include <vector>
+
 #include "comm/algo_util.h"
 #include "comm/algorithms.h"
 

@@ -3,6 +3,8 @@
 #include "comm/communicator.h"
 
 #include <chrono>
+#include <exception>
+#include <utility>
 
 #include "comm/algorithms.h"
 #include "comm/mpi_transport.h"

@@ -1,10 +1,15 @@
 // data_parallel.cpp: buckets, grad-ready hooks, and the synchronize() that averages.
 #include "comm/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "comm/algorithms.h"
 #include "comm/fault_injection.h"

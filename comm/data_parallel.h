@@ -74,9 +74,11 @@
 // linear warm-up from the single-rank rate: large_minibatch_schedule() below.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"

@@ -27,6 +27,7 @@
 #include "comm/algo_util.h"
 #include "comm/algorithms.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace kiln::comm {

@@ -27,6 +27,9 @@
 // (one thread talks to MPI at a time). Whoever initialised MPI finalises it: we do at exit.
 #include "comm/mpi_transport.h"
 
+#include <cstdint>
+#include <utility>
+
 #include "comm/peer_liveness.h"
 
 #if KILN_WITH_MPI

@@ -14,6 +14,7 @@
 //   of the slowest worker waits for its pull. staleness 0 is lock-step.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>

@@ -10,6 +10,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <utility>
 
 namespace kiln::comm {
 namespace {

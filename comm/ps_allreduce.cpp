@@ -2,8 +2,10 @@
 // rank serves one shard) or the workers' side of dedicated servers (ps_protocol.h).
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "comm/algo_util.h"
 #include "comm/algorithms.h"

@@ -1,5 +1,7 @@
 // ps_async_worker.cpp: a worker of the asynchronous parameter server: init, push_pull, finish.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -2,8 +2,11 @@
 // (ps_protocol.h has the messages).
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/algo_util.h"
 #include "comm/algorithms.h"

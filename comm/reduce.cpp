@@ -6,6 +6,7 @@
 // next send must not read the buffer before the kernel wrote it.
 //
 // Also the shared helpers of the algorithms (algo_util.h): scratch buffers and argument checks.
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -3,6 +3,9 @@
 // rules are reduce_kernels.h's, the same as the CPU's, so the two devices agree bit for bit.
 #include "engine/cuda/runtime.h"
 
+#include <cstddef>
+#include <cstdint>
+
 #include "comm/reduce_kernels.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"

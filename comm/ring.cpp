@@ -26,7 +26,12 @@
 #include "comm/algorithms.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::comm {
 
