@@ -1,7 +1,9 @@
 // batch_iterator.cpp: the synchronous BatchSource (see batch_iterator.h).
 #include "data/batch_iterator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <utility>
 
 #include "data/transforms.h"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <system_error>
 
 #include "stb_image_write.h"
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <string>
 #include <utility>
 
 #include "data/transforms.h"

@@ -1,9 +1,13 @@
 // mnist.cpp: reads and strictly validates the MNIST IDX files (format described in mnist.h).
 #include "data/mnist.h"
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
+#include <utility>
 
 #include "engine/error.h"
 

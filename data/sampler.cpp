@@ -2,6 +2,7 @@
 #include "data/sampler.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <numeric>
 #include <utility>

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "engine/error.h"
 #include "engine/philox.h"

@@ -25,6 +25,7 @@
 // constructor, before any data flows).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
