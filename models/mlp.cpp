@@ -1,6 +1,8 @@
 // mlp.cpp: the MLP of mnist_train --model mlp.
 #include "models/mlp.h"
 
+#include <cstdint>
+
 #include "layers/activation.h"
 #include "layers/linear.h"
 

@@ -2,6 +2,7 @@
 // size, then Linear to the classes. The baseline the CNN is compared with.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 

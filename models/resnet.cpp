@@ -2,6 +2,8 @@
 #include "models/resnet.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 
 #include "engine/autograd.h"

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <optional>
+#include <utility>
 
 #include "comm/data_parallel.h"
 #include "engine/allocator.h"
