@@ -7,9 +7,13 @@
 // Each split is written into OUT/<split>.tmp and renamed when complete, so an interrupted run
 // never leaves a half split that looks whole; a split that is already complete is skipped
 // (running it again is free). The work is data/idx_export.h.
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <utility>
 
 #include <CLI/CLI.hpp>

@@ -14,9 +14,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "apps/common/flag_checks.h"

@@ -2,6 +2,7 @@
 #include "apps/comm_bench/message.h"
 
 #include <cmath>
+#include <cstddef>
 
 #include "apps/comm_bench/report.h"
 #include "engine/host_device.h"

@@ -6,6 +6,7 @@
 // any order, so any difference is a bug, never rounding.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 

@@ -2,6 +2,7 @@
 #include "apps/comm_bench/sweep.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>

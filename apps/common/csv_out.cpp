@@ -2,6 +2,7 @@
 #include "apps/common/csv_out.h"
 
 #include <filesystem>
+#include <system_error>
 
 #include "engine/error.h"
 

@@ -1,7 +1,10 @@
 // common.cpp: what both devices' rows of gemm_bench use (rows.h).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <random>
+#include <vector>
 
 #include "apps/gemm_bench/rows.h"
 

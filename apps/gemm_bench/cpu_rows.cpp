@@ -13,8 +13,11 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "apps/gemm_bench/rows.h"
 #include "engine/convert_cpu.h"

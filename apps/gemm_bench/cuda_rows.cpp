@@ -15,8 +15,11 @@
 // SIMULATED.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/blas.h"

@@ -2,8 +2,10 @@
 #include "apps/mnist/datasets.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/image_folder.h"

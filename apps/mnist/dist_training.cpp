@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "apps/common/progress.h"
 #include "apps/mnist/model_state.h"

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"

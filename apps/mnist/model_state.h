@@ -4,6 +4,7 @@
 // format and why resuming is bit for bit).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 

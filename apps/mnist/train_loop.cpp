@@ -2,6 +2,7 @@
 #include "apps/mnist/train_loop.h"
 
 #include <cmath>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>

@@ -1,9 +1,13 @@
 // runs.cpp: the single-device, model-parallel and pipelined training setups.
 #include "apps/resnet_bench/runs.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "engine/autocast.h"
 #include "engine/init.h"

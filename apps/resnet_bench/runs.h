@@ -2,6 +2,7 @@
 // parallelism, and pipelines at each split size, each a fresh ResNet from the same seed.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
