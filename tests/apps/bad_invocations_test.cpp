@@ -10,6 +10,7 @@
 // MNIST in datasets/mnist (datasets/fetch_mnist.sh).
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <vector>

@@ -16,10 +16,12 @@
 //   5. Usage: --checkpoint-every without --checkpoint, or with --ps-async: exit 2.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/serialize.h"

@@ -8,6 +8,10 @@
 // 2.03015) and their test predictions are the same. The bounds below leave room for a GPU's
 // different summation order, and still fail on any real kernel bug (which moves the loss by
 // far more than 1e-3 within a few steps).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
 #include "engine/cuda/context.h"
 #include "tests/apps/mnist_train_runner.h"
 #include "tests/support/cuda_skip.h"

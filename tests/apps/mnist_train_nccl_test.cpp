@@ -7,6 +7,11 @@
 //      devices differ only in the order of floating-point sums inside the kernels (cuda vs cpu
 //      agree to ~1e-5 relative, mnist_train_cuda_e2e_test).
 //   2. Bad nccl:N values exit 2 naming what to use instead.
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
 #include "engine/cuda/context.h"
 #include "tests/apps/mnist_train_runner.h"
 #include "tests/support/cuda_skip.h"

@@ -9,8 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <memory>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "comm/agreement.h"

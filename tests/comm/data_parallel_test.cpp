@@ -24,9 +24,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <ostream>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "comm/agreement.h"
 #include "comm/communicator.h"

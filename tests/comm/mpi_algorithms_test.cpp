@@ -13,7 +13,9 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
+#include <memory>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi_transport.h"

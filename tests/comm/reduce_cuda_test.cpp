@@ -5,6 +5,7 @@
 // one IEEE operation per element, so any difference is a bug.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>

@@ -10,6 +10,7 @@
 // sides and differ at most in the last bit, and a few float operations follow: 2e-5.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 

@@ -8,6 +8,8 @@
 // statistics, and says what to do. On a real GPU the request is simply larger than any GPU.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "engine/cuda/caching_allocator.h"

@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/cublas_api.h"
 #include "engine/impl.h"

@@ -6,6 +6,7 @@
 // the identity.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "layers/dropout.h"

@@ -4,6 +4,8 @@
 // and their gradient checks through CUDA are rows of the parity table (tests/parity).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -3,6 +3,7 @@
 // bits run after run, and the same bits on a second device.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 

@@ -10,9 +10,12 @@
 // ulp; over 6 steps that stays within 1e-5 relative in float (1e-12 in double) of the scale.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/optim/adadelta.h"

@@ -2,6 +2,8 @@
 // activations and gradients crossing devices on copy streams ordered by events.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 

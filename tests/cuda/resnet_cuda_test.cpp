@@ -33,6 +33,8 @@
 // kernel (a lost mask, a wrong channel or stride) gives errors of the size of the values.
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

@@ -6,7 +6,10 @@
 // shows up here as a corrupt batch (the file also runs with the `gpu` label on a real GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>

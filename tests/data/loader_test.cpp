@@ -8,8 +8,11 @@
 // tree). They do no OpenMP work: the datasets are tiny and the loader itself runs no ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <stdexcept>

@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "data/batch_iterator.h"
 #include "data/sampler.h"

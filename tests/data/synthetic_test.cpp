@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "data/synthetic.h"
 #include "engine/error.h"

@@ -5,9 +5,16 @@
 // scratch sizing, same result as the steps one by one, the same from many threads).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "data/transforms.h"
 #include "engine/error.h"

@@ -13,6 +13,8 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <ostream>
 #include <random>

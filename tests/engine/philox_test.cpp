@@ -2,7 +2,11 @@
 // range and resolution, Generator counter bookkeeping, and init reproducibility.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <set>
 #include <thread>
 #include <vector>

@@ -1,8 +1,10 @@
 // Tensor basics: factories, metadata, conversions, views, copies, devices, allocator stats.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/allocator.h"

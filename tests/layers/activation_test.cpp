@@ -1,6 +1,8 @@
 // ReLU and Flatten modules (their gradient checks: tests/parity).
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "layers/activation.h"
 #include "support/gradcheck.h"
 

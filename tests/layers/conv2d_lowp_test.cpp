@@ -11,6 +11,8 @@
 #include "support/low_precision_bits.h"
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <string>

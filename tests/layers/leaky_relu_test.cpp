@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <initializer_list>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 

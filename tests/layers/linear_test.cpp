@@ -1,6 +1,7 @@
 // Linear: shapes, values against a hand loop, gradcheck, default init range, errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/error.h"

@@ -1,6 +1,8 @@
 // Module: registration, names, state_dict round trip, train/eval, to(device).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "engine/error.h"
 #include "layers/activation.h"
 #include "layers/linear.h"

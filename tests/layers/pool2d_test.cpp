@@ -9,9 +9,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/error.h"

@@ -24,6 +24,7 @@
 // the comparisons themselves (close, equal) live in tests/support/fixture.h.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>

@@ -4,9 +4,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
 #include <future>
+#include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "comm/local_transport.h"
 #include "engine/trace.h"

@@ -29,9 +29,11 @@
 // check costs two forwards per input element.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/tensor.h"

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>

@@ -6,7 +6,9 @@
 // descriptor and range errors (16-bit data and compute type pairings too); the handle's stream.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>

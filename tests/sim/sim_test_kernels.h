@@ -2,6 +2,7 @@
 // a RAII device array for the tests. Included by sim_kernel_test.cpp only.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <vector>
 

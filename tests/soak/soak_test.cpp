@@ -15,6 +15,7 @@
 //   "soak:" line with the figures.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>

@@ -2,6 +2,7 @@
 // each way (the rules of engine/host_device.h), and random operands already rounded.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
