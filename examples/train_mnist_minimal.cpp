@@ -5,9 +5,12 @@
 // The MNIST CNN, a loader with two worker threads, Adadelta, the zero_grad / forward /
 // backward / step loop for one epoch, then the test accuracy. apps/mnist_train is the same
 // with every option (devices, data parallelism, checkpoints, schedules, reports).
+#include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "data/mnist.h"

@@ -2,8 +2,11 @@
 // module. The CUDA kernels are in swish_cuda.cu (declared in swish_kernels.h).
 #include "swish.h"
 
+#include <cstdint>
 #include <memory>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"  // on_device, dispatch_floating

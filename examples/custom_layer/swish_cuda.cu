@@ -3,6 +3,8 @@
 // under Kiln's CUDA simulator (compiled as C++).
 #include "engine/cuda/runtime.h"  // first: the real CUDA runtime or the simulator's
 
+#include <cstdint>
+
 #include "engine/cuda/context.h"
 #include "engine/cuda/launch.h"
 #include "swish.h"
