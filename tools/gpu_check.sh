@@ -4,63 +4,120 @@
 #
 #   1. prerequisites: a GPU (else exit 2), the carried bundle unpacked (tools/gpu_bundle.sh
 #      unpack), MNIST, nvcc, cmake, ninja, cuDNN/cuBLAS (falls back to PyTorch's pip copies)
-#   2. build: Release, -DKILN_CUDA=ON for the GPU present (sm_90 on H100/H200) into build-gpu/
-#   3. test:  ctest -L gpu, once with the hand kernels and once with KILN_KERNELS=vendor (cuBLAS,
-#             cuDNN) (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim')
-#   4. bench: gemm_bench (hand vs cuBLAS), gemm_steps (every GEMM step at 4096^3: the f32 steps,
+#   2. build: Release, -DKILN_CUDA=ON for the GPU present (sm_90 on H100/H200) into build-gpu/,
+#             only the targets the chosen steps run (--print-targets lists them): the gpu tests'
+#             programs (the label target kiln_tests_gpu, and every program of a test that
+#             `ctest -L gpu --show-only=json-v1` names), the benchmarks, Kiln's libraries
+#   3. test:  ctest -L gpu -j <cores>, once with the hand kernels and once with KILN_KERNELS=vendor
+#             (cuBLAS, cuDNN) (and, with --cpu-tests, the CPU suite: ctest -LE 'gpu|sim'); the
+#             failed tests' output goes into the report (ctest --output-junit)
+#   4. example: examples/custom_layer (its own CMake project: find_package(Kiln), a Swish layer
+#             with a .cu file) built against this build installed into a prefix, its tests run on
+#             the GPU (custom_layer)
+#   5. bench: gemm_bench (hand vs cuBLAS), gemm_steps (every GEMM step at 4096^3: the f32 steps,
 #             the tensor-core kernel on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on bf16: the
 #             report's tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
 #             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)
-#   5. report: REPORT_DIR/report.md and report.json (+ logs/, the runs' JSON, steps.tsv)
+#   6. sanitize: compute-sanitizer memcheck, racecheck, synccheck and initcheck over a few gpu
+#             test programs (elementwise ops and reductions, GEMM, convolution, pooling,
+#             BatchNorm, the loader), several at a time, each under a time cap, once a trivial
+#             kernel ran clean under the tool here; runs the budget leaves out are skipped
+#   7. report: REPORT_DIR/report.md and report.json (+ logs/, the runs' JSON, steps.tsv): every
+#             step, the failed tests' output, the sanitizers' summaries, and what was not run
+#             with the command that runs it
 #
 # Options:
-#   --only STAGES   build | test | bench, comma-separated (default: all). The build always runs
-#                   first (incremental); the report merges every step recorded in REPORT_DIR, so
-#                   a check split over two calls into one REPORT_DIR ends with one full report.
-#                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, gemm_steps, conv_bench, mnist_vendor,
-#                   pytorch, mnist_hand, resnet_gpu (e.g. --only pytorch,mnist_hand after a run out of time).
+#   --only STAGES   build | test | example | bench | sanitize, comma-separated (default: all).
+#                   The build always runs first (incremental, only what the steps need); the
+#                   report merges every step recorded in REPORT_DIR, so a check split over two
+#                   calls into one REPORT_DIR ends with one full report.
+#                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, custom_layer,
+#                   gemm_bench, gemm_steps, conv_bench, mnist_vendor, pytorch, mnist_hand,
+#                   resnet_gpu, mp_gpu, mp_cpu; one sanitizer's runs (memcheck, racecheck,
+#                   synccheck, initcheck) or one run (sanitize_TOOL_PROGRAM, e.g.
+#                   sanitize_racecheck_gemm_cuda_test). E.g. --only pytorch,mnist_hand after a run
+#                   out of time: the report's last section gives the exact command.
 #                   --only report rewrites report.md/json from what REPORT_DIR holds, nothing else.
-#   --cpu-tests     also run the CPU suite (ctest -LE 'gpu|sim'; minutes)
+#   --cpu-tests     also run the CPU suite (ctest -LE 'gpu|sim'; minutes; builds everything)
 #   --epochs N      mnist_train / PyTorch epochs (default 3)
 #   --arch A        CMAKE_CUDA_ARCHITECTURES (default: from the GPU's compute capability, e.g. 90)
 #   --budget S      wall-clock seconds for the whole check (default 540): a step that would not
 #                   fit is skipped and the exit code says so (3), so a report is always written
 #                   inside a 10-minute command limit
+#   --test-timeout S  each gpu test's timeout in the ctest runs (default 90; the slowest passing
+#                   test took 29 s on an H200, so a hung test costs 90 s, not 120)
+#   --sanitize-timeout S  each sanitizer run's time cap (default 120); a run stopped there is
+#                   reported as partial (exit code 3), with the command that runs it again
 #   --build-dir D   build tree (default build-gpu)
-# Environment: PYTHON (default python3) runs tools/pytorch_mnist.py and the report.
+#   --print-targets configure, print the build targets the chosen steps need (one a line), exit;
+#                   needs no GPU
+# Environment: PYTHON (default python3) runs tools/pytorch_mnist.py and the report;
+# OMP_NUM_THREADS (default 2 for the tests and sanitizer runs, which run many programs at once).
 #
 # Exit codes: 0 every step passed (a benchmark program not built yet is reported as missing, not
 # failed); 1 a step failed; 2 prerequisites missing (no GPU, no nvcc, no MNIST...); 3 steps were
-# skipped for lack of time (run again with --only, same REPORT_DIR).
+# skipped, or sanitizer runs cut at their time cap, for lack of time (run again with --only,
+# same REPORT_DIR).
 set -uo pipefail
 
 usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | grep -v '^set' | sed 's/^# \{0,1\}//'; }
-die_usage() { echo "gpu_check.sh: error: $*" >&2; echo "usage: tools/gpu_check.sh REPORT_DIR [--only build|test|bench|report] [--cpu-tests] [--epochs N] [--arch A] [--budget S] [--build-dir D]" >&2; exit 2; }
+die_usage() { echo "gpu_check.sh: error: $*" >&2; echo "usage: tools/gpu_check.sh REPORT_DIR [--only build|test|example|bench|sanitize|report|STEP,...] [--cpu-tests] [--epochs N] [--arch A] [--budget S] [--test-timeout S] [--sanitize-timeout S] [--build-dir D] [--print-targets]" >&2; exit 2; }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-report="" only="build,test,bench" cpu_tests=0 epochs=3 arch="" budget=540 build_dir="build-gpu"
+report="" only="build,test,example,bench,sanitize" cpu_tests=0 epochs=3 arch="" budget=540 build_dir="build-gpu"
+test_timeout=90 sanitize_timeout=120 print_targets=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
-    --only) [[ $# -ge 2 ]] || die_usage "--only needs a value"; only=$2; shift 2 ;;
+    --only) [[ $# -ge 2 && -n "${2//,/}" ]] || die_usage "--only needs a value"; only=$2; shift 2 ;;
     --cpu-tests) cpu_tests=1; shift ;;
     --epochs) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die_usage "--epochs needs a positive number"; epochs=$2; shift 2 ;;
     --arch) [[ $# -ge 2 ]] || die_usage "--arch needs a value (e.g. 90 or native)"; arch=$2; shift 2 ;;
     --budget) [[ $# -ge 2 && "$2" =~ ^[0-9]+$ ]] || die_usage "--budget needs seconds"; budget=$2; shift 2 ;;
     --build-dir) [[ $# -ge 2 ]] || die_usage "--build-dir needs a directory"; build_dir=$2; shift 2 ;;
+    --test-timeout) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die_usage "--test-timeout needs seconds"; test_timeout=$2; shift 2 ;;
+    --sanitize-timeout) [[ $# -ge 2 && "$2" =~ ^[1-9][0-9]*$ ]] || die_usage "--sanitize-timeout needs seconds"; sanitize_timeout=$2; shift 2 ;;
+    --print-targets) print_targets=1; shift ;;
     -*) die_usage "unknown option $1" ;;
     *) [[ -z "$report" ]] || die_usage "one REPORT_DIR only (got '$report' and '$1')"; report=$1; shift ;;
   esac
 done
 [[ -n "$report" ]] || die_usage "REPORT_DIR is missing"
+
+# The sanitizer runs, TOOL:PROGRAM (a gpu test program's target), in the order they start:
+# memcheck over every program first, then racecheck and synccheck over those whose kernels share
+# memory between threads and meet at barriers (reductions, GEMM tiles, convolution, pooling,
+# BatchNorm; the loader's CUDA work is copies), then initcheck. Each is the step
+# sanitize_TOOL_PROGRAM.
+sanitize_programs=(ops_cuda_test gemm_cuda_test gemm_tensor_core_test conv2d_cuda_test pool2d_cuda_test
+                   batchnorm2d_cuda_test loader_cuda_test)
+sanitize_tools=(memcheck racecheck synccheck initcheck)
+sanitize_runs=()
+for tool in "${sanitize_tools[@]}"; do
+  for prog in "${sanitize_programs[@]}"; do
+    [[ "$tool" =~ ^(racecheck|synccheck)$ && "$prog" == loader_cuda_test ]] && continue
+    sanitize_runs+=("$tool:$prog")
+  done
+done
+
+steps_vocabulary="ctest_gpu ctest_gpu_vendor ctest_cpu custom_layer gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu ${sanitize_tools[*]}"
 for s in ${only//,/ }; do
-  [[ "$s" =~ ^(build|test|bench|report|ctest_gpu|ctest_gpu_vendor|ctest_cpu|gemm_bench|gemm_steps|conv_bench|mnist_vendor|pytorch|mnist_hand|resnet_gpu)$ ]] ||
-    die_usage "--only: unknown stage '$s' (build, test, bench, report, or one step: ctest_gpu, ctest_gpu_vendor, ctest_cpu, gemm_bench, gemm_steps, conv_bench, mnist_vendor, pytorch, mnist_hand, resnet_gpu)"
+  [[ " build test example bench sanitize report $steps_vocabulary " == *" $s "* ]] && continue
+  if [[ "$s" =~ ^sanitize_([a-z]+)_(.+)$ && " ${sanitize_runs[*]} " == *" ${BASH_REMATCH[1]}:${BASH_REMATCH[2]} "* ]]; then
+    continue
+  fi
+  die_usage "--only: unknown stage '$s' (build, test, example, bench, sanitize, report, or one step: ${steps_vocabulary// /, }, sanitize_TOOL_PROGRAM)"
 done
 has_stage() { [[ ",$only," == *",$1,"* ]]; }
 want() { has_stage "$1" || has_stage "$2"; }  # want STEP STAGE: the step is selected
+want_sanitize() {  # want_sanitize TOOL PROGRAM: that sanitizer run is selected
+  has_stage sanitize || has_stage "$1" || has_stage "sanitize_$1_$2"
+}
+# --print-targets: the targets alone on stdout (fd 3), everything else on stderr.
+exec 3>&1
+((print_targets)) && exec 1>&2
 
 mkdir -p "$report/logs" || { echo "gpu_check.sh: error: cannot create $report" >&2; exit 2; }
 report=$(cd "$report" && pwd)
@@ -116,10 +173,14 @@ run_step() {
   [[ "$status" == ok ]]
 }
 
-finish() {  # finish EXIT_CODE: writes the report, prints it, exits
+finish() {  # finish EXIT_CODE: writes the report, prints it and the commands to run next, exits
   write_report
   [[ -f "$report/report.md" ]] && { echo; cat "$report/report.md"; }
   say "report: $report/report.md and report.json"
+  "$PYTHON" -c '
+import json, sys
+for c in json.load(open(sys.argv[1])).get("next_commands", []):
+    print("gpu_check.sh: " + c["why"] + "\ngpu_check.sh:   " + c["command"])' "$report/report.json" 2>/dev/null
   exit "$1"
 }
 
@@ -144,8 +205,11 @@ prereq_fail() {
 info_put() { printf '%s=%s\n' "$1" "$2" >>"$info"; }
 info_put date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 info_put stages "$only"
+info_put sanitize_runs "${sanitize_runs[*]}"  # the report names whole tools in its commands
 
-if [[ "${KILN_GPU_CHECK_ALLOW_NO_GPU:-0}" == 1 ]]; then
+if ((print_targets)); then
+  info_put gpu "not needed (--print-targets)"
+elif [[ "${KILN_GPU_CHECK_ALLOW_NO_GPU:-0}" == 1 ]]; then
   say "KILN_GPU_CHECK_ALLOW_NO_GPU=1: going on without a GPU (testing this script; GPU steps will fail)"
   info_put gpu "none (KILN_GPU_CHECK_ALLOW_NO_GPU=1)"
 elif ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -270,8 +334,14 @@ if ((${#extra_prefix[@]})); then
   export LIBRARY_PATH="$pip_prefix/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
 fi
 
-# MNIST (the bundle installed it; else datasets/fetch_mnist.sh, which needs the network).
-if [[ "$only" != build ]]; then
+# MNIST (the bundle installed it; else datasets/fetch_mnist.sh, which needs the network), for the
+# steps that read it: the tests (mnist_train's end-to-end runs), the MNIST trainings.
+needs_mnist=0
+for step in ctest_gpu:test ctest_gpu_vendor:test mnist_vendor:bench mnist_hand:bench pytorch:bench; do
+  want "${step%%:*}" "${step#*:}" && needs_mnist=1
+done
+((cpu_tests)) || has_stage ctest_cpu && needs_mnist=1
+if ((needs_mnist && !print_targets)); then
   if ! bash datasets/fetch_mnist.sh >"$report/logs/mnist.log" 2>&1; then
     tail -n 3 "$report/logs/mnist.log" >&2
     prereq_fail "MNIST is not in datasets/mnist and cannot be downloaded here: make the bundle with tools/gpu_bundle.sh (it carries MNIST) and copy .gpu_bundle/ to this machine with the tree"
@@ -280,12 +350,103 @@ fi
 record prerequisites ok 0 "$SECONDS" "" "GPU $(sed -n 's/^gpu=//p' "$info"), arch $arch"
 
 # ---- 2. build --------------------------------------------------------------------------------
-configure_and_build() {
-  local prefix_list=""
-  if ((${#extra_prefix[@]})); then  # the bundle's prefix is in bundle_args: repeat it before these
-    prefix_list="${KILN_BUNDLE_ROOT:+$KILN_BUNDLE_ROOT/usr}"
-    for p in "${extra_prefix[@]}"; do prefix_list="${prefix_list:+$prefix_list;}$p"; done
+prefix_list=""  # CMAKE_PREFIX_PATH beyond the bundle's options
+if ((${#extra_prefix[@]})); then  # the bundle's prefix is in bundle_args: repeat it before these
+  prefix_list="${KILN_BUNDLE_ROOT:+$KILN_BUNDLE_ROOT/usr}"
+  for p in "${extra_prefix[@]}"; do prefix_list="${prefix_list:+$prefix_list;}$p"; done
+fi
+
+# target_known T: the configured tree has the build target T (with Ninja, a target's output
+# path, e.g. tests/cuda/ops_cuda_test, is one too).
+ninja_query() {  # ninja_query T: what Ninja knows of T (the tree's own ninja)
+  local mp
+  mp=$(sed -n 's/^CMAKE_MAKE_PROGRAM:[A-Z]*=//p' "$build_dir/CMakeCache.txt" 2>/dev/null)
+  "${mp:-ninja}" -C "$build_dir" -t query "$1" 2>/dev/null
+}
+make_help=""
+target_known() {
+  if [[ -f "$build_dir/build.ninja" ]]; then
+    ninja_query "$1" >/dev/null
+  else
+    [[ -n "$make_help" ]] || make_help=$(cmake --build "$build_dir" --target help 2>/dev/null)
+    grep -qE "^\.\.\. $1( |\$)" <<<"$make_help"
   fi
+}
+
+# ctest_programs LABEL: the programs of the build tree that the tests labelled LABEL run, relative
+# to the tree (every word of a test's command, or value of a VAR=word, that is a file there:
+# mpiexec's and env's programs too). ctest gives no command for a test whose program is not
+# built yet, and the GoogleTest programs' tests are only known once the program is built (their
+# discovery runs it), so on a fresh tree this finds little: the label target finds the rest.
+ctest_programs() {
+  ctest --test-dir "$build_dir" -L "$1" --show-only=json-v1 2>/dev/null | "$PYTHON" -c '
+import json, os, sys
+build = os.path.realpath(sys.argv[1])
+try:
+    tests = json.load(sys.stdin).get("tests", [])
+except ValueError:
+    tests = []
+seen = set()
+for t in tests:
+    for word in t.get("command") or []:
+        path = word.split("=", 1)[-1]
+        if not os.path.isabs(path):
+            continue
+        path = os.path.realpath(path)
+        if path.startswith(build + os.sep) and path not in seen:
+            seen.add(path)
+            print(os.path.relpath(path, build))
+' "$build_dir"
+}
+
+# gpu_test_targets: the targets that build every gpu test's program: kiln_tests_gpu (the label
+# target that kiln_test() and kiln_test_run() of tests/CMakeLists.txt make depend on each program
+# of a test they label gpu) and each program ctest names for `-L gpu` (a test labelled gpu some
+# other way, or a program built outside those functions).
+gpu_test_targets() {
+  local p
+  target_known kiln_tests_gpu && echo kiln_tests_gpu
+  while read -r p; do
+    [[ -f "$build_dir/build.ninja" ]] || p=$(basename "$p")
+    target_known "$p" && echo "$p"
+  done < <(ctest_programs gpu)
+}
+
+# build_targets: the targets the chosen steps run, one a line, each known to the tree ("all" for
+# the CPU suite; a benchmark the tree does not have is left to its step, which reports it missing).
+build_targets() {
+  local run t
+  if ((cpu_tests)) || has_stage ctest_cpu; then echo all; return; fi
+  {
+    if want ctest_gpu test || want ctest_gpu_vendor test; then gpu_test_targets; fi
+    for run in "${sanitize_runs[@]}"; do
+      want_sanitize "${run%%:*}" "${run#*:}" && echo "${run#*:}"
+    done
+    want custom_layer example && printf '%s\n' kiln_engine kiln_layers kiln_data kiln_comm kiln_models kiln_pipeline
+    { want gemm_bench bench || want gemm_steps bench; } && echo gemm_bench
+    want conv_bench bench && echo conv_bench
+    { want mnist_vendor bench || want mnist_hand bench; } && echo mnist_train
+    want resnet_gpu bench && echo train_step_bench
+    { want mp_gpu bench || want mp_cpu bench; } && echo resnet_bench
+  } | awk '!seen[$0]++' | while read -r t; do
+    if target_known "$t"; then echo "$t"; else say "no build target $t in $build_dir: left out" >&2; fi
+  done
+}
+
+# check_gpu_tests: after the build, the gpu tests ctest knows and those whose program it cannot
+# find (they would fail as "Could not find executable"): "COUNT MISSING NAMES...".
+check_gpu_tests() {
+  ctest --test-dir "$build_dir" -L gpu --show-only=json-v1 2>/dev/null | "$PYTHON" -c '
+import json, sys
+try:
+    tests = json.load(sys.stdin).get("tests", [])
+except ValueError:
+    tests = []
+missing = [t["name"] for t in tests if not t.get("command")]
+print(len(tests), len(missing), " ".join(missing[:10]))'
+}
+
+configure_and_build() {
   run_step configure 180 cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" \
     "${bundle_args[@]}" ${prefix_list:+"-DCMAKE_PREFIX_PATH=$prefix_list"} || return 1
@@ -300,19 +461,63 @@ configure_and_build() {
       echo "warning: dependencies found outside the bundle: $outside" >>"$report/logs/configure.log"
     fi
   fi
-  run_step build 600 cmake --build "$build_dir" -j "$(nproc)"
+  local targets=()
+  mapfile -t targets < <(build_targets)
+  if ((print_targets)); then
+    printf '%s\n' "${targets[@]}" >&3
+    exit 0
+  fi
+  if ((${#targets[@]} == 0)); then
+    record build ok 0 0 "" "nothing to build for the chosen steps"
+  elif [[ " ${targets[*]} " == *" all "* ]]; then
+    run_step build 600 cmake --build "$build_dir" -j "$(nproc)" || return 1
+  else
+    say "build targets: ${targets[*]}"
+    run_step build 600 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" || return 1
+  fi
+  if want ctest_gpu test || want ctest_gpu_vendor test; then
+    local n_tests n_missing missing_names
+    read -r n_tests n_missing missing_names < <(check_gpu_tests)
+    info_put gpu_tests "${n_tests:-0}"
+    if ((${n_missing:-0} > 0)); then
+      info_put gpu_tests_without_program "$n_missing: $missing_names"
+      say "warning: $n_missing gpu tests have no built program (they will fail): $missing_names"
+      echo "warning: $n_missing gpu tests have no built program: $missing_names" >>"$report/logs/build.log"
+    fi
+  fi
 }
 
 build_ok=0 no_build="the build failed"
-if configure_and_build; then build_ok=1; fi
+if configure_and_build; then
+  build_ok=1
+elif ((print_targets)); then
+  say "error: the configure step did not succeed (logs/configure.log)"
+  exit 2
+fi
 awk -F'\t' '($1 == "configure" || $1 == "build") && $2 == "skipped" {s = 1} END {exit !s}' "$steps" &&
   no_build="not built: out of time"
 
 # ---- 3. tests --------------------------------------------------------------------------------
+# As many tests at once as there are cores. No gpu test needs the GPU to itself: none measures
+# time against a tight bound (the loader's stream holds allow 2 and 10 s), none fills the GPU's
+# memory (the out-of-memory test asks for 1 PiB), and the ones that need a second GPU skip on
+# one. A test that must run alone would say so itself, with the ctest property RUN_SERIAL (or
+# RESOURCE_LOCK gpu) in its CMakeLists.txt, which these runs obey. Each program gets
+# OMP_NUM_THREADS=2, not a thread per core, so many programs at once do not oversubscribe the
+# CPU. ctest writes every test's output to REPORT_DIR/STEP.junit.xml: the report quotes the failed
+# ones.
+omp_threads=${OMP_NUM_THREADS:-2}
+ctest_run() {  # ctest_run STEP CAP [VAR=value...] CTEST_ARGS...: one ctest run as a step
+  local step=$1 cap=$2 envs=()
+  shift 2
+  while [[ $# -gt 0 && "$1" == *=* && "$1" != -* ]]; do envs+=("$1"); shift; done
+  rm -f "$report/$step.junit.xml"
+  run_step "$step" "$cap" env OMP_NUM_THREADS="$omp_threads" "${envs[@]}" ctest --test-dir "$build_dir" \
+    --output-on-failure --output-junit "$report/$step.junit.xml" "$@"
+}
 if want ctest_gpu test; then
   if ((build_ok)); then
-    run_step ctest_gpu 240 ctest --test-dir "$build_dir" -L gpu --output-on-failure --no-tests=error \
-      --timeout 120 -j 8
+    ctest_run ctest_gpu 240 -L gpu --no-tests=error --timeout "$test_timeout" -j "$(nproc)"
   else
     record ctest_gpu skipped - 0 "" "$no_build"
   fi
@@ -320,22 +525,67 @@ fi
 # The same tests through cuBLAS and cuDNN: every CUDA op that has a vendor path takes it.
 if want ctest_gpu_vendor test; then
   if ((build_ok)); then
-    run_step ctest_gpu_vendor 240 env KILN_KERNELS=vendor ctest --test-dir "$build_dir" -L gpu \
-      --output-on-failure --no-tests=error --timeout 120 -j 8
+    ctest_run ctest_gpu_vendor 240 KILN_KERNELS=vendor -L gpu --no-tests=error --timeout "$test_timeout" -j "$(nproc)"
   else
     record ctest_gpu_vendor skipped - 0 "" "$no_build"
   fi
 fi
 if ((cpu_tests)) || has_stage ctest_cpu; then
   if ((build_ok)); then
-    run_step ctest_cpu 300 ctest --test-dir "$build_dir" -LE 'gpu|sim' --output-on-failure \
-      --timeout 300 -j "$(nproc)"
+    ctest_run ctest_cpu 300 -LE 'gpu|sim' --timeout 300 -j "$(nproc)"
   else
     record ctest_cpu skipped - 0 "" "$no_build"
   fi
 fi
 
-# ---- 4. benchmarks ---------------------------------------------------------------------------
+# ---- 4. the example, built against this build installed -------------------------------------
+# custom_layer_job BUILD_DIR WORK REQUIRE_GPU JOBS SOURCE CMAKE_ARGS...: installs BUILD_DIR into
+# WORK/prefix (cmake --install), configures and builds the example at SOURCE in WORK/build with
+# the CMake arguments (generator, nvcc, the dependencies' options, CMAKE_PREFIX_PATH with the
+# prefix first) and runs its tests; with REQUIRE_GPU=1 none may skip (its CUDA tests skip only
+# without a device). A function run by `bash -c` (exported), so run_step's timeout applies.
+# shellcheck disable=SC2317  # called through bash -c
+custom_layer_job() {
+  local build=$1 work=$2 require_gpu=$3 jobs=$4 src=$5 rc=0
+  shift 5
+  set -e
+  rm -rf "$work/prefix"
+  echo "== cmake --install $build --prefix $work/prefix"
+  cmake --install "$build" --prefix "$work/prefix" | tail -n 3
+  echo "== cmake -S $src -B $work/build $*"
+  cmake -S "$src" -B "$work/build" "$@"
+  cmake --build "$work/build" -j "$jobs"
+  echo "== ctest --test-dir $work/build"
+  ctest --test-dir "$work/build" --output-on-failure --no-tests=error --timeout 300 -j "$jobs" >"$work/ctest.log" 2>&1 || rc=$?
+  cat "$work/ctest.log"
+  ((rc == 0)) || return "$rc"
+  if ((require_gpu)) && grep -q '\*\*\*Skipped' "$work/ctest.log"; then
+    echo "error: tests skipped on a machine with a GPU: the example's CUDA tests must run here"
+    return 1
+  fi
+}
+if want custom_layer example; then
+  if ((build_ok)); then
+    export -f custom_layer_job
+    require_gpu=1
+    [[ "${KILN_GPU_CHECK_ALLOW_NO_GPU:-0}" == 1 ]] && require_gpu=0
+    work="$build_dir/.custom-layer"
+    # The installed Kiln first, then what the build itself found its dependencies through.
+    example_prefix="$work/prefix"
+    if [[ -n "$prefix_list" ]]; then
+      example_prefix+=";$prefix_list"
+    elif [[ -n "${KILN_BUNDLE_ROOT:-}" ]]; then
+      example_prefix+=";$KILN_BUNDLE_ROOT/usr"
+    fi
+    run_step custom_layer 300 bash -c 'custom_layer_job "$@"' custom_layer_job "$build_dir" "$work" \
+      "$require_gpu" "$(nproc)" "$root/examples/custom_layer" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" "${bundle_args[@]}" "-DCMAKE_PREFIX_PATH=$example_prefix"
+  else
+    record custom_layer skipped - 0 "" "$no_build"
+  fi
+fi
+
+# ---- 5. benchmarks ---------------------------------------------------------------------------
 # bench_program NAME BINARY REQUIRED_FLAGS...: runs the benchmark if it is built and takes the
 # flags; otherwise records it as missing (not written yet), not failed.
 bench_program() {
@@ -411,12 +661,168 @@ for step in "${bench_steps[@]}"; do
   esac
 done
 
-# ---- 5. report -------------------------------------------------------------------------------
+# ---- 6. compute-sanitizer --------------------------------------------------------------------
+# Each selected run of sanitize_runs: `compute-sanitizer --tool TOOL --error-exitcode 86 PROGRAM`
+# under a time cap (--sanitize-timeout, and what the budget leaves), several at once (a quarter
+# of the cores: the tools are CPU-heavy too). First, once, the tool itself: found, and a trivial
+# kernel (built here with nvcc) clean under memcheck; if not, every run is recorded missing, with
+# why. Tests that timed out in this report directory's ctest_gpu run are left out of the runs
+# (--gtest_filter=-...: a hang under a sanitizer only hangs longer).
+sanitizer_probe() {  # sets sanitizer (the tool), or no_sanitizer (why it cannot be used here)
+  local dir="$build_dir/.sanitizer-probe" plog="$report/logs/compute_sanitizer.log" arch_flag=() c
+  sanitizer="" no_sanitizer=""
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" "$cuda_home/bin/compute-sanitizer" \
+           "$cuda_home/compute-sanitizer/compute-sanitizer"; do
+    if [[ -n "$c" && -x "$c" ]]; then sanitizer=$c; break; fi
+  done
+  if [[ -z "$sanitizer" ]]; then
+    no_sanitizer="compute-sanitizer not found (not on PATH, not in $cuda_home)"
+    echo "$no_sanitizer" >"$plog"
+    return 1
+  fi
+  mkdir -p "$dir"
+  cat >"$dir/probe.cu" <<'PROBE'
+// Clean under every tool: each thread writes its shared slot, meets the others at the barrier,
+// reads a neighbour's slot and writes one element in bounds.
+#include <cstdio>
+__global__ void fill(int* out, int n) {
+  __shared__ int slot[128];
+  slot[threadIdx.x] = static_cast<int>(threadIdx.x);
+  __syncthreads();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = slot[(threadIdx.x + 1) % blockDim.x];
+}
+int main() {
+  const int n = 1000;
+  int* out = nullptr;
+  if (cudaMalloc(&out, n * sizeof(int)) != cudaSuccess) return 1;
+  fill<<<(n + 127) / 128, 128>>>(out, n);
+  const cudaError_t e = cudaDeviceSynchronize();
+  cudaFree(out);
+  std::printf("probe: %s\n", cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : 1;
+}
+PROBE
+  [[ "$arch" =~ ^[0-9]+$ ]] && arch_flag=("-arch=sm_$arch")
+  {
+    echo "\$ $sanitizer --version"
+    timeout 30 "$sanitizer" --version
+    echo "\$ nvcc ${arch_flag[*]} -o $dir/probe $dir/probe.cu"
+    timeout 120 nvcc "${arch_flag[@]}" -o "$dir/probe" "$dir/probe.cu"
+    echo "\$ $sanitizer --tool memcheck --error-exitcode 86 $dir/probe"
+    timeout 60 "$sanitizer" --tool memcheck --error-exitcode 86 "$dir/probe"
+    echo "exit code $?"
+  } >"$plog" 2>&1
+  if ! grep -q '^exit code 0$' "$plog" || ! grep -q 'ERROR SUMMARY: 0 errors' "$plog"; then
+    no_sanitizer="compute-sanitizer ($sanitizer) does not work here: a trivial kernel under memcheck gave: $(grep -v '^\$' "$plog" | tail -n 2 | paste -sd' ' -)"
+    return 1
+  fi
+  info_put compute_sanitizer "$(timeout 30 "$sanitizer" --version 2>/dev/null | grep -i version | head -n 1)"
+}
+
+program_path() {  # program_path TARGET: the program the target builds, or nothing
+  local p=""
+  [[ -f "$build_dir/build.ninja" ]] && p=$(ninja_query "$1" | awk '/^  input: phony/ {getline; print $1; exit}')
+  if [[ -n "$p" && -x "$build_dir/$p" ]]; then echo "$build_dir/$p"; return; fi
+  find "$build_dir" -type f -name "$1" -perm -u+x 2>/dev/null | head -n 1
+}
+
+sanitize_one() {  # sanitize_one NAME TOOL PROGRAM SECONDS: one run (in the background)
+  local log="$report/logs/$1.log" start rc
+  start=$(date +%s)
+  {
+    echo "\$ compute-sanitizer --tool $2 --error-exitcode 86 ${3#"$root"/}${hung:+ --gtest_filter=-$hung}"
+    OMP_NUM_THREADS="$omp_threads" timeout -k 10 "$4" "$sanitizer" --tool "$2" --error-exitcode 86 "$3" \
+      ${hung:+"--gtest_filter=-$hung"}
+  } >"$log" 2>&1
+  rc=$?
+  echo "$rc $(($(date +%s) - start)) $4" >"$sdir/$1.rc"
+}
+
+# sanitize_outcome LOG RC SECONDS_CAP: "STATUS<TAB>NOTE" of a finished run, from its summary line
+# ("ERROR SUMMARY: N errors", or racecheck's "RACECHECK SUMMARY: N hazards displayed (E errors,
+# W warnings)") and exit code (86: errors; 124/137: stopped at the cap).
+sanitize_outcome() {
+  local log=$1 rc=$2 cap=$3 summary errors shown
+  summary=$(grep -E 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard' "$log" | tail -n 1 | sed 's/^=* *//')
+  errors=$(sed -nE 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/p; s/.*RACECHECK SUMMARY: .*\(([0-9]+) error.*/\1/p' <<<"$summary")
+  shown=$(grep -cE '^=+ +(Invalid|Error|Barrier|Uninitialized|Program hit|Malloc|Race)' "$log")
+  if ((rc == 124 || rc == 137)); then
+    if ((shown > 0)); then
+      printf 'failed\tstopped at the time cap (%ss); %s error reports before' "$cap" "$shown"
+    else
+      printf 'partial\tstopped at the time cap (%ss), no error reported before' "$cap"
+    fi
+  elif [[ -z "$summary" ]]; then
+    printf 'failed\tno sanitizer summary (exit code %s): see the log' "$rc"
+  elif ((${errors:-0} > 0 || rc == 86)); then
+    printf 'failed\t%s' "$summary"
+  elif ((rc != 0)); then
+    printf 'failed\t%s; the program failed (exit code %s): see the log' "$summary" "$rc"
+  else
+    printf 'ok\t%s' "$summary"
+  fi
+}
+
+selected_runs=()
+for run in "${sanitize_runs[@]}"; do
+  want_sanitize "${run%%:*}" "${run#*:}" && selected_runs+=("$run")
+done
+if ((${#selected_runs[@]})); then
+  sanitizer="" no_sanitizer=""
+  if ((build_ok)); then
+    probe_start=$SECONDS
+    if sanitizer_probe; then
+      record compute_sanitizer ok 0 "$((SECONDS - probe_start))" logs/compute_sanitizer.log "$(sed -n 's/^compute_sanitizer=//p' "$info")"
+    else
+      say "sanitize: $no_sanitizer"
+      record compute_sanitizer missing - "$((SECONDS - probe_start))" logs/compute_sanitizer.log "$no_sanitizer"
+    fi
+  fi
+  hung=$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) (Timeout).*/\1/p' "$report/logs/ctest_gpu.log" 2>/dev/null | sort -u | paste -sd: -)
+  sdir=$(mktemp -d "${TMPDIR:-/tmp}/kiln-sanitize.XXXXXX")
+  sanitize_jobs=$(($(nproc) / 4))
+  ((sanitize_jobs >= 1)) || sanitize_jobs=1
+  launched=()
+  for run in "${selected_runs[@]}"; do
+    tool=${run%%:*} prog=${run#*:}
+    name="sanitize_${tool}_${prog}"
+    if ((!build_ok)); then record "$name" skipped - 0 "" "$no_build"; continue; fi
+    if [[ -n "$no_sanitizer" ]]; then record "$name" missing - 0 "" "$no_sanitizer"; continue; fi
+    bin=$(program_path "$prog")
+    if [[ -z "$bin" ]]; then record "$name" missing - 0 "" "$prog is not built (no such program in this build)"; continue; fi
+    while (($(jobs -rp | wc -l) >= sanitize_jobs)); do wait -n; done
+    left=$((budget - SECONDS - 15))
+    if ((left < 30)); then
+      record "$name" skipped - 0 "" "out of time (budget ${budget}s): run again with --only and the same report directory"
+      say "$name: SKIPPED (out of time)"
+      budget_skipped=1
+      continue
+    fi
+    t=$((sanitize_timeout < left ? sanitize_timeout : left))
+    say "$name: compute-sanitizer --tool $tool ${bin#"$root"/} (timeout ${t}s, log logs/$name.log)"
+    sanitize_one "$name" "$tool" "$bin" "$t" &
+    launched+=("$name")
+  done
+  wait
+  for name in "${launched[@]}"; do
+    read -r rc secs cap <"$sdir/$name.rc" || { rc=1 secs=0 cap=0; }
+    IFS=$'\t' read -r status note < <(sanitize_outcome "$report/logs/$name.log" "$rc" "$cap")
+    record "$name" "$status" "$rc" "$secs" "logs/$name.log" "$note"
+    say "$name: ${status^^} (${secs} s, $note)"
+    [[ "$status" == failed ]] && failed=1
+    [[ "$status" == partial ]] && budget_skipped=1
+  done
+  rm -rf "$sdir"
+fi
+
+# ---- 7. report -------------------------------------------------------------------------------
+# The report ends with the commands that run what was skipped, cut or lacked a tool (finish
+# prints them last): with exit code 3, run the first at once (the machine stays warm ~30 s).
 if ((failed)); then
   finish 1
 elif ((budget_skipped)); then
-  say "out of time: run again at once (the machine stays warm ~30 s), same report directory:"
-  say "  tools/gpu_check.sh ${report#"$root"/} --only $(awk -F'\t' '$2 == "skipped" {print $1}' "$steps" | paste -sd, -)"
+  say "out of time: some steps were skipped or cut; run the command below at once, same report directory"
   finish 3
 fi
 finish 0

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """tools/gpu_report.py: the report of tools/gpu_check.sh (report.md and report.json) from the
-steps it recorded in REPORT_DIR (steps.tsv, info.txt, logs/, the benchmarks' JSON files).
+steps it recorded in REPORT_DIR (steps.tsv, info.txt, logs/, the benchmarks' JSON files, the
+ctest runs' JUnit files): every step, the failed tests' output, the sanitizer runs' summaries,
+the benchmarks, and what was not run or not finished with the command that runs it.
 
     tools/gpu_report.py REPORT_DIR EPOCHS
 
 Any python3, standard library only (the GPU machine's own Python).
 """
 import json, os, re, statistics, sys
+import xml.etree.ElementTree as ET
 
 rdir, epochs = sys.argv[1], int(sys.argv[2])
 info = {}
@@ -19,9 +22,19 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     f = line.rstrip("\n").split("\t")
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
-order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "gemm_bench", "gemm_steps", "conv_bench",
-         "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu", "mp_gpu", "mp_cpu"]
-steps = dict(sorted(steps.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "custom_layer",
+         "gemm_bench", "gemm_steps", "conv_bench", "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu", "mp_gpu",
+         "mp_cpu", "compute_sanitizer"]
+SANITIZE = re.compile(r"^sanitize_(memcheck|racecheck|synccheck|initcheck)_(.+)$")
+TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
+
+def step_key(kv):
+    m = SANITIZE.match(kv[0])
+    if m:  # after the probe, by tool, then program
+        return (len(order), TOOLS.index(m.group(1)), m.group(2))
+    return (order.index(kv[0]) if kv[0] in order else len(order) + 1, 0, kv[0])
+
+steps = dict(sorted(steps.items(), key=step_key))
 
 def load(name):
     p = os.path.join(rdir, name)
@@ -36,6 +49,13 @@ def log_text(step, keep=200):
         return None
     lines = open(p, errors="replace").read().splitlines()
     return lines[-keep:]
+
+def trim(lines, head=50, tail=10):
+    """The first HEAD and last TAIL lines, and how many were left out between."""
+    if len(lines) <= head + tail + 1:
+        return lines
+    return lines[:head] + [f"... ({len(lines) - head - tail} lines left out: the whole output is in the log) ..."] + \
+        (lines[-tail:] if tail else [])
 
 def mnist_entry(j, label):
     if not j:
@@ -75,7 +95,124 @@ def ctest_summary(step):
         out["passed"] = out["total"] - out["failed"]
     out["skipped"] = sum(1 for l in lines if "(Skipped)" in l)
     out["failed_tests"] = [l.strip() for l in lines if re.search(r"\s-\s.*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)", l)]
+    out["failed_output"] = failed_output(step, lines, out["failed_tests"])
     return out
+
+RESULT = re.compile(r"^\s*\d+/\d+ Test +#\d+: (\S+) \.*\s*\*\*\*(\w+)")
+
+def failed_output(step, lines, failed_tests):
+    """Each failed test's output, trimmed: from STEP.junit.xml (ctest --output-junit), else from
+    the log, where --output-on-failure prints it under the test's result line."""
+    reasons = {}
+    for l in failed_tests:
+        m = re.match(r"\d+ - (\S+) \(([^)]*)\)", l)
+        if m:
+            reasons[m.group(1)] = m.group(2)
+    out = []
+    junit = os.path.join(rdir, step + ".junit.xml")
+    if os.path.isfile(junit):
+        try:
+            for tc in ET.parse(junit).getroot().iter("testcase"):
+                if tc.get("status") == "fail":
+                    text = (tc.findtext("system-out") or "").splitlines()
+                    out.append({"name": tc.get("name"), "reason": reasons.get(tc.get("name"), "Failed"),
+                                "output": trim(text)})
+            return out
+        except ET.ParseError:
+            out = []
+    i = 0
+    while i < len(lines):
+        m = RESULT.match(lines[i])
+        if not m or m.group(2) == "Skipped":
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not (RESULT.match(lines[j]) or re.match(r"\s*Start +\d+:", lines[j])
+                                      or re.match(r"\d+% tests passed", lines[j])):
+            j += 1
+        body = lines[i + 1:j]
+        while body and not body[-1].strip():
+            body.pop()
+        out.append({"name": m.group(1), "reason": reasons.get(m.group(1), m.group(2)), "output": trim(body)})
+        i = j
+    return out
+
+def sanitizer_runs():
+    """Each sanitizer run: tool, program, status, its summary line and its first reports."""
+    runs = []
+    for name, s in steps.items():
+        m = SANITIZE.match(name)
+        if not m:
+            continue
+        lines = log_text(name, 100000) or []
+        summary = [re.sub(r"^=+\s*", "", l) for l in lines
+                   if re.search(r"ERROR SUMMARY: \d+ error|RACECHECK SUMMARY: \d+ hazard", l)]
+        reports = [l for l in lines if l.startswith("=") and "COMPUTE-SANITIZER" not in l
+                   and not re.search(r"SUMMARY:", l)]
+        runs.append({"step": name, "tool": m.group(1), "program": m.group(2), "status": s["status"],
+                     "seconds": s["seconds"], "summary": summary[-1] if summary else None, "note": s["note"],
+                     "command": lines[0][2:] if lines and lines[0].startswith("$ ") else None,
+                     "reports": trim(reports, 30, 0) if s["status"] == "failed" else []})
+    return runs
+
+def custom_layer():
+    s = steps.get("custom_layer")
+    if not s:
+        return None
+    lines = log_text("custom_layer", 100000) or []
+    return {"status": s["status"], "note": s["note"],
+            "summary": [l for l in lines if re.search(r"tests passed|tests failed|No tests were found", l)],
+            "tests": [l.strip() for l in lines if RESULT.match(l)],
+            "tail": lines[-15:] if s["status"] == "failed" else []}
+
+def display_dir():
+    """REPORT_DIR as the command to run next names it: relative to the repository if inside."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    d = os.path.abspath(rdir)
+    return os.path.relpath(d, repo) if d.startswith(repo + os.sep) else d
+
+def only_list(names):
+    """NAMES as --only takes them, shortest: every sanitizer run gpu_check.sh knows (info.txt's
+    sanitize_runs) -> sanitize, every run of one tool -> the tool."""
+    known = [r.replace(":", "_", 1) for r in info.get("sanitize_runs", "").split()]
+    known = ["sanitize_" + r for r in known]
+    chosen = set(names)
+    if known and all(r in chosen for r in known):
+        names = [n for n in names if n not in known] + ["sanitize"]
+    else:
+        for tool in TOOLS:
+            runs = [r for r in known if r.startswith(f"sanitize_{tool}_")]
+            if runs and all(r in chosen for r in runs):
+                names = [n for n in names if n not in runs] + [tool]
+    return ",".join(names)
+
+def not_run():
+    """The steps not run or not finished, why, and the commands that run them next."""
+    rows, for_time, for_tool, partial = [], [], [], False
+    for name, s in steps.items():
+        if s["status"] not in ("skipped", "partial", "missing"):
+            continue
+        rows.append({"step": name, "status": s["status"], "why": s["note"]})
+        if s["status"] in ("skipped", "partial"):
+            rerun = {"configure": "build", "prerequisites": None, "compute_sanitizer": None}.get(name, name)
+            if rerun and rerun not in for_time:
+                for_time.append(rerun)
+            partial = partial or s["status"] == "partial"
+        elif SANITIZE.match(name) and (s["note"] or "").startswith("compute-sanitizer"):
+            for_tool.append(name)
+    if len(for_time) > 1 and "build" in for_time:  # the build runs first anyway
+        for_time.remove("build")
+    commands = []
+    if for_time:
+        commands.append({"why": "To run the steps skipped or cut for lack of time (same report directory: the "
+                                "report then merges both runs):",
+                         "command": f"tools/gpu_check.sh {display_dir()} --only {only_list(for_time)}"
+                                    + (" --sanitize-timeout 480" if partial else "")})
+    if for_tool:
+        commands.append({"why": "To run the sanitizer runs that found no working compute-sanitizer, once it works "
+                                "on the machine:",
+                         "command": f"tools/gpu_check.sh {display_dir()} --only {only_list(for_tool)}"})
+    return rows, commands
 
 def bench(step):
     lines = log_text(step)
@@ -105,7 +242,11 @@ report = {
     "resnet": bench("resnet_gpu"),
     # Our tensor-core GEMM over cublasGemmEx on the same bf16 inputs, per size (aim >= 0.50).
     "tc_bf16_over_vendor_bf16": gemm_ratio("gemm_steps", "tc_bf16_over_vendor_bf16"),
+    "gpu_tests": info.get("gpu_tests"), "gpu_tests_without_program": info.get("gpu_tests_without_program"),
+    "compute_sanitizer": info.get("compute_sanitizer"),
+    "custom_layer": custom_layer(), "sanitizers": sanitizer_runs(),
 }
+report["not_run"], report["next_commands"] = not_run()
 report["ok"] = bool(steps) and all(s["status"] in ("ok", "missing") for s in steps.values())
 with open(os.path.join(rdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
@@ -124,9 +265,19 @@ md.append(f"- GPU: {info.get('gpu')} · driver {info.get('driver', '-')} · {inf
 md.append(f"- {info.get('nvcc', 'nvcc ?')} · {info.get('cmake', '')} · {info.get('cxx', '')} · "
           f"CUDA architectures {info.get('cuda_architectures')} · {info.get('cpus')} CPUs")
 md.append(f"- dependencies: {info.get('dependencies')} · cuDNN: {info.get('cudnn', '-')} · cuBLAS: {info.get('cublas', '-')}")
+if info.get("gpu_tests") or info.get("compute_sanitizer"):
+    md.append("- " + " · ".join(x for x in (
+        f"gpu tests in this build: {info['gpu_tests']}" if info.get("gpu_tests") else "",
+        f"without a built program: {info['gpu_tests_without_program']}" if info.get("gpu_tests_without_program") else "",
+        f"compute-sanitizer {info['compute_sanitizer']}" if info.get("compute_sanitizer") else "") if x))
 md += ["", "## Steps", "", "| step | status | seconds | log | note |", "| --- | --- | --- | --- | --- |"]
 for name, s in steps.items():
     md.append(f"| {name} | {s['status']} | {s['seconds']} | {s['log'] or '-'} | {s['note'] or ''} |")
+if report["not_run"]:
+    md += ["", "## Not run, or not finished", "", "| step | status | why |", "| --- | --- | --- |"]
+    md += [f"| {r['step']} | {r['status']} | {r['why'] or ''} |" for r in report["not_run"]]
+    for c in report["next_commands"]:
+        md += ["", c["why"], "", "```sh", c["command"], "```"]
 md += ["", f"## MNIST: the MNIST CNN, {epochs} epochs, batch 128, Adadelta (mnist_train's defaults)", "",
        "Train images/s: median over epochs of the training loop (device synchronised). Epoch: "
        "training + evaluation, median over epochs.", "",
@@ -162,6 +313,17 @@ for key, title in (("gpu", "ctest -L gpu"), ("gpu_vendor", "KILN_KERNELS=vendor 
     md += [f"    {l}" for l in t["summary"]] or ["    (no summary line: see the log)"]
     if t["failed_tests"]:
         md += ["", "Failed:", ""] + [f"    {l}" for l in t["failed_tests"][:40]]
+    for f in t["failed_output"][:10]:
+        md += ["", f"Output of {f['name']} ({f['reason']}):", "", "```"] + f["output"] + ["```"]
+    if len(t["failed_output"]) > 10:
+        md += ["", f"({len(t['failed_output']) - 10} more failed tests' output: logs/ and the JUnit file)"]
+cl = report["custom_layer"]
+if cl:
+    md += ["", "## examples/custom_layer against this build installed (find_package(Kiln), a .cu file)", "",
+           f"Status: {cl['status']}" + (f" ({cl['note']})" if cl["note"] else "") + ".", ""]
+    md += [f"    {l}" for l in cl["tests"] + cl["summary"]]
+    if cl["tail"]:
+        md += ["", "Its log's last lines:", "", "```"] + cl["tail"] + ["```"]
 for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
                    ("gemm_steps", "GEMM steps at 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM and bf16 GemmEx (gemm_bench)"),
                    ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
@@ -177,5 +339,14 @@ for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
                f"N = {size}: {r:.2f} (aim >= 0.50)." for size, r in report["tc_bf16_over_vendor_bf16"].items()]
         md.append("")
     md += ["```", f"$ {b['command']}"] + b["output"] + ["```"]
+if report["sanitizers"]:
+    md += ["", "## compute-sanitizer over gpu test programs (hand kernels)", "",
+           "| tool | program | status | seconds | summary |", "| --- | --- | --- | --- | --- |"]
+    for r in report["sanitizers"]:
+        md.append(f"| {r['tool']} | {r['program']} | {r['status']} | {r['seconds']} | "
+                  f"{(r['note'] if r['status'] != 'ok' else None) or r['summary'] or r['note'] or ''} |")
+    for r in report["sanitizers"]:
+        if r["reports"]:
+            md += ["", f"{r['tool']} over {r['program']}: its first reports", "", "```"] + r["reports"] + ["```"]
 with open(os.path.join(rdir, "report.md"), "w") as f:
     f.write("\n".join(md) + "\n")
