@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# gpu_report_test.sh: tools/gpu_report.py renders a report from a made-up REPORT_DIR of
+# tools/gpu_check.sh (no GPU needed): failed tests with their output (from the JUnit file, and from
+# the log when there is none), sanitizer runs that passed, failed, were cut at their time cap,
+# skipped for time or lacked the tool, the example, and the section of what was not run with the
+# commands that run it next. Then tools/gpu_check.sh's argument checks and, on a machine without
+# an NVIDIA driver, its quick exit 2.
+# Usage: tests/apps/gpu_report_test.sh SOURCE_DIR   (exit 77: no python3, skipped)
+set -uo pipefail
+root=${1:?usage: gpu_report_test.sh SOURCE_DIR}
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null 2>&1 || { echo "no $python: skipped"; exit 77; }
+dir=$(mktemp -d "${TMPDIR:-/tmp}/kiln-gpu-report.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+failed=0
+fail() { echo "FAIL: $*" >&2; failed=$((failed + 1)); }
+
+# ---- the made-up report directory ----------------------------------------------------------
+mkdir -p "$dir/logs"
+cat >"$dir/info.txt" <<'EOF'
+date=2026-11-27T22:31:15Z
+commit=0123456789abcdef
+changed_files=0
+commit_source=git
+gpu=NVIDIA H200
+driver=580.159.04
+cpus=16
+gpu_tests=589
+compute_sanitizer=Version 2025.3.1
+EOF
+step() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$dir/steps.tsv"; }
+step prerequisites ok 0 3 "" "GPU NVIDIA H200, arch 90"
+step configure ok 0 8 logs/configure.log ""
+step build ok 0 32 logs/build.log ""
+step ctest_gpu failed 8 95 logs/ctest_gpu.log "exit code 8"
+step ctest_gpu_vendor failed 8 97 logs/ctest_gpu_vendor.log "exit code 8"
+step custom_layer ok 0 41 logs/custom_layer.log ""
+step gemm_steps skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
+step compute_sanitizer ok 0 6 logs/compute_sanitizer.log "Version 2025.3.1"
+step sanitize_memcheck_ops_cuda_test ok 0 21 logs/sanitize_memcheck_ops_cuda_test.log "ERROR SUMMARY: 0 errors"
+step sanitize_racecheck_gemm_cuda_test failed 86 33 logs/sanitize_racecheck_gemm_cuda_test.log \
+  "RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+step sanitize_synccheck_conv2d_cuda_test partial 124 120 logs/sanitize_synccheck_conv2d_cuda_test.log \
+  "stopped at the time cap (120s), no error reported before"
+step sanitize_initcheck_ops_cuda_test skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
+step sanitize_initcheck_loader_cuda_test missing - 0 "" "compute-sanitizer not found (not on PATH, not in /usr/local/cuda)"
+
+# ctest's log (--output-on-failure) and JUnit file for ctest_gpu; the vendor run has only its log.
+ctest_log() {
+  cat <<'EOF'
+$ env OMP_NUM_THREADS=2 ctest --test-dir build-gpu --output-on-failure -L gpu -j 16
+Test project build-gpu
+        Start  38: LoaderCuda.DroppedBatchStaysIntactForQueuedCompute
+        Start 131: GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs
+  1/589 Test #131: GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs ........***Failed    1.19 sec
+Running main() from gtest_main.cc
+tests/cuda/gemm_lowp_cuda_test.cpp:139: Failure
+Value of: bit_identical(dtype_name(in), got, want)
+  Actual: false (bf16: element 5 of [130, 33] is -3.6619498729705811 on cuda:0, -3.6619501113891602 on cuda:0)
+[  FAILED  ] GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs (289 ms)
+        Start 107: OpsCuda.SecondDeviceGivesTheSameBits
+  2/589 Test #107: OpsCuda.SecondDeviceGivesTheSameBits ....................***Skipped   0.14 sec
+  3/589 Test  #38: LoaderCuda.DroppedBatchStaysIntactForQueuedCompute ......***Timeout  90.10 sec
+Running main() from gtest_main.cc
+[ RUN      ] LoaderCuda.DroppedBatchStaysIntactForQueuedCompute
+
+99% tests passed, 2 tests failed out of 589
+
+The following tests did not run:
+	107 - OpsCuda.SecondDeviceGivesTheSameBits (Skipped)
+
+The following tests FAILED:
+	 38 - LoaderCuda.DroppedBatchStaysIntactForQueuedCompute (Timeout) gpu loader
+	131 - GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs (Failed) gpu
+Errors while running CTest
+EOF
+}
+ctest_log >"$dir/logs/ctest_gpu.log"
+ctest_log >"$dir/logs/ctest_gpu_vendor.log"
+{
+  cat <<'EOF'
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="(empty)" tests="3" failures="2" disabled="0" skipped="1" hostname="" time="95">
+	<testcase name="LoaderCuda.DroppedBatchStaysIntactForQueuedCompute" classname="x" time="90.1" status="fail">
+		<failure message=""/>
+		<system-out>[ RUN      ] LoaderCuda.DroppedBatchStaysIntactForQueuedCompute
+</system-out>
+	</testcase>
+	<testcase name="GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs" classname="x" time="1.19" status="fail">
+		<failure message=""/>
+		<system-out>JUNIT-OUTPUT begins
+Value of: bit_identical(dtype_name(in), got, want) &amp;&amp; more
+EOF
+  for i in $(seq 1 150); do echo "  Actual: false (line $i of a long failure)"; done
+  cat <<'EOF'
+JUNIT-OUTPUT ends
+</system-out>
+	</testcase>
+	<testcase name="OpsCuda.SecondDeviceGivesTheSameBits" classname="x" time="0.14" status="notrun">
+		<skipped message="Skipped"/>
+		<system-out>skipped: needs 2 CUDA devices, this machine has 1</system-out>
+	</testcase>
+</testsuite>
+EOF
+} >"$dir/ctest_gpu.junit.xml"
+
+cat >"$dir/logs/custom_layer.log" <<'EOF'
+$ bash -c custom_layer_job "$@" custom_layer_job build-gpu
+== ctest --test-dir build-gpu/.custom-layer/build
+1/2 Test #1: SwishCuda.MatchesCpu .............   Passed    0.90 sec
+2/2 Test #2: train_swish_runs .................   Passed    0.40 sec
+
+100% tests passed, 0 tests failed out of 2
+EOF
+cat >"$dir/logs/sanitize_memcheck_ops_cuda_test.log" <<'EOF'
+$ compute-sanitizer --tool memcheck --error-exitcode 86 build-gpu/tests/cuda/ops_cuda_test
+========= COMPUTE-SANITIZER
+[  PASSED  ] 4 tests.
+========= ERROR SUMMARY: 0 errors
+EOF
+cat >"$dir/logs/sanitize_racecheck_gemm_cuda_test.log" <<'EOF'
+$ compute-sanitizer --tool racecheck --error-exitcode 86 build-gpu/tests/cuda/gemm_cuda_test
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at tiled_gemm(...)+0x1a0 in gemm.cu:88
+=========     and Read access at tiled_gemm(...)+0x2c0 in gemm.cu:95 [128 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+EOF
+cat >"$dir/logs/sanitize_synccheck_conv2d_cuda_test.log" <<'EOF'
+$ compute-sanitizer --tool synccheck --error-exitcode 86 build-gpu/tests/cuda/conv2d_cuda_test
+========= COMPUTE-SANITIZER
+[ RUN      ] Conv2dCuda.LargeShapes
+EOF
+
+# ---- render, then check ----------------------------------------------------------------------
+if ! "$python" "$root/tools/gpu_report.py" "$dir" 3 >"$dir/render.log" 2>&1; then
+  cat "$dir/render.log" >&2
+  fail "tools/gpu_report.py exited non-zero"
+fi
+md="$dir/report.md"
+expect() {  # expect TEXT: report.md holds TEXT (a fixed string)
+  grep -qF -- "$1" "$md" || fail "report.md lacks: $1"
+}
+expect_not() {
+  if grep -qF -- "$1" "$md"; then fail "report.md holds: $1"; fi
+}
+expect "gpu tests in this build: 589 · compute-sanitizer Version 2025.3.1"
+expect "## Not run, or not finished"
+expect "| gemm_steps | skipped | out of time"
+expect "| sanitize_synccheck_conv2d_cuda_test | partial | stopped at the time cap"
+expect "tools/gpu_check.sh $dir --only gemm_steps,sanitize_synccheck_conv2d_cuda_test,sanitize_initcheck_ops_cuda_test --sanitize-timeout 480"
+expect "To run the sanitizer runs that found no working compute-sanitizer"
+expect "tools/gpu_check.sh $dir --only sanitize_initcheck_loader_cuda_test"
+# The failed tests' output: ctest_gpu's from the JUnit file (XML entities decoded, trimmed), the
+# vendor run's from its log.
+expect "Output of GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs (Failed):"
+expect "Output of LoaderCuda.DroppedBatchStaysIntactForQueuedCompute (Timeout):"
+expect "JUNIT-OUTPUT begins"
+expect "got, want) && more"
+expect "lines left out: the whole output is in the log"
+expect "JUNIT-OUTPUT ends"
+expect_not "line 100 of a long failure"
+expect "tests/cuda/gemm_lowp_cuda_test.cpp:139: Failure"
+[[ $(grep -cF "Output of GemmLowpCuda.HandIsTheF32HandGemmOnWidenedInputs (Failed):" "$md") -eq 2 ]] ||
+  fail "the failed test's output should appear once per ctest run (2)"
+# The sanitizers.
+expect "| memcheck | ops_cuda_test | ok | 21 | ERROR SUMMARY: 0 errors |"
+expect "| racecheck | gemm_cuda_test | failed | 33 | RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings) |"
+expect "| synccheck | conv2d_cuda_test | partial | 120 | stopped at the time cap (120s), no error reported before |"
+expect "| initcheck | loader_cuda_test | missing | 0 | compute-sanitizer not found"
+expect "========= Error: Race reported between Write access"
+# The example.
+expect "## examples/custom_layer against this build installed"
+expect "100% tests passed, 0 tests failed out of 2"
+# report.json agrees.
+"$python" - "$dir/report.json" <<'EOF' || fail "report.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ok"] is False, r["ok"]
+assert [s["tool"] for s in r["sanitizers"]] == ["memcheck", "racecheck", "synccheck", "initcheck", "initcheck"]
+assert len(r["tests"]["gpu"]["failed_output"]) == 2
+assert r["tests"]["gpu"]["skipped"] == 1
+assert len(r["next_commands"]) == 2
+EOF
+
+# Every run of a tool in the command: the tool's name instead (gpu_check.sh lists its runs in
+# info.txt); here synccheck has one run, cut at its cap.
+echo "sanitize_runs=memcheck:ops_cuda_test racecheck:gemm_cuda_test synccheck:conv2d_cuda_test initcheck:ops_cuda_test initcheck:loader_cuda_test" >>"$dir/info.txt"
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (second report)"
+expect "tools/gpu_check.sh $dir --only gemm_steps,sanitize_initcheck_ops_cuda_test,synccheck --sanitize-timeout 480"
+
+# ---- tools/gpu_check.sh: arguments, and no GPU ------------------------------------------------
+check() {  # check EXIT_CODE TEXT ARGS...: gpu_check.sh ARGS exits EXIT_CODE saying TEXT on stderr
+  local want_rc=$1 want_text=$2 err rc
+  shift 2
+  err=$(cd "$root" && timeout 20 tools/gpu_check.sh "$@" 2>&1 >/dev/null)
+  rc=$?
+  [[ $rc -eq $want_rc && $err == *"$want_text"* ]] ||
+    fail "tools/gpu_check.sh $* -> exit $rc (want $want_rc), stderr lacks '$want_text': $err"
+}
+check 2 "--only: unknown stage 'sanitize_memcheck_nothing'" "$dir/r" --only sanitize_memcheck_nothing
+check 2 "--only: unknown stage 'sanitize_racecheck_loader_cuda_test'" "$dir/r" --only sanitize_racecheck_loader_cuda_test
+check 2 "--only needs a value" "$dir/r" --only ,
+check 2 "--test-timeout needs seconds" "$dir/r" --test-timeout 0
+check 2 "--sanitize-timeout needs seconds" "$dir/r" --sanitize-timeout x
+check 2 "REPORT_DIR is missing" --only sanitize
+help=$(cd "$root" && tools/gpu_check.sh --help) || fail "--help did not exit 0"
+for word in "--only STAGES" "sanitize_TOOL_PROGRAM" "--print-targets" "--sanitize-timeout" "custom_layer"; do
+  [[ $help == *"$word"* ]] || fail "--help does not mention $word"
+done
+# Valid stages pass the checks; without an NVIDIA driver the check stops at once: exit 2, saying
+# there is no GPU (with one, this part is not tested here).
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  start=$SECONDS
+  check 2 "no GPU" "$dir/r" --only test,example,sanitize_memcheck_ops_cuda_test,racecheck,custom_layer
+  ((SECONDS - start <= 5)) || fail "without a GPU, gpu_check.sh took $((SECONDS - start)) s to exit"
+fi
+
+if ((failed)); then
+  echo "$failed checks failed; the report was:" >&2
+  sed 's/^/    /' "$md" >&2
+  exit 1
+fi
+echo "gpu_report_test: all checks passed"
