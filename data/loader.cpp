@@ -15,6 +15,7 @@
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/sync_calls.h"
 #endif
 
 namespace kiln {
@@ -81,15 +82,31 @@ struct Loader::Pool {
   Pool(Shape batch_shape, bool pinned, bool recycle)
       : batch_shape(std::move(batch_shape)), pinned(pinned), recycle(recycle) {}
 
-  // A free slot, or a new one when none is free (the caller holds many batches): allocating
-  // rather than waiting means a consumer that keeps batches can never deadlock the workers.
-  // The amount of work in flight is bounded by the tickets (prefetch), not by the slots.
+  // A free slot that can be written at once, or a new one: allocating rather than waiting
+  // means a consumer that keeps batches can never deadlock the workers, and a device that is
+  // behind never makes the host wait. The amount of work in flight is bounded by the tickets
+  // (prefetch), not by the slots.
+  //
+  // A CUDA target's free slot may still be read by its copy (the slot's `copied` event): that
+  // copy is queued behind whatever the device does, and may wait for the compute stream too
+  // (an allocation between the compute work and the copy is an implicit synchronisation: CUDA
+  // C++ Programming Guide, "Implicit Synchronization"). So a slot whose copy has finished
+  // (polled, never waited for) is taken first, the most recently freed of them; when none has,
+  // the pool grows, up to `max_slots`; only past that does the caller take the oldest slot and
+  // wait for its copy (build()): the host is then that many batches ahead of the device, and
+  // waiting costs nothing.
   std::unique_ptr<Slot> acquire() {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!free.empty()) {
-        std::unique_ptr<Slot> slot = std::move(free.back());
-        free.pop_back();
+      for (size_t i = free.size(); i-- > 0;) {
+        if (!writable(*free[i])) continue;
+        std::unique_ptr<Slot> slot = std::move(free[i]);
+        free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+        return slot;
+      }
+      if (!free.empty() && allocated >= max_slots) {
+        std::unique_ptr<Slot> slot = std::move(free.front());  // the oldest copy
+        free.erase(free.begin());
         return slot;
       }
       ++allocated;
@@ -115,8 +132,21 @@ struct Loader::Pool {
     return allocated;
   }
 
+  // Whether the slot's staging buffers can be overwritten now: its last copy (if any) finished.
+  static bool writable(const Slot& slot) {
+#if KILN_WITH_CUDA
+    return slot.copied.query();
+#else
+    (void)slot;
+    return true;
+#endif
+  }
+
   const Shape batch_shape;  // (batch_size, example...)
   const bool pinned;
+  // Slots allocated before acquire() waits for a copy instead of growing (set once, before the
+  // workers start): twice the steady-state pool.
+  int64_t max_slots = 0;
   // False for pinned slots handed to the caller (a CPU target with pin_memory): the caller may
   // start an asynchronous copy from the batch (to(cuda, non_blocking)) and drop it at once; only
   // the pinned allocator knows about that copy (pinned_allocator::record_stream), so such slots
@@ -191,6 +221,7 @@ Loader::Loader(const Dataset& dataset, std::shared_ptr<Sampler> sampler, LoaderO
       initial.push_back(pool_->acquire());
     }
     for (auto& slot : initial) pool_->release(std::move(slot));
+    pool_->max_slots = 2 * static_cast<int64_t>(initial.size());
   }
 #if KILN_WITH_CUDA
   if (to_cuda) {
@@ -219,7 +250,8 @@ Loader::~Loader() {
   if (copy_stream_) {
     // Copies still reading pinned slots must finish before the slots are freed.
     cuda::DeviceGuard guard(options_.device.index);
-    (void)cudaStreamSynchronize(copy_stream_);
+    cuda::AllowSync allow("Loader teardown: the copies still reading pinned slots finish first");
+    (void)cuda::stream_synchronize_nothrow(copy_stream_);
     pool_.reset();
     (void)cudaStreamDestroy(copy_stream_);
   }
@@ -309,7 +341,11 @@ std::unique_ptr<Loader::Built> Loader::build(int64_t b, uint64_t gen,
     built->lease = std::make_unique<SlotLease>(pool_, pool_->acquire());
     Slot& slot = built->lease->slot();
 #if KILN_WITH_CUDA
-    slot.copied.synchronize();  // the previous batch's copy out of this slot has finished
+    // Returns at once unless the pool is at max_slots and every slot's copy is still queued.
+    {
+      cuda::AllowSync allow("Loader: a slot is written only after the copy out of it finished");
+      slot.copied.synchronize();  // the previous batch's copy out of this slot has finished
+    }
 #endif
     float* x = slot.inputs.data<float>();
     int64_t* y = slot.labels.data<int64_t>();
@@ -406,7 +442,8 @@ void Loader::hand_out(std::unique_ptr<Built> built, Batch& out) {
       cuda_allocator::record_stream(x.impl()->storage->data, compute);
       cuda_allocator::record_stream(y.impl()->storage->data, compute);
     } catch (...) {
-      (void)cudaStreamSynchronize(copy_stream_);  // never free a slot the DMA may still read
+      cuda::AllowSync allow("Loader: a failed hand-out frees its slot after the DMA");
+      (void)cuda::stream_synchronize_nothrow(copy_stream_);  // never free a slot the DMA may read
       throw;
     }
     out.inputs = std::move(x);

@@ -47,6 +47,10 @@
 //     marked as used on the compute stream (cuda_allocator::record_stream), so their memory is
 //     not recycled while compute kernels may still read it. The slot goes back to the pool
 //     with that event; a worker reuses it only after the event completed (the DMA has read it).
+//     It polls the events and takes a slot whose copy is done, growing the pool when none is,
+//     so next() does not wait for the device: a copy can be held up behind the compute stream
+//     (an allocation issued between them is an implicit synchronisation), and waiting for it
+//     would make the loader wait for the GPU, the one thing it exists to avoid.
 //
 // Lifetime of what next() hands out (the caller may keep batches as long as it likes):
 //   - CUDA target: fresh device tensors from the caching allocator; the slot is recycled

@@ -96,6 +96,17 @@ MUTANTS = [
      "slot.copied.synchronize();  // the previous batch's copy", 1,
      "// the previous batch's copy",
      "loader: a pinned slot is refilled without waiting for the copy still reading it"),
+    ("loader-waits-for-device", "data/loader.cpp", "if (!writable(*free[i])) continue;", 1, "",
+     "loader: next() takes the last freed slot and waits for its copy, which may wait for the "
+     "compute stream"),
+    # The simulator's model of CUDA's implicit synchronisations (what found the loader's wait).
+    ("sim-malloc-fence", "engine/cuda/sim/memory.cpp",
+     "  kiln::sim::implicit_synchronization(device);\n  return cudaSuccess;", 1,
+     "  return cudaSuccess;",
+     "simulator: cudaMalloc is no implicit synchronisation"),
+    ("sim-host-fn-serial", "engine/cuda/sim/streams.cpp",
+     "std::lock_guard<std::mutex> serial(kiln::sim::g_host_fn_mutex);", 1, "",
+     "simulator: host functions of different streams run side by side"),
     ("peer-copy-source-wait", "engine/cuda/tensor_copy.cpp", "src_ready.wait(dst_stream);", 1, "",
      "peer copy: the copy does not wait for the work that writes its source"),
     ("peer-copy-release-wait", "engine/cuda/tensor_copy.cpp", "copied.wait(src_stream);", 1, "",

@@ -28,7 +28,8 @@ namespace {
 // that would let a kernel that forgets part of its output pass; and under AddressSanitizer the
 // slack between the requested size and the rounded block is poisoned, so a kernel writing one
 // element past the end fails at once instead of landing in memory nothing checks. Both happen
-// in stream order (a host function queued on the block's stream): work queued earlier by the
+// in stream order (device work queued on the block's stream, as a memset would be; not a host
+// function, which would serialise with the program's own): work queued earlier by the
 // block's previous user may still be running when the block is handed out again.
 struct HostileBlock {
   char* ptr;
@@ -42,7 +43,7 @@ void make_hostile(void* data) {
 }
 void hand_out_hostile(void* ptr, size_t bytes, size_t size, cudaStream_t stream) {
   auto* b = new HostileBlock{static_cast<char*>(ptr), bytes, size};
-  const cudaError_t err = cudaLaunchHostFunc(stream, make_hostile, b);
+  const cudaError_t err = kiln::sim::enqueue_device_work(stream, "NaN fill", make_hostile, b);
   if (err != cudaSuccess) {
     delete b;
     (void)cudaGetLastError();  // a faulted device: the block is left as it is

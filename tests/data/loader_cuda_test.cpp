@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -103,7 +105,9 @@ TEST(LoaderCuda, KeptBatchesAreNotOverwrittenAndComputeSeesThem) {
     kept.push_back(b);
   }
   ASSERT_EQ(kept.size(), ref.size());
-  EXPECT_LE(loader.slots_allocated(), 2 + 2);  // device target: slots never leave the loader
+  // Device target: slots never leave the loader; the pool grows only while copies are still
+  // queued, up to twice its steady-state size (prefetch + workers).
+  EXPECT_LE(loader.slots_allocated(), 2 * (2 + 2));
   for (size_t i = 0; i < kept.size(); ++i) {
     EXPECT_EQ(kept[i].inputs.to_vector<float>(), ref[i].x) << i;
     EXPECT_EQ(kept[i].labels.to_vector<int64_t>(), ref[i].y) << i;
@@ -113,11 +117,53 @@ TEST(LoaderCuda, KeptBatchesAreNotOverwrittenAndComputeSeesThem) {
   }
 }
 
-// The consumer drops a batch while its compute stream is still busy with work that reads it.
-// The batch's blocks belong to the loader's copy stream; only the record_stream on the compute
-// stream keeps the allocator from handing them to the next copy, which would overwrite the
-// batch before the queued work has read it. A host function holds the compute stream until the
-// later batches have been copied, the widest possible window.
+// Holds the current compute stream with a host function until release() or `limit`, whichever
+// comes first. The host function waits only for the host thread or a clock, never for CUDA
+// work, so it keeps cudaLaunchHostFunc's contract; released() says whether the host thread got
+// there before the limit.
+class StreamHold {
+ public:
+  explicit StreamHold(std::chrono::seconds limit) {
+    state_.store(kHeld);
+    deadline_ = std::chrono::steady_clock::now() + limit;
+    KILN_CUDA_CHECK(cudaLaunchHostFunc(cuda::current_stream(), &StreamHold::run, this));
+  }
+  ~StreamHold() {
+    release();
+    cuda::synchronize();  // the host function reads this object
+  }
+  // Opens the stream; returns false when the limit had opened it already.
+  bool release() {
+    int expected = kHeld;
+    return state_.compare_exchange_strong(expected, kReleased) || expected == kReleased;
+  }
+
+ private:
+  static constexpr int kHeld = 0, kReleased = 1, kTimedOut = 2;
+  static void run(void* self) {
+    auto* hold = static_cast<StreamHold*>(self);
+    while (hold->state_.load() == kHeld) {
+      if (std::chrono::steady_clock::now() > hold->deadline_) {
+        int expected = kHeld;
+        hold->state_.compare_exchange_strong(expected, kTimedOut);
+        break;
+      }
+      std::this_thread::yield();
+    }
+  }
+  std::atomic<int> state_{kHeld};
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+// The consumer drops a batch while its compute stream is still busy with work that reads it,
+// then takes more batches while the compute stream stays held. Two properties:
+//  - next() never waits for the compute stream: the later batches arrive while it is held
+//    (each next() allocates device memory here, an implicit synchronisation that holds the
+//    new copies behind the held stream: a loader that waits for a slot's last copy waits for
+//    the compute stream);
+//  - the dropped batch's blocks belong to the loader's copy stream; only the record_stream on
+//    the compute stream keeps the allocator from handing them to a later copy, which would
+//    overwrite the batch before the queued work has read it.
 TEST(LoaderCuda, DroppedBatchStaysIntactForQueuedCompute) {
   KILN_SKIP_WITHOUT_CUDA();
   set_num_threads(1);
@@ -126,29 +172,62 @@ TEST(LoaderCuda, DroppedBatchStaysIntactForQueuedCompute) {
   Loader cpu(data, sampler, options(0, Device()));
   const std::vector<HostBatch> ref = epoch_of(cpu, 0, Device());
   const Device gpu(DeviceType::CUDA, 0);
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    Loader loader(data, sampler, options(workers, gpu));
+    loader.start_epoch(0);
+    Batch first;
+    ASSERT_TRUE(loader.next(first));
+    cuda::DeviceGuard guard(0);
+    std::vector<Batch> later;
+    Tensor doubled;
+    {
+      StreamHold hold(std::chrono::seconds(10));
+      doubled = mul(first.inputs, 2.0);  // queued behind the held stream
+      first = Batch();                   // dropped: its blocks are freed now
+      for (Batch b; later.size() < 4 && loader.next(b);) later.push_back(b);
+      EXPECT_TRUE(hold.release())
+          << "Loader::next() waited for the held compute stream (10 s) before returning 4 "
+             "batches";
+    }
+    std::vector<float> twice = ref[0].x;
+    for (float& v : twice) v *= 2;
+    EXPECT_EQ(doubled.to_vector<float>(), twice);
+    ASSERT_EQ(later.size(), 4u);
+    for (size_t i = 0; i < later.size(); ++i)
+      EXPECT_EQ(later[i].inputs.to_vector<float>(), ref[i + 1].x) << i + 1;
+  }
+}
+
+// While the device is behind, the pool grows rather than next() waiting, up to twice its
+// steady-state size (prefetch + max(workers, 1) = 3 here, so 6); past that, the next batch
+// takes the oldest slot and waits for its copy before overwriting the pinned memory the DMA
+// still reads. The compute stream is held for 2 s; every copy in that window is behind it
+// (each next() allocates device memory: an implicit synchronisation), so the 7th batch waits
+// out the hold, and every batch must still arrive intact.
+TEST(LoaderCuda, AtTheSlotLimitNextWaitsForTheOldestCopy) {
+  KILN_SKIP_WITHOUT_CUDA();
+  set_num_threads(1);
+  const SyntheticDataset data(80, {1, 4, 4}, 10, 7);
+  auto sampler = std::make_shared<SequentialSampler>(data.size());
+  Loader cpu(data, sampler, options(0, Device()));
+  const std::vector<HostBatch> ref = epoch_of(cpu, 0, Device());
+  const Device gpu(DeviceType::CUDA, 0);
   Loader loader(data, sampler, options(0, gpu));
   loader.start_epoch(0);
-  Batch first;
-  ASSERT_TRUE(loader.next(first));
   cuda::DeviceGuard guard(0);
-  static std::atomic<int> open{0};
-  open = 0;
-  KILN_CUDA_CHECK(cudaLaunchHostFunc(
-      cuda::current_stream(),
-      [](void*) {
-        while (open.load() == 0) std::this_thread::yield();
-      },
-      nullptr));
-  const Tensor doubled = mul(first.inputs, 2.0);  // queued behind the held stream
-  first = Batch();                                // dropped: its blocks are freed now
-  std::vector<Batch> later;
-  for (Batch b; later.size() < 4 && loader.next(b);) later.push_back(b);
-  open = 1;
-  std::vector<float> twice = ref[0].x;
-  for (float& v : twice) v *= 2;
-  EXPECT_EQ(doubled.to_vector<float>(), twice);
-  for (size_t i = 0; i < later.size(); ++i)
-    EXPECT_EQ(later[i].inputs.to_vector<float>(), ref[i + 1].x) << i + 1;
+  std::vector<Batch> kept;
+  {
+    StreamHold hold(std::chrono::seconds(2));
+    for (Batch b; kept.size() < 7 && loader.next(b);) kept.push_back(b);
+    EXPECT_EQ(loader.slots_allocated(), 6);
+    EXPECT_FALSE(hold.release()) << "the 7th batch did not wait for the oldest slot's copy";
+  }
+  ASSERT_EQ(kept.size(), 7u);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_EQ(kept[i].inputs.to_vector<float>(), ref[i].x) << i;
+    EXPECT_EQ(kept[i].labels.to_vector<int64_t>(), ref[i].y) << i;
+  }
 }
 
 TEST(LoaderCuda, PinMemoryOnACpuTarget) {

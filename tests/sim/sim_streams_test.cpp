@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cuda/launch.h"
@@ -214,6 +217,105 @@ TEST_F(SimStreams, ElapsedTimeNeedsCompletedEvents) {
   EXPECT_GE(ms, 0.0f);
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(end);
+}
+
+
+// The implicit synchronisations of the CUDA C++ Programming Guide ("Implicit
+// Synchronization"): after a device or page-locked allocation, a device memset or a copy
+// between two addresses of one device, work on ANY stream of the device (non-blocking ones
+// too) waits for the work issued before. Stream a is gated; an event recorded on stream b
+// afterwards must stay incomplete while the gate is closed, and complete once it opens. The
+// control case (no such call in between) completes at once: b has no other reason to wait.
+// The 50 ms pause only gives an unordered record the time to run; an ordered one never runs.
+TEST_F(SimStreams, ImplicitSynchronisationsOrderEveryStream) {
+  float* scratch = device_array<float>(64);
+  cudaStream_t c = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking), cudaSuccess);
+  struct Case {
+    const char* name;
+    std::function<void()> call;
+    bool orders;
+  };
+  std::vector<void*> to_free, to_free_host;
+  const std::vector<Case> cases = {
+      {"a kernel on another stream (control)",
+       [&] { launch(add_one_kernel, LaunchConfig{1, 1, 0, c}, scratch, scratch + 1, 1); }, false},
+      {"cudaMalloc", [&] { to_free.push_back(device_array<float>(16)); }, true},
+      {"cudaMallocHost",
+       [&] {
+         void* p = nullptr;
+         EXPECT_EQ(cudaMallocHost(&p, 64), cudaSuccess);
+         to_free_host.push_back(p);
+       },
+       true},
+      {"cudaMemsetAsync on a third stream",
+       [&] { EXPECT_EQ(cudaMemsetAsync(scratch, 0, 16, c), cudaSuccess); }, true},
+      {"a same-device cudaMemcpyAsync on a third stream",
+       [&] {
+         EXPECT_EQ(cudaMemcpyAsync(scratch + 32, scratch, 16, cudaMemcpyDeviceToDevice, c),
+                   cudaSuccess);
+       },
+       true},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    cudaEvent_t on_b = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&on_b, cudaEventDisableTiming), cudaSuccess);
+    {
+      Gate gate;
+      launch(gate_kernel, LaunchConfig{1, 1, 0, a_}, gate.flag(), out_, 1.0f);
+      k.call();
+      ASSERT_EQ(cudaEventRecord(on_b, b_), cudaSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (k.orders) {
+        EXPECT_EQ(cudaEventQuery(on_b), cudaErrorNotReady) << "b did not wait for the gate";
+      } else {
+        EXPECT_EQ(cudaEventSynchronize(on_b), cudaSuccess);  // returns while a is gated
+      }
+      gate.open();
+      ASSERT_EQ(cudaEventSynchronize(on_b), cudaSuccess);
+    }
+    ASSERT_EQ(cudaEventDestroy(on_b), cudaSuccess);
+  }
+  for (void* p : to_free) (void)cudaFree(p);
+  for (void* p : to_free_host) (void)cudaFreeHost(p);
+  (void)cudaStreamDestroy(c);
+  (void)cudaFree(scratch);
+}
+
+// Host functions of different streams may be serialized by the runtime (cudaLaunchHostFunc):
+// the simulator runs them one at a time, so one that waits for another stream's host function
+// waits forever, as it may on a GPU.
+TEST_F(SimStreams, HostFunctionsOfAllStreamsRunOneAtATime) {
+  static std::atomic<int> open{0}, calls{0};
+  open = 0;
+  calls = 0;
+  ASSERT_EQ(cudaLaunchHostFunc(
+                a_, [](void*) { while (open.load() == 0) std::this_thread::yield(); }, nullptr),
+            cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a's host function is running
+  ASSERT_EQ(cudaLaunchHostFunc(b_, [](void*) { calls.fetch_add(1); }, nullptr), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls.load(), 0) << "b's host function ran beside a's";
+  open = 1;
+  ASSERT_EQ(cudaStreamSynchronize(b_), cudaSuccess);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+// A host function that waits for the host thread while the host thread waits for the device
+// is a deadlock on a GPU; the simulator reports it and aborts instead of hanging.
+TEST_F(SimStreams, HostFunctionDeadlockIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        kiln::sim::set_host_function_limit(1);
+        static std::atomic<int> open{0};
+        (void)cudaLaunchHostFunc(
+            a_, [](void*) { while (open.load() == 0) std::this_thread::yield(); }, nullptr);
+        (void)cudaStreamSynchronize(a_);  // open is set only after this returns: never
+        open = 1;
+      },
+      "deadlock: the host has waited [0-9]+ s in cudaStreamSynchronize while a host function");
 }
 
 }  // namespace

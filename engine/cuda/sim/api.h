@@ -249,6 +249,14 @@ bool shuffle_enabled();
 // Per-device memory capacity in bytes (env KILN_SIM_DEVICE_MEMORY), for every device.
 void set_device_memory_capacity(size_t bytes);
 size_t device_memory_used(int device);
+// Host functions that run this many seconds while the host waits are reported as a deadlock
+// (env KILN_SIM_HOST_FN_LIMIT_S, default 20; 0: never). See streams.cpp.
+void set_host_function_limit(uint64_t seconds);
+// Queues fn(data) on `stream` as device work (like a kernel or a memset), not as a host
+// function: the simulator's own instrumentation of device memory (the caching allocator's NaN
+// fill) uses it, so it neither waits behind nor serialises with the program's host functions.
+cudaError_t enqueue_device_work(cudaStream_t stream, const char* what, void (*fn)(void*),
+                                void* data);
 // What the current device's sticky error was about ("cuda:0: kernel ...: <what failed>"), or
 // empty. A real GPU says only cudaErrorLaunchFailure; KILN_CUDA_CHECK appends this text.
 std::string fault_message();

@@ -54,6 +54,10 @@ cudaError_t wait(const Ticket& ticket);
 cudaError_t synchronize_device(int device);
 cudaError_t synchronize_all_devices();
 cudaError_t fail_if(cudaError_t error);  // fail(error) unless cudaSuccess
+// An implicit synchronisation on `device` (CUDA C++ Programming Guide, "Implicit
+// Synchronization"): work queued from now on, on any stream of the device, starts only after
+// all work queued on the device so far has completed. The host does not wait.
+void implicit_synchronization(int device);
 bool synchronous_streams();              // KILN_SIM_SYNC=1
 
 // ---- Memory (memory.cpp) ------------------------------------------------------------------

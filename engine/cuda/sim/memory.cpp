@@ -114,9 +114,15 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                                       static_cast<const char*>(src) + count);
     work = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
   }
+  // A copy between two addresses of one device's memory is an implicit synchronisation of that
+  // device: it waits for the work issued before it, and the work issued after waits for it.
+  const Region same = kind == cudaMemcpyDeviceToDevice ? find_region(dst) : Region{};
+  const bool fence = same.kind == MemoryKind::Device && find_region(src).device == same.device;
+  if (fence) implicit_synchronization(same.device);
   Ticket done;
   if (const cudaError_t e = enqueue(stream, "cudaMemcpy", std::move(work), &done); e != cudaSuccess)
     return e;
+  if (fence) implicit_synchronization(same.device);
   return blocking || to == HostSide::Pageable ? wait(done) : cudaSuccess;
 }
 
@@ -170,6 +176,9 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
     kiln::sim::g_used[static_cast<size_t>(device)] -= size;
     return fail(cudaErrorMemoryAllocation);
   }
+  // A device allocation is an implicit synchronisation: work queued after it, on any stream of
+  // the device, waits for all work queued before it (the host does not wait).
+  kiln::sim::implicit_synchronization(device);
   return cudaSuccess;
 }
 
@@ -195,7 +204,12 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (ptr == nullptr || (flags & ~cudaHostAllocPortable) != 0) return fail(cudaErrorInvalidValue);
   *ptr = kiln::sim::allocate(size, MemoryKind::PinnedHost, -1);
-  return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  if (*ptr == nullptr) return fail(cudaErrorMemoryAllocation);
+  // A page-locked allocation is an implicit synchronisation of the current device, like a
+  // device allocation.
+  const int device = kiln::sim::current_device();
+  if (kiln::sim::valid_device(device)) kiln::sim::implicit_synchronization(device);
+  return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   return cudaHostAlloc(ptr, size, cudaHostAllocDefault);
@@ -237,8 +251,13 @@ cudaError_t set(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
   if (!kiln::sim::stream_device(stream, &device)) return fail(cudaErrorInvalidResourceHandle);
   if (!kiln::sim::range_in(dev_ptr, count, MemoryKind::Device, device))
     return fail(cudaErrorInvalidValue);
-  return kiln::sim::enqueue(stream, "cudaMemset",
-                            [=] { std::memset(dev_ptr, value, count); });
+  // A device memset is an implicit synchronisation of its device: it waits for the work issued
+  // before it, on every stream, and the work issued after it waits for it.
+  kiln::sim::implicit_synchronization(device);
+  const cudaError_t e = kiln::sim::enqueue(stream, "cudaMemset",
+                                           [=] { std::memset(dev_ptr, value, count); });
+  if (e == cudaSuccess) kiln::sim::implicit_synchronization(device);
+  return e;
 }
 }  // namespace
 

@@ -9,9 +9,22 @@
 //   - the legacy default stream (nullptr): its work waits for all work queued before on the
 //     device's blocking streams, and a blocking stream's work waits for the legacy stream's
 //     (streams created with cudaStreamNonBlocking take part in neither rule);
+//   - the implicit synchronisations of the CUDA C++ Programming Guide ("Implicit
+//     Synchronization"): work issued after a device or page-locked host allocation, a device
+//     memset or a copy between two addresses of the same device's memory starts only once all
+//     work issued to the device before it has completed, on every stream of the device,
+//     non-blocking streams included (implicit_synchronization(): a *fence*);
 //   - the host waits only in cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize
 //     and the calls documented as synchronous (cudaMemcpy, copies to pageable memory, cudaFree).
-// So a missing cross-stream wait lets work overtake the work it needed, as it would on a GPU.
+// So a missing cross-stream wait lets work overtake the work it needed, as it would on a GPU,
+// and code that needs two streams to overlap across an allocation waits, as it may on a GPU.
+//
+// Host functions (cudaLaunchHostFunc) keep the runtime's contract and no more: the host
+// functions of all streams run one at a time ("may be serialized"), in whatever order their
+// streams reach them, and a host function that waits for something which in turn waits for the
+// device is a deadlock on a GPU. The simulator reports it instead of hanging: when the host has
+// waited in a synchronising call for KILN_SIM_HOST_FN_LIMIT_S seconds (default 20) while one
+// host function has been running all that time, it prints what it saw and aborts.
 // KILN_SIM_DELAY_US=n sleeps a pseudo-random 0..n microseconds before each operation to widen
 // such windows; KILN_SIM_SYNC=1 makes the host wait for every operation (easy to debug).
 //
@@ -23,11 +36,12 @@
 // Semantics: CUDA Runtime API, "API synchronization behavior" and "Stream synchronization
 // behavior" (https://docs.nvidia.com/cuda/cuda-runtime-api/).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -52,6 +66,7 @@ struct Queue {
   bool legacy = false;
   uint64_t submitted = 0;  // operations queued so far (g_mutex)
   uint64_t completed = 0;  // operations finished so far (g_mutex)
+  uint64_t fence_seen = 0;  // the device's last fence this queue's work already waits for
   struct Op {
     std::function<void()> work;
     const char* what;
@@ -67,6 +82,10 @@ struct DeviceState {
   std::shared_ptr<Queue> legacy;
   cudaError_t sticky = cudaSuccess;
   std::string fault;
+  // The last implicit synchronisation: every queue's tail when it was issued. The next
+  // operation pushed on each queue waits for these (push()).
+  std::vector<Ticket> fence;
+  uint64_t fence_epoch = 0;
 };
 
 namespace {
@@ -87,6 +106,20 @@ bool env_on(const char* name) {
 }
 const bool g_sync_mode = env_on("KILN_SIM_SYNC");
 const uint64_t g_delay_us = env_size("KILN_SIM_DELAY_US", 0);
+
+// Host functions: one at a time, whatever their stream (the driver may run them all on one
+// thread). g_host_fn_since is the steady_clock time (ns) at which the running one started, 0
+// when none runs; g_host_fn_device its stream's device.
+std::mutex& g_host_fn_mutex = *new std::mutex;
+std::atomic<int64_t> g_host_fn_since{0};
+std::atomic<int> g_host_fn_device{-1};
+std::atomic<uint64_t> g_host_fn_limit_s{env_size("KILN_SIM_HOST_FN_LIMIT_S", 20)};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 DeviceState& device_state(int device) {  // g_mutex held
   if (g_devices.size() <= static_cast<size_t>(device)) g_devices.resize(static_cast<size_t>(device) + 1);
@@ -164,12 +197,36 @@ void implicit_waits(const Queue& q, std::vector<Ticket>* after) {
   }
 }
 
-// Blocks until every ticket has completed.
-void wait_for(const std::vector<Ticket>& tickets) {
+// The host has waited `waited_ns` in `call`: a host function running for all that time, past
+// the limit, is waiting for something that waits for the device (the host thread, or work
+// queued behind it): on a GPU that never ends. Report it and abort rather than hang.
+void check_host_function_deadlock(const char* call, int64_t waited_ns) {
+  const int64_t limit_ns = static_cast<int64_t>(g_host_fn_limit_s.load()) * 1000000000;
+  const int64_t since = g_host_fn_since.load();
+  if (limit_ns <= 0 || since == 0 || waited_ns < limit_ns || now_ns() - since < limit_ns) return;
+  std::fprintf(stderr,
+               "kiln CUDA simulator: deadlock: the host has waited %lld s in %s while a host "
+               "function (cudaLaunchHostFunc) on cuda:%d has been running all that time. A host "
+               "function must not wait for anything that waits for the device: host functions "
+               "of all streams may run one at a time, and work queued after it (or after an "
+               "allocation, memset or same-device copy) waits for it (CUDA Runtime API, "
+               "cudaLaunchHostFunc; CUDA C++ Programming Guide, Implicit Synchronization). "
+               "A GPU would hang here. (Limit: KILN_SIM_HOST_FN_LIMIT_S=%llu.)\n",
+               static_cast<long long>(waited_ns / 1000000000), call, g_host_fn_device.load(),
+               static_cast<unsigned long long>(g_host_fn_limit_s.load()));
+  std::fflush(stderr);
+  std::abort();
+}
+
+// Blocks until every ticket has completed. `call` names the API call that waits (reports).
+void wait_for(const std::vector<Ticket>& tickets, const char* call = "a synchronising call") {
   std::unique_lock<std::mutex> lock(g_mutex);
-  g_progress.wait(lock, [&] {
+  const auto all_done = [&] {
     return std::all_of(tickets.begin(), tickets.end(), [](const Ticket& t) { return done(t); });
-  });
+  };
+  const int64_t start = now_ns();
+  while (!g_progress.wait_for(lock, std::chrono::seconds(1), all_done))
+    check_host_function_deadlock(call, now_ns() - start);
 }
 
 }  // namespace
@@ -205,6 +262,12 @@ bool live_event(cudaEvent_t e) { return g_events.count(e) != 0; }  // g_mutex he
 Ticket push(const std::shared_ptr<Queue>& q, const char* what, std::function<void()> work,
             std::vector<Ticket> after) {
   implicit_waits(*q, &after);
+  DeviceState& d = device_state(q->device);
+  if (q->fence_seen != d.fence_epoch) {  // the first operation since the last fence waits for it
+    for (const Ticket& t : d.fence)
+      if (!done(t)) after.push_back(t);
+    q->fence_seen = d.fence_epoch;
+  }
   q->ops.push_back(Queue::Op{std::move(work), what, std::move(after)});
   ++q->submitted;
   ensure_worker(q);
@@ -247,8 +310,19 @@ cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()>
 
 cudaError_t fail_if(cudaError_t error) { return error == cudaSuccess ? error : fail(error); }
 
+void implicit_synchronization(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  DeviceState& d = device_state(device);
+  d.fence.clear();
+  for (Ticket& t : device_tails(device))
+    if (!done(t)) d.fence.push_back(std::move(t));
+  ++d.fence_epoch;
+}
+
+void set_host_function_limit(uint64_t seconds) { g_host_fn_limit_s = seconds; }
+
 cudaError_t wait(const Ticket& ticket) {
-  wait_for({ticket});
+  wait_for({ticket}, "a wait for queued work (cudaEventSynchronize, cudaMemcpy)");
   std::lock_guard<std::mutex> lock(g_mutex);
   return ticket.queue ? fail_if(sticky(ticket.queue->device)) : cudaSuccess;
 }
@@ -259,7 +333,7 @@ cudaError_t synchronize_device(int device) {
     std::lock_guard<std::mutex> lock(g_mutex);
     tails = device_tails(device);
   }
-  wait_for(tails);
+  wait_for(tails, "a device-wide synchronisation (cudaDeviceSynchronize, cudaFree, cudaFreeHost)");
   std::lock_guard<std::mutex> lock(g_mutex);
   return fail_if(sticky(device));
 }
@@ -365,7 +439,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     tails.push_back(kiln::sim::Ticket{q, q->submitted});
     kiln::sim::implicit_waits(*q, &tails);
   }
-  kiln::sim::wait_for(tails);
+  kiln::sim::wait_for(tails, "cudaStreamSynchronize");
   std::lock_guard<std::mutex> lock(g_mutex);
   return kiln::sim::fail_if(kiln::sim::sticky(device));
 }
@@ -390,9 +464,25 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 
+// Host functions of all streams run one at a time (the mutex), as the runtime may serialize
+// them; the watchdog in wait_for() reads when the running one started.
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
   if (fn == nullptr) return fail(cudaErrorInvalidValue);
-  return kiln::sim::enqueue(stream, "cudaLaunchHostFunc", [fn, user_data] { fn(user_data); });
+  return kiln::sim::enqueue(stream, "cudaLaunchHostFunc", [fn, user_data] {
+    std::lock_guard<std::mutex> serial(kiln::sim::g_host_fn_mutex);
+    kiln::sim::g_host_fn_device = kiln::sim::current_device();
+    kiln::sim::g_host_fn_since = kiln::sim::now_ns();
+    struct Done {
+      ~Done() { kiln::sim::g_host_fn_since = 0; }
+    } done;
+    fn(user_data);
+  });
+}
+
+cudaError_t kiln::sim::enqueue_device_work(cudaStream_t stream, const char* what,
+                                           void (*fn)(void*), void* data) {
+  if (fn == nullptr) return fail(cudaErrorInvalidValue);
+  return kiln::sim::enqueue(stream, what, [fn, data] { fn(data); });
 }
 
 // ---- Events -------------------------------------------------------------------------------
