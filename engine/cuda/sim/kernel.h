@@ -22,6 +22,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "engine/cuda/sim/vector_types.h"
+
 namespace kiln::sim {
 
 // What the builtins need to know about the running simulated thread (one per fiber).
