@@ -453,7 +453,7 @@ configure_and_build() {
   # Every dependency found in the bundle, none in the machine's /usr (which would not be what we tested).
   if ((${#bundle_args[@]})); then
     local outside
-    outside=$(grep -E '^(BLAS_[A-Za-z0-9]*_LIBRARY|CBLAS_INCLUDE_DIR|dnnl_DIR|OpenCL_LIBRARY|OpenCL_INCLUDE_DIR|GTest_DIR|CLI11_DIR|nlohmann_json_DIR)(:[A-Z]+)?=' \
+    outside=$(grep -E '^(BLAS_[A-Za-z0-9]*_LIBRARY|CBLAS_INCLUDE_DIR|dnnl_DIR|OpenCL_LIBRARY|OpenCL_INCLUDE_DIR|GTest_DIR|CLI11_DIR|nlohmann_json_DIR|STB_INCLUDE_DIR|STB_LIBRARY)(:[A-Z]+)?=' \
               "$build_dir/CMakeCache.txt" | grep -v "=$KILN_BUNDLE_ROOT/" || true)
     if [[ -n "$outside" ]]; then
       say "warning: dependencies found outside the bundle:"
