@@ -34,6 +34,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/nccl.h"
+#include "engine/cuda/sync_calls.h"
 
 namespace kiln::comm {
 namespace {
@@ -145,7 +146,10 @@ class NcclTransport : public Transport {
       if (aborted_) {
         ncclCommAbort(comm_);
       } else {
-        (void)cudaStreamSynchronize(stream_);
+        // Teardown: the collectives still queued on the comm stream finish before their
+        // communicator goes.
+        cuda::AllowSync allow("NcclTransport teardown: the comm stream drains first");
+        (void)cuda::stream_synchronize_nothrow(stream_);
         ncclCommDestroy(comm_);
       }
     }
@@ -292,6 +296,9 @@ bool NcclRequest::test() {
 
 void NcclRequest::wait() {
   if (done_) return;
+  // The host waits for the device here (by polling, so that a dead peer can be noticed): a
+  // wait the sync debug mode reports like a synchronisation.
+  cuda::check_sync(cuda::SyncSite().named("NcclRequest::wait()").waiting_by("polling its event"));
   const double timeout = t_.timeout_seconds();
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout);
   int polls = 0;

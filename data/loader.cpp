@@ -15,6 +15,7 @@
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/sync_calls.h"
 #endif
 
 namespace kiln {
@@ -249,7 +250,8 @@ Loader::~Loader() {
   if (copy_stream_) {
     // Copies still reading pinned slots must finish before the slots are freed.
     cuda::DeviceGuard guard(options_.device.index);
-    (void)cudaStreamSynchronize(copy_stream_);
+    cuda::AllowSync allow("Loader teardown: the copies still reading pinned slots finish first");
+    (void)cuda::stream_synchronize_nothrow(copy_stream_);
     pool_.reset();
     (void)cudaStreamDestroy(copy_stream_);
   }
@@ -340,7 +342,10 @@ std::unique_ptr<Loader::Built> Loader::build(int64_t b, uint64_t gen,
     Slot& slot = built->lease->slot();
 #if KILN_WITH_CUDA
     // Returns at once unless the pool is at max_slots and every slot's copy is still queued.
-    slot.copied.synchronize();  // the previous batch's copy out of this slot has finished
+    {
+      cuda::AllowSync allow("Loader: a slot is written only after the copy out of it finished");
+      slot.copied.synchronize();  // the previous batch's copy out of this slot has finished
+    }
 #endif
     float* x = slot.inputs.data<float>();
     int64_t* y = slot.labels.data<int64_t>();
@@ -437,7 +442,8 @@ void Loader::hand_out(std::unique_ptr<Built> built, Batch& out) {
       cuda_allocator::record_stream(x.impl()->storage->data, compute);
       cuda_allocator::record_stream(y.impl()->storage->data, compute);
     } catch (...) {
-      (void)cudaStreamSynchronize(copy_stream_);  // never free a slot the DMA may still read
+      cuda::AllowSync allow("Loader: a failed hand-out frees its slot after the DMA");
+      (void)cuda::stream_synchronize_nothrow(copy_stream_);  // never free a slot the DMA may read
       throw;
     }
     out.inputs = std::move(x);

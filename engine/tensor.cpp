@@ -145,13 +145,15 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 }
 
 template <typename T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device,
+                           cuda::SyncSite site) {
   KILN_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
              values.size(), " values do not fill shape ", shape_str(shape));
   Tensor host = empty(shape, dtype_of<T>::value, Device());
   // An empty vector's data() may be null, and memcpy from null is undefined even for 0 bytes.
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
-  return device.is_cpu() && device.index == 0 ? host : host.to(device);
+  if (device.is_cpu() && device.index == 0) return host;
+  return host.to(device, /*non_blocking=*/false, site.named("Tensor::from_vector()"));
 }
 
 // ---- Metadata ---------------------------------------------------------------------------------
@@ -199,24 +201,26 @@ T* Tensor::data() const {
 }
 
 template <typename T>
-std::vector<T> Tensor::to_vector() const {
-  Tensor host = device().is_cpu() ? *this : to(Device());
+std::vector<T> Tensor::to_vector(cuda::SyncSite site) const {
+  Tensor host = device().is_cpu()
+                    ? *this
+                    : to(Device(), /*non_blocking=*/false, site.named("Tensor::to_vector()"));
   std::vector<T> out(static_cast<size_t>(numel()));
   convert_copy(host.raw_data(), host.dtype(), out.data(), dtype_of<T>::value, numel());
   return out;
 }
 
-double Tensor::item() const {
+double Tensor::item(cuda::SyncSite site) const {
   KILN_CHECK(numel() == 1, "item() needs a tensor of one element, got shape ", shape_str(shape()));
-  return to_vector<double>()[0];
+  return to_vector<double>(site.named("Tensor::item()"))[0];
 }
 
 // ---- Copies and views -------------------------------------------------------------------------
 
-Tensor Tensor::to(Device target, bool non_blocking) const {
+Tensor Tensor::to(Device target, bool non_blocking, cuda::SyncSite site) const {
   if (device() == target) return *this;
   Tensor out = empty(shape(), dtype(), target);
-  out.copy_(*this, non_blocking);
+  out.copy_(*this, non_blocking, site.named("Tensor::to()"));
   if (any_requires_grad({this})) {
     set_history(out, std::make_shared<ToDeviceBackward>(device()), {*this});
   }
@@ -306,7 +310,7 @@ bool Tensor::is_pinned() const {
   return defined() && impl_->storage->kind == MemoryKind::PinnedHost;
 }
 
-void Tensor::copy_(const Tensor& src, bool non_blocking) {
+void Tensor::copy_(const Tensor& src, bool non_blocking, cuda::SyncSite site) {
   KILN_CHECK(numel() == src.numel(), "copy_: source ", src.str(), " does not match ", str());
   if (device().is_cpu() && src.device().is_cpu()) {
     // Both on (possibly different) CPUs: host memory either way.
@@ -314,7 +318,7 @@ void Tensor::copy_(const Tensor& src, bool non_blocking) {
     return;
   }
   if constexpr (kWithCuda)
-    cuda::copy_tensor(*this, src, non_blocking);
+    cuda::copy_tensor(*this, src, non_blocking, site.named("Tensor::copy_()"));
   else
     cuda::check_device((device().is_cuda() ? device() : src.device()).index);  // throws
 }
@@ -417,8 +421,9 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 // ---- Explicit instantiations ------------------------------------------------------------------
 #define KILN_INSTANTIATE(T)                                                               \
   template T* Tensor::data<T>() const;                                                    \
-  template std::vector<T> Tensor::to_vector<T>() const;                                   \
-  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device);
+  template std::vector<T> Tensor::to_vector<T>(cuda::SyncSite) const;                     \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device,     \
+                                         cuda::SyncSite);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 KILN_INSTANTIATE(int32_t)

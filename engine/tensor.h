@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cuda/sync_debug.h"  // SyncSite: where a copy that waits for a GPU was made
 #include "engine/device.h"
 #include "engine/dtype.h"
 
@@ -68,10 +69,11 @@ class Tensor {
   static Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
                      Device device = Device());
-  // Copies host values into a new tensor of dtype_of<T> on `device`.
+  // Copies host values into a new tensor of dtype_of<T> on `device` (on a GPU, a blocking copy:
+  // the host waits for it, see the copy rules of to()).
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
-                            Device device = Device());
+                            Device device = Device(), cuda::SyncSite site = cuda::SyncSite());
   // A tensor of `shape` and `dtype` over existing memory: element 0 is element `offset` of
   // `storage`, which the tensor shares (nothing is copied); its device is the storage's.
   static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
@@ -92,16 +94,21 @@ class Tensor {
   void* raw_data() const;
   template <typename T>
   T* data() const;  // checks that T matches dtype()
-  // Copies to host as T (converting dtype). Works for any device.
+  // Copies to host as T (converting dtype). Works for any device; from a GPU the host waits for
+  // the work that computes the tensor. The sync debug mode (engine/cuda/sync_debug.h) reports
+  // these waits, and every blocking copy below, at the caller's line (`site`, a default
+  // argument: never pass it).
   template <typename T>
-  std::vector<T> to_vector() const;
-  double item() const;  // the single element of a 1-element tensor, as double
+  std::vector<T> to_vector(cuda::SyncSite site = cuda::SyncSite()) const;
+  // The single element of a 1-element tensor, as double.
+  double item(cuda::SyncSite site = cuda::SyncSite()) const;
 
   // ---- Copies and views. ------------------------------------------------------------------
   // Differentiable. non_blocking: the copy may return before it finished, only where one side
   // is pinned host memory (see engine/cuda/tensor_copy.h for the rules); to(cpu) from a CUDA
   // tensor allocates pageable memory, so it always returns with the data on the host.
-  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, bool non_blocking = false,
+            cuda::SyncSite site = cuda::SyncSite()) const;
   Tensor to(DType dtype) const;                                // not differentiable
   Tensor clone() const;   // deep copy, no autograd history
   Tensor detach() const;  // shares storage, no autograd history
@@ -119,7 +126,7 @@ class Tensor {
   // In-place (never recorded by autograd; used by optimizers and init).
   // Same number of elements; any devices (host <-> cuda:N, cuda:N <-> cuda:M); converts dtype.
   // non_blocking as in to(device, non_blocking).
-  void copy_(const Tensor& src, bool non_blocking = false);
+  void copy_(const Tensor& src, bool non_blocking = false, cuda::SyncSite site = cuda::SyncSite());
   void fill_(double value);
   // Replaces this tensor's data (storage, shape, dtype, device) with `other`'s, keeping its
   // identity and autograd flags: how Module::to() moves parameters under optimizers' feet.

@@ -134,6 +134,7 @@ void Tracer::ensure_anchor(int device) {
   try {
     cuda::DeviceGuard guard(device);
     a.event.record(cuda::current_stream());
+    cuda::AllowSync allow("trace: the device's clock is anchored to the host's, once a device");
     a.event.synchronize();
   } catch (...) {
     anchors_->by_device.erase(device);
@@ -153,6 +154,7 @@ void Tracer::resolve_pending_locked() const {
     const auto anchor = anchors_->by_device.find(device);
     if (anchor == anchors_->by_device.end()) continue;  // cannot happen: begun after the anchor
     cuda::DeviceGuard guard(device);
+    cuda::AllowSync allow("trace: a GPU span's times are read when the trace is");
     p->end.synchronize();
     // The start relative to the anchor, the length from the span's own pair of events (short,
     // so exact in float milliseconds however long after the anchor the span ran).

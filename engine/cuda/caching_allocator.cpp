@@ -14,6 +14,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/sync_calls.h"
 #include "engine/error.h"
 
 #include "engine/sanitizer.h"
@@ -138,7 +139,7 @@ int64_t release_cached_locked(State& s, int device) {
   cuda::DeviceGuard guard(device);
   for (PendingFree& p : pool.pending) {
     for (cudaEvent_t e : p.events) {
-      KILN_CUDA_CHECK(cudaEventSynchronize(e));
+      cuda::event_synchronize(e, cuda::SyncSite().named("cuda_allocator::release_cached()"));
       (void)cudaEventDestroy(e);
     }
     p.events.clear();
@@ -147,7 +148,7 @@ int64_t release_cached_locked(State& s, int device) {
   int64_t released = 0;
   for (auto& [stream, list] : pool.free_lists) {
     for (auto& [size, ptr] : list) {
-      KILN_CUDA_CHECK(cudaFree(ptr));
+      cuda::device_free(ptr, cuda::SyncSite().named("cuda_allocator::release_cached()"));
       released += static_cast<int64_t>(size);
       s.blocks.erase(ptr);
     }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/cuda/check.h"
+#include "engine/cuda/sync_calls.h"
 #include "engine/error.h"
 
 namespace kiln::cuda {
@@ -99,10 +100,11 @@ namespace {
 struct ThreadStreams {
   std::vector<cudaStream_t> by_device;
   ~ThreadStreams() {
+    AllowSync allow("a thread's streams are drained when it ends");
     for (size_t d = 0; d < by_device.size(); ++d) {
       if (!by_device[d]) continue;
       (void)cudaSetDevice(static_cast<int>(d));
-      (void)cudaStreamSynchronize(by_device[d]);
+      (void)stream_synchronize_nothrow(by_device[d]);
       (void)cudaStreamDestroy(by_device[d]);
     }
   }
@@ -126,7 +128,9 @@ cudaStream_t current_stream(int device) {
 
 cudaStream_t current_stream() { return current_stream(current_device()); }
 
-void synchronize() { KILN_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
+void synchronize(SyncSite site) {
+  stream_synchronize(current_stream(), site.named("cuda::synchronize()"));
+}
 
 // ---- Events ---------------------------------------------------------------------------------
 
@@ -168,8 +172,8 @@ void Event::wait(cudaStream_t stream) const {
   if (event_) KILN_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
 }
 
-void Event::synchronize() const {
-  if (event_) KILN_CUDA_CHECK(cudaEventSynchronize(event_));
+void Event::synchronize(SyncSite site) const {
+  if (event_) event_synchronize(event_, site.named("cuda::Event::synchronize()"));
 }
 
 bool Event::query() const {

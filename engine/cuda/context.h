@@ -23,6 +23,7 @@
 #include <string>
 
 #include "engine/build_config.h"  // kWithCuda, cuda::kSimulated
+#include "engine/cuda/sync_debug.h"  // SyncSite: the waiting calls name their caller
 #if KILN_WITH_CUDA
 #include "engine/cuda/runtime.h"
 #else
@@ -69,7 +70,8 @@ class Event {
   // Work queued on `stream` after this call starts only once the recorded point is reached.
   void wait(cudaStream_t stream) const;
   void wait() const { wait(current_stream()); }
-  void synchronize() const;  // blocks the host until the recorded point is reached
+  // Blocks the host until the recorded point is reached (checked by the sync debug mode).
+  void synchronize(SyncSite site = SyncSite()) const;
   bool query() const;        // true once the recorded point is reached (never blocks)
   // Milliseconds of GPU time from this event to `end`; both recorded, both with timing on.
   float elapsed_ms(const Event& end) const;
@@ -117,8 +119,9 @@ class DeviceGuard {
   int index_ = 0;
 };
 
-// Blocks the host until the work queued so far on current_stream() has finished. Declared in
-// every build, defined (context.cpp) only with a CUDA backend, as DeviceGuard.
-void synchronize();
+// Blocks the host until the work queued so far on current_stream() has finished (a wait the
+// sync debug mode reports, at the caller's line: sync_debug.h). Declared in every build,
+// defined (context.cpp) only with a CUDA backend, as DeviceGuard.
+void synchronize(SyncSite site = SyncSite());
 
 }  // namespace kiln::cuda

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cuda/check.h"
+#include "engine/cuda/sync_calls.h"
 #include "engine/error.h"
 
 namespace kiln::pinned_allocator {
@@ -68,11 +69,13 @@ void collect_pending(State& s) {
 
 void release_cached_locked(State& s) {
   for (void* ptr : s.pending) {
-    for (auto& [stream, event] : s.blocks.at(ptr).events) KILN_CUDA_CHECK(cudaEventSynchronize(event));
+    for (auto& [stream, event] : s.blocks.at(ptr).events) {
+      cuda::event_synchronize(event, cuda::SyncSite().named("pinned_allocator::release_cached()"));
+    }
   }
   collect_pending(s);
   for (auto& [size, ptr] : s.free_list) {
-    KILN_CUDA_CHECK(cudaFreeHost(ptr));
+    cuda::host_free(ptr, cuda::SyncSite().named("pinned_allocator::release_cached()"));
     s.stats.reserved_bytes -= static_cast<int64_t>(size);
     s.blocks.erase(ptr);
   }

@@ -5,6 +5,7 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/pinned_allocator.h"
+#include "engine/cuda/sync_calls.h"
 #include "engine/error.h"
 
 namespace kiln::cuda {
@@ -20,38 +21,54 @@ Tensor staging(const Tensor& like, DType dtype, Device device) {
   return Tensor::empty(like.shape(), dtype, device);
 }
 
-// Finishes a host <-> device copy queued on `stream`: either waits for it, or (asynchronous)
-// keeps the pinned host block from being reused until the copy is done.
-void finish_host_copy(const Tensor& host, cudaStream_t stream, bool async) {
+// Finishes a host <-> device copy queued on `stream`: either waits for it (checked by the sync
+// debug mode before the copy was queued: copy_checked), or (asynchronous) keeps the pinned host
+// block from being reused until the copy is done.
+void finish_host_copy(const Tensor& host, cudaStream_t stream, bool async, SyncSite site) {
   if (async) {
     pinned_allocator::record_stream(storage_base(host), stream);
   } else {
-    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    stream_synchronize(stream, site);
   }
 }
 
-void host_to_device(const Tensor& dst, const Tensor& src, bool non_blocking) {
+// A copy that will block is checked by the sync debug mode before anything is queued: in error
+// mode it throws with nothing in flight that reads or writes the host buffer.
+SyncSite copy_checked(SyncSite site, bool async, bool to_device, bool pinned) {
+  if (async) return site;
+  const char* how = to_device ? (pinned ? "a blocking host->device copy from pinned memory"
+                                        : "a blocking host->device copy from pageable memory")
+                              : (pinned ? "a blocking device->host copy into pinned memory"
+                                        : "a blocking device->host copy");
+  site = site.waiting_by(how);
+  check_sync(site);
+  return site.after_check();
+}
+
+void host_to_device(const Tensor& dst, const Tensor& src, bool non_blocking, SyncSite site) {
   DeviceGuard guard(dst.device().index);
   cudaStream_t stream = current_stream();
   const bool async = non_blocking && src.is_pinned();
+  site = copy_checked(site, async, /*to_device=*/true, src.is_pinned());
   const bool same = src.dtype() == dst.dtype();
   const Tensor landing = same ? dst : staging(src, src.dtype(), dst.device());
   KILN_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data(), src.raw_data(), src.nbytes(),
                                   cudaMemcpyHostToDevice, stream));
   if (!same) convert(landing.raw_data(), src.dtype(), dst.raw_data(), dst.dtype(), dst.numel());
-  finish_host_copy(src, stream, async);
+  finish_host_copy(src, stream, async, site);
 }
 
-void device_to_host(const Tensor& dst, const Tensor& src, bool non_blocking) {
+void device_to_host(const Tensor& dst, const Tensor& src, bool non_blocking, SyncSite site) {
   DeviceGuard guard(src.device().index);
   cudaStream_t stream = current_stream();
   const bool async = non_blocking && dst.is_pinned();
+  site = copy_checked(site, async, /*to_device=*/false, dst.is_pinned());
   const bool same = src.dtype() == dst.dtype();
   const Tensor converted = same ? src : staging(src, dst.dtype(), src.device());
   if (!same) convert(src.raw_data(), src.dtype(), converted.raw_data(), dst.dtype(), src.numel());
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), converted.raw_data(), dst.nbytes(),
                                   cudaMemcpyDeviceToHost, stream));
-  finish_host_copy(dst, stream, async);
+  finish_host_copy(dst, stream, async, site);
 }
 
 void device_to_device(const Tensor& dst, const Tensor& src) {
@@ -84,7 +101,7 @@ void device_to_device(const Tensor& dst, const Tensor& src) {
 
 }  // namespace
 
-void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking) {
+void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking, SyncSite site) {
   KILN_CHECK(dst.numel() == src.numel(), "copy_: source ", src.str(), " does not match ",
              dst.str());
   if (dst.numel() == 0) return;
@@ -92,8 +109,8 @@ void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking) {
   KILN_CHECK(from_device || to_device, "cuda::copy_tensor: neither ", src.str(), " nor ",
              dst.str(), " is on a CUDA device");
   if (from_device && to_device) return device_to_device(dst, src);
-  if (to_device) return host_to_device(dst, src, non_blocking);
-  device_to_host(dst, src, non_blocking);
+  if (to_device) return host_to_device(dst, src, non_blocking, site);
+  device_to_host(dst, src, non_blocking, site);
 }
 
 }  // namespace kiln::cuda

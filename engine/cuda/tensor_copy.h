@@ -22,11 +22,14 @@
 // finished (pinned_allocator::record_stream), even if the tensor is freed at once.
 #pragma once
 
+#include "engine/cuda/sync_debug.h"
 #include "engine/tensor.h"
 
 namespace kiln::cuda {
 
-// dst and src have the same number of elements; at least one is on a CUDA device.
-void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking);
+// dst and src have the same number of elements; at least one is on a CUDA device. A copy that
+// blocks (the rules above) is a wait the sync debug mode reports at `site` (sync_debug.h).
+void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking,
+                 SyncSite site = SyncSite());
 
 }  // namespace kiln::cuda

@@ -16,3 +16,7 @@ kiln_test(trace_cuda_test SOURCES trace_cuda_test.cpp
 if(NOT KILN_CUDA_SIM)
   kiln_test(cublas_lazy_test SOURCES cublas_lazy_test.cpp LABELS unit gpu LIBS kiln_engine)
 endif()
+# The sync debug mode (KILN_SYNC_DEBUG): off/warn/error, call sites, AllowSync, every waiting
+# API, and the Loader's steady state under error.
+kiln_test(sync_debug_cuda_test SOURCES sync_debug_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_data)
