@@ -3,18 +3,87 @@
 #include "layers/loss.h"
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "layers/loss_kernels.h"
+#if KILN_WITH_CUDA
+#include "engine/cuda/context.h"
+#endif
 
 namespace kiln {
 
 namespace {
+
+[[noreturn]] void throw_bad_target(const Tensor& targets, int64_t row, int64_t classes,
+                                   const char* which) {
+  int64_t value = 0;
+  {
+    cuda::AllowSync allow("cross_entropy: a bad target is read for its error message");
+    value = targets.to_vector<int64_t>()[static_cast<size_t>(row)];
+  }
+  throw Error(detail::str("cross_entropy", which, ": target ", value, " at row ", row,
+                          " is outside [0, ", classes, "): check the labels"),
+              ErrorKind::Input);
+}
+
+// ---- Bad targets on a GPU ---------------------------------------------------------------
+// The kernels find the first bad row on the device. Reading it back at once would make every
+// call wait for the device (before this, the op did: a wait per training step). Instead an
+// asynchronous copy brings it into pinned host memory, and it is read once that copy has
+// finished: polled by later calls on this thread (never waiting), or waited for by
+// check_cross_entropy_targets(). Checks are read in the order of their calls.
+#if KILN_WITH_CUDA
+struct TargetCheck {
+  Tensor bad_row;      // pinned host i64 [1]: the first bad row, or -1, once `copied`
+  cuda::Event copied;  // recorded after the copy into bad_row
+  Tensor targets;      // the call's targets, for the message
+  int64_t classes = 0;
+};
+thread_local std::deque<TargetCheck> t_target_checks;
+
+void defer_target_check(const Tensor& bad_row, const Tensor& targets, int64_t classes) {
+  TargetCheck check;
+  check.bad_row = Tensor::from_storage(
+      std::make_shared<Storage>(sizeof(int64_t), Device(), MemoryKind::PinnedHost), {1},
+      DType::I64);
+  check.bad_row.copy_(bad_row, /*non_blocking=*/true);  // pinned: queued, the host goes on
+  check.copied.record();  // on the stream of the copy (the current device's, held by the op)
+  check.targets = targets.detach();
+  check.classes = classes;
+  t_target_checks.push_back(std::move(check));
+}
+
+// Throws for the first finished check that found a bad target (and drops the others). Without
+// `wait` it reads only the checks whose copies have finished.
+void resolve_target_checks(bool wait, cuda::SyncSite site) {
+  std::deque<TargetCheck>& checks = t_target_checks;
+  while (!checks.empty()) {
+    TargetCheck& c = checks.front();
+    if (wait) {
+      c.copied.synchronize(site);
+    } else if (!c.copied.query()) {
+      return;
+    }
+    const int64_t bad = c.bad_row.data<int64_t>()[0];
+    if (bad >= 0) {
+      const TargetCheck failed = std::move(c);
+      checks.clear();
+      throw_bad_target(failed.targets, bad, failed.classes, " (an earlier call on this thread)");
+    }
+    checks.pop_front();
+  }
+}
+#else
+void resolve_target_checks(bool, cuda::SyncSite) {}
+#endif
 
 // The incoming gradient of a scalar loss as the CUDA kernels read it: a device scalar of the
 // loss's dtype on the loss's device (converted only when the caller seeded backward otherwise).
@@ -62,6 +131,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
              targets.str());
   check_same_device(logits, targets, "cross_entropy");
   int64_t n = logits.size(0), c = logits.size(1);
+  if (logits.device().is_cuda()) {  // earlier calls' bad targets, as far as known: never waits
+    resolve_target_checks(/*wait=*/false, cuda::SyncSite());
+  }
   Tensor probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   Tensor out;  // the loss, a scalar
   int64_t bad = -1;
@@ -74,8 +146,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     });
     out = Tensor::full({}, loss, logits.dtype(), logits.device());
   }, [&] {
-    // The loss is computed and kept on the device; only the first bad row (or -1) comes
-    // back, so that a bad label throws here as on the CPU (see loss_cuda.cu for why).
+    // The loss is computed and kept on the device (NaN for a bad target); the first bad row (or
+    // -1) comes back to the host asynchronously, and is read by a later call (see above).
     out = Tensor::empty({}, logits.dtype(), logits.device());
     Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
     Tensor row_loss = Tensor::empty({n}, DType::F64, logits.device());  // workspace
@@ -85,10 +157,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
                                           probs.data<T>(), out.data<T>(), bad_row.data<int64_t>(),
                                           row_loss.data<double>(), n, c);
     });
-    bad = static_cast<int64_t>(bad_row.item());  // waits for the kernels
+#if KILN_WITH_CUDA
+    defer_target_check(bad_row, targets, c);
+#endif
   });
-  KILN_CHECK_INPUT(bad < 0, "cross_entropy: target ", targets.to_vector<int64_t>()[bad],
-                   " at row ", bad, " is outside [0, ", c, "): check the labels");
+  if (bad >= 0) throw_bad_target(targets, bad, c, "");
   if (any_requires_grad({&logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->saved = {probs, targets.detach()};
@@ -146,6 +219,10 @@ Tensor mse_loss_cuda(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
+
+void check_cross_entropy_targets(cuda::SyncSite site) {
+  resolve_target_checks(/*wait=*/true, site.named("check_cross_entropy_targets()"));
+}
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   check_same_shape(a, b, "mse_loss");

@@ -16,10 +16,11 @@
 //      scalar; in the same sweep it finds the first row whose target is outside [0, C).
 //      Deterministic, no atomics; the loss stays on the device.
 // The CPU op throws on a bad target. Detecting it on the device costs nothing extra (kernel 2
-// reads every target anyway) and only an 8-byte read-back, which the op does after both
-// kernels are queued. Checking on the host before launch would instead copy all N targets to
-// the host and stall the stream before any work starts. Either way the op must wait for the
-// device once per call to throw in time; the read-back is the cheaper wait.
+// reads every target anyway): it writes the first bad row, and makes the loss NaN so that a bad
+// target never goes unseen. The op copies that row back asynchronously and reads it later,
+// without waiting (loss.cpp): checking on the host before launch would instead copy all N
+// targets to the host and stall the stream, and reading the row back at once would make every
+// call (every training step) wait for the device.
 //
 // Cross-entropy backward: one thread per logit (grid-stride), grad = (p - onehot) * g / N, with
 // g read from the device scalar the autograd engine passes in.
@@ -105,8 +106,8 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// One block of kThreads: *loss = sum(row_loss) / N in double, *bad_row = the first row with a
-// target outside [0, C), or -1.
+// One block of kThreads: *loss = sum(row_loss) / N in double (NaN when a target is bad),
+// *bad_row = the first row with a target outside [0, C), or -1.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_finish_kernel(const double* __restrict__ row_loss,
@@ -125,7 +126,8 @@ __global__ void __launch_bounds__(kThreads)
   s = block_sum(s, sum_scratch);
   first_bad = block_min(first_bad, min_scratch);
   if (threadIdx.x == 0) {
-    *loss = static_cast<T>(s / static_cast<double>(n));  // n == 0: NaN, like the CPU
+    const double mean = s / static_cast<double>(n);  // n == 0: NaN, like the CPU
+    *loss = static_cast<T>(first_bad == kNone ? mean : static_cast<double>(NAN));
     *bad_row = first_bad == kNone ? -1 : static_cast<int64_t>(first_bad);
   }
 }

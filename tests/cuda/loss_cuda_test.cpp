@@ -1,14 +1,17 @@
-// loss_cuda_test.cpp: the losses' errors on cuda:0: a bad target (the CUDA op throws like the
-// CPU's, naming the first bad row), targets, operands or dtypes that do not match. Their
-// parity with the CPU (odd shapes, huge logits, grid-stride sizes, each MSE gradient alone)
-// and their gradient checks through CUDA are rows of the parity table (tests/parity).
+// loss_cuda_test.cpp: the losses' errors on cuda:0: a bad target (an Input error naming the
+// first bad row, as on the CPU, found without making the host wait), targets, operands or
+// dtypes that do not match. Their parity with the CPU (odd shapes, huge logits, grid-stride
+// sizes, each MSE gradient alone) and their gradient checks through CUDA are rows of the
+// parity table (tests/parity).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "engine/cuda/context.h"
 #include "engine/error.h"
 #include "layers/loss.h"
 #include "parity/parity_harness.h"
@@ -32,27 +35,49 @@ Tensor random_targets(int64_t n, int64_t c, uint32_t seed) {
   return Tensor::from_vector(t, {n});
 }
 
-// A target outside [0, C) is an input error on both devices; CUDA names the first bad row.
-TEST(CrossEntropyCuda, BadTargetThrowsLikeCpu) {
+// A target outside [0, C) is an input error on both devices, naming the first bad row. The CPU
+// call throws. The CUDA call does not wait for its kernels: its loss is NaN, and the error comes
+// from check_cross_entropy_targets() (which waits), or from a later call on this thread once
+// the check has finished.
+TEST(CrossEntropyCuda, BadTargetIsAnInputErrorLikeCpu) {
   KILN_SKIP_WITHOUT_CUDA();
   const Tensor logits = random_tensor({6, 7}, 5, -1.0, 1.0, DType::F32);
+  const Tensor good = random_targets(6, 7, 3).to(kCuda);
+  auto expect_named = [](const Error& e, int64_t bad) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("target " + std::to_string(bad) + " at row 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("outside [0, 7)"), std::string::npos) << msg;
+  };
   for (int64_t bad : {int64_t{-1}, int64_t{7}, int64_t{1000}}) {
     std::vector<int64_t> t = {0, 1, 2, 3, 4, 5};
     t[2] = bad;
     t[4] = 7;  // a second bad row: the message names the first
     const Tensor targets = Tensor::from_vector(t, {6});
     EXPECT_THROW(cross_entropy(logits, targets), Error);
+    const Tensor loss = cross_entropy(logits.to(kCuda), targets.to(kCuda));
     try {
-      cross_entropy(logits.to(kCuda), targets.to(kCuda));
+      check_cross_entropy_targets();
       ADD_FAILURE() << "no error for target " << bad;
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::Input);
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("target " + std::to_string(bad) + " at row 2"), std::string::npos)
-          << msg;
-      EXPECT_NE(msg.find("outside [0, 7)"), std::string::npos) << msg;
+      expect_named(e, bad);
     }
+    EXPECT_TRUE(std::isnan(loss.item())) << "the loss of a bad target is not NaN";
+    // Found by a later call: the check has finished once the stream has.
+    (void)cross_entropy(logits.to(kCuda), targets.to(kCuda));
+    cuda::synchronize();
+    try {
+      (void)cross_entropy(logits.to(kCuda), good);
+      ADD_FAILURE() << "no error for target " << bad << " from a later call";
+    } catch (const Error& e) {
+      expect_named(e, bad);
+      EXPECT_NE(std::string(e.what()).find("an earlier call"), std::string::npos) << e.what();
+    }
+    check_cross_entropy_targets();  // the checks are read: nothing is left to throw
   }
+  const Tensor loss = cross_entropy(logits.to(kCuda), good);
+  check_cross_entropy_targets();
+  EXPECT_TRUE(std::isfinite(loss.item()));
 }
 
 TEST(CrossEntropyCuda, TargetsOnAnotherDeviceAreAnError) {
