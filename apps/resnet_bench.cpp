@@ -45,6 +45,7 @@
 #include "comm/mpi_transport.h"
 #include "engine/allocator.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
 #include "engine/trace.h"
@@ -122,10 +123,14 @@ bool any_cuda(const std::vector<Device>& devices) {
   return std::any_of(devices.begin(), devices.end(), [](Device d) { return d.is_cuda(); });
 }
 
-// The time of `steps` steps of `run`, per step.
+// The time of `steps` steps of `run`, per step: from the end of the work queued before (the
+// warm-up, another setup's steps) to the end of the steps' own work. Only finish() waits for
+// the device, not each step.
 double time_steps(Run& run, const Batch& batch, int steps) {
+  run.finish();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) run.step(batch);
+  run.finish();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
 }
 
@@ -142,6 +147,7 @@ struct Plan {
 // size gets the cut measured at its own size.
 Plan make_plan(const Options& o, const std::vector<Device>& devices, int threads_per_stage,
                int64_t rows) {
+  cuda::AllowSync allow("resnet_bench setup: a model is uploaded and its blocks timed");
   auto model = make_model(o.workload);
   std::vector<Block> blocks = resnet_blocks(*model);
   model->to(devices[0]);
@@ -204,10 +210,12 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
     po.stage_transports = std::move(ts);
     po.replica = r;
     PipelineRun run(w, plan.partition, devs, po);
-    Batch batch = random_batch(w, 100 + static_cast<uint64_t>(r));  // each replica its shard
+    // Each replica its shard.
+    const Batch batch = for_devices(random_batch(w, 100 + static_cast<uint64_t>(r)), devs);
     run.step(batch);  // warm-up (and the stages' parameter broadcasts)
     for (int rep = 0; rep < o.repeats; ++rep) out.step_s.push_back(time_steps(run, batch, o.steps));
     out.overlap = run.pipeline().last_step().overlap_fraction;
+    cuda::AllowSync allow("resnet_bench: the replicas' parameters are compared once, at the end");
     for (int s = 0; s < p; ++s) {
       for (const Tensor& t : run.pipeline().stage_parameters(s)) {
         for (float v : t.to(Device("cpu")).to_vector<float>()) out.checksum += v;
@@ -406,7 +414,7 @@ int run(Options& o) {
       runs.push_back(std::move(r));
     }
   }
-  Batch batch = random_batch(o.workload, 42);
+  const Batch batch = for_devices(random_batch(o.workload, 42), devices);
   std::printf("\nwarming up %zu setups...\n", runs.size());
   for (auto& r : runs) r->step(batch);
   for (int rep = 0; rep < o.repeats; ++rep) {

@@ -1,6 +1,7 @@
 // model_state.cpp: see model_state.h.
 #include "apps/mnist/model_state.h"
 
+#include "engine/cuda/sync_debug.h"
 #include "engine/optim/adadelta.h"
 #include "engine/optim/adam.h"
 #include "engine/optim/sgd.h"
@@ -17,6 +18,8 @@ std::unique_ptr<Optimizer> make_optimizer(const Options& o, const std::vector<Te
 }
 
 ModelState build_model_state(const Options& o, Device device, const TrainCheckpoint& resumed) {
+  // Initialised on the host, uploaded once (and a checkpoint read once).
+  cuda::AllowSync allow("mnist_train setup: the model is uploaded, a checkpoint restored");
   ModelState s;
   manual_seed(o.seed);  // before the model: initialisation draws from the generator
   s.model = o.model == "cnn" ? std::shared_ptr<Module>(make_mnist_cnn())
@@ -37,6 +40,7 @@ ModelState build_model_state(const Options& o, Device device, const TrainCheckpo
 }
 
 void save_checkpoint(const Options& o, const SavePoint& at, const ModelState& s) {
+  cuda::AllowSync allow("mnist_train: a checkpoint copies the model and optimizer to the host");
   TrainCheckpoint meta;
   meta.epoch = at.epoch;
   meta.epoch_position = at.progress.position;

@@ -12,6 +12,7 @@
 #include "engine/allocator.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/trace.h"
@@ -27,6 +28,24 @@ void release_cached(Device device) {
   if (device.is_cpu()) cpu_allocator::release_cached();
 }
 
+// The values of `parts` (tensors on one device, of one dtype) in order, read on the host as
+// double with ONE wait for the device: they are first gathered into one tensor on their device
+// (device-side copies, which the host does not wait for). The values are those each part's
+// to_vector<double>() would give.
+std::vector<double> read_all(const std::vector<Tensor>& parts) {
+  if (parts.empty()) return {};
+  if (parts.size() == 1) return parts[0].to_vector<double>();
+  int64_t total = 0;
+  for (const Tensor& p : parts) total += p.numel();
+  Tensor all = Tensor::empty({total}, parts[0].dtype(), parts[0].device());
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    all.rows(at, at + p.numel()).copy_(p.reshape({p.numel()}));
+    at += p.numel();
+  }
+  return all.to_vector<double>();
+}
+
 }  // namespace
 
 void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
@@ -39,16 +58,27 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
                   start.steps + batches, progress);
   // Reading a loss on the host waits for the device. On a GPU, reading it every step would
   // stall the launch queue once per step, so losses are kept on the device and read in groups
-  // (every kReadEvery steps and at the end): the GPU stays busy, and divergence is still caught
-  // within a few steps.
+  // (every kReadEvery steps and at the end), a group with one wait: the GPU stays busy, and
+  // divergence is still caught within a few steps. That read and the mid-epoch checkpoints are
+  // the loop's only waits for the device (KILN_SYNC_DEBUG=error checks it: docs/cuda.md).
   const int kReadEvery = device.is_cuda() ? 32 : 1;
-  std::vector<std::pair<Tensor, int64_t>> pending;  // (loss on the device, batch size)
+  std::vector<Tensor> pending;        // losses on the device
+  std::vector<int64_t> pending_rows;  // their batch sizes
   double loss_sum = start.loss_sum;
   int64_t seen = start.seen, step = start.steps, seen_now = 0;
   const auto started = Clock::now();
   auto read_pending = [&] {
-    for (auto& [loss, n] : pending) {
-      const double l = loss.item();
+    std::vector<double> losses;
+    {
+      cuda::AllowSync allow("mnist_train: the losses, read once per 32 steps on a GPU");
+      losses = read_all(pending);
+      // A bad label is named before the NaN loss it makes could read as divergence (the
+      // device has passed those checks already: no further wait).
+      check_cross_entropy_targets();
+    }
+    for (size_t k = 0; k < losses.size(); ++k) {
+      const double l = losses[k];
+      const int64_t n = pending_rows[k];
       ++step;
       KILN_CHECK(std::isfinite(l), "training diverged: the loss is ", l, " at epoch ", epoch + 1,
                  ", step ", step, ". Lower --lr.");
@@ -58,6 +88,7 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
       bar.update(step, l, static_cast<double>(seen_now) / seconds_since(started));
     }
     pending.clear();
+    pending_rows.clear();
   };
   for (int64_t i = 0;; ++i) {
     trace::Ids ids;
@@ -80,7 +111,8 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
       loss = cross_entropy(model(x), y);
     }
     step_fn(loss, ids);
-    pending.emplace_back(loss.detach(), b.inputs.size(0));
+    pending.push_back(loss.detach());
+    pending_rows.push_back(b.inputs.size(0));
     if (static_cast<int>(pending.size()) >= kReadEvery) read_pending();
     if (mid_epoch != nullptr && i + 1 < batches && mid_epoch->due()) {
       read_pending();  // the sums include this step
@@ -102,6 +134,11 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
 // every freed block for reuse: holding both sets would add the two phases' memory together
 // in RSS. Handing the cache back at each phase change costs one round of page faults per
 // epoch (milliseconds) and keeps the peak at the larger phase instead of their sum.
+//
+// The host reads nothing until the pass is over: each batch's loss, predictions and labels stay
+// on the device, and are read at the end with one wait (on a GPU, reading them per batch would
+// make the host wait for every batch before queueing the next). The sums are the same, taken in
+// the same order.
 void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
               DType autocast) {
   release_cached(device);
@@ -110,19 +147,32 @@ void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
   model.eval();
   source.start_epoch(0);
   const auto start = Clock::now();
-  int64_t correct = 0, seen = 0;
-  double loss_sum = 0;
+  std::vector<Tensor> losses, predictions, labels;  // per batch, on the device
+  std::vector<int64_t> rows;
   for (Batch b; source.next(b);) {
     Tensor x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
     Tensor y = b.labels.device() == device ? b.labels : b.labels.to(device);
     Tensor logits = model(x);
-    const int64_t n = b.inputs.size(0);
-    loss_sum += cross_entropy(logits, y).item() * static_cast<double>(n);
-    const std::vector<int64_t> pred = argmax(logits, 1).to_vector<int64_t>();
-    const std::vector<int64_t> truth = b.labels.to_vector<int64_t>();
-    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
-    seen += n;
+    losses.push_back(cross_entropy(logits, y));
+    predictions.push_back(argmax(logits, 1));
+    labels.push_back(y.clone());  // not the batch's own memory: the loader reuses it
+    rows.push_back(b.inputs.size(0));
   }
+  std::vector<double> loss, pred, truth;
+  {
+    cuda::AllowSync allow("mnist_train: the evaluation's losses and predictions, read once");
+    loss = read_all(losses);
+    pred = read_all(predictions);
+    truth = read_all(labels);
+    check_cross_entropy_targets();
+  }
+  int64_t correct = 0, seen = 0;
+  double loss_sum = 0;
+  for (size_t i = 0; i < loss.size(); ++i) {
+    loss_sum += loss[i] * static_cast<double>(rows[i]);
+    seen += rows[i];
+  }
+  for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == truth[i];
   release_cached(device);
   r.eval_seconds = seconds_since(start);
   r.test_accuracy = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;

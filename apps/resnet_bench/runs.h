@@ -30,15 +30,22 @@ struct Batch {
   Tensor x, y;
 };
 Batch random_batch(const Workload& w, uint64_t seed);
+// The batch in pinned host memory when a device is a GPU (copies from it to a GPU are queued
+// without the host waiting); as it is otherwise.
+Batch for_devices(Batch batch, const std::vector<Device>& devices);
 
 // A fresh model of the workload (seeded, so every setup starts from the same weights).
 std::shared_ptr<ResNet> make_model(const Workload& w);
 
-// One timed setup. step() runs one training step and returns when its work is done.
+// One timed setup. step() runs one training step: on one device it only queues the step's work
+// (the host does not wait for the device: with the batch pinned, even its copy is queued), a
+// pipeline returns when its stages' work is done. finish() returns once everything queued so
+// far is done: the timer calls it before reading the clock.
 class Run {
  public:
   virtual ~Run() = default;
   virtual void step(const Batch& batch) = 0;
+  virtual void finish() {}
   // The loss scaler of an fp16 run (its history goes into the JSON); null otherwise.
   virtual const GradScaler* scaler() const { return nullptr; }
   std::string mode;       // "single", "model-parallel", "pipeline"

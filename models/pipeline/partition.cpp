@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
 #include "models/resnet.h"
 
@@ -107,6 +108,9 @@ double median(std::vector<double> v) {
 std::vector<double> block_times_ms(const std::vector<Block>& blocks, const Tensor& sample,
                                    Device device, int repeats) {
   KILN_CHECK(repeats >= 1, "block_times_ms: repeats must be >= 1");
+  // Timing a block on the host clock waits for the device before and after it (and the sample
+  // is uploaded each round): the waits are the measurement.
+  cuda::AllowSync allow("block_times_ms: each block is timed on the host clock");
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

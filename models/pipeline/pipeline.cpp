@@ -12,6 +12,7 @@
 #include "engine/allocator.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
@@ -316,9 +317,12 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
   auto ids = [&](int micro_batch) {
     return trace::Ids{s, micro_batch, -1, in.step, options_.replica};
   };
+  // The batch's rows are copied to the stage's device without the host waiting when the caller's
+  // batch is in pinned memory (Tensor::pin_memory; from pageable memory the copy blocks, and
+  // KILN_SYNC_DEBUG reports it): train_step returns only after the copies have finished.
   auto scaled_loss = [&](const Tensor& out, int i) {
     const int64_t a = in.starts[i], b = in.starts[i + 1];
-    Tensor target = in.target.rows(a, b).to(dev);
+    Tensor target = in.target.rows(a, b).to(dev, /*non_blocking=*/true);
     // The micro-batch's mean loss times its share of the batch: the sum over micro-batches is
     // the batch's mean loss, and so are the accumulated gradients.
     return loss_(out, target) * (static_cast<double>(b - a) / static_cast<double>(in.rows));
@@ -334,7 +338,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
         phase = "forward";
         Stashed st;
         if (first) {
-          st.input = in.x.rows(in.starts[i], in.starts[i + 1]).to(dev);
+          st.input = in.x.rows(in.starts[i], in.starts[i + 1]).to(dev, /*non_blocking=*/true);
         } else {
           st.input = receive(*activations_[s], s, i);
           st.input.set_requires_grad(true);  // the boundary: a leaf whose .grad goes back
@@ -390,8 +394,14 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
       trace::Scope span("optimizer", trace::Phase::Optimizer, dev, ids(-1));
       stage.optimizer->step();
     }
-    for (const Tensor& l : losses) stage.loss += l.item();
-    finish_device_work(dev);
+    {
+      // A step ends when its device work does: train_step returns the loss and the step's
+      // time and peak memory, and the caller may then reuse the batch. The one wait of a
+      // stage's step, on the stage's own thread (so named here, not by the caller).
+      cuda::AllowSync allow("pipeline: a stage's step ends when its device work does");
+      finish_device_work(dev);
+      for (const Tensor& l : losses) stage.loss += l.item();
+    }
   } catch (const ChannelAborted&) {
     throw;
   } catch (...) {

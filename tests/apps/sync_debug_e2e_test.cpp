@@ -1,0 +1,122 @@
+// sync_debug_e2e_test: mnist_train and resnet_bench train on a CUDA device under
+// KILN_SYNC_DEBUG=error (engine/cuda/sync_debug.h) and finish: every host wait of their runs
+// (setup, the steady state of the training step, the loader, evaluation, checkpoints, teardown)
+// is either gone or named with a cuda::AllowSync. A wait that nobody named would stop the run
+// with "kiln: sync debug: ... waits for the device at <file>:<line>", which the test prints.
+//
+// mnist_train reads a small MNIST written here in the IDX format (the waits do not depend on the
+// pixels): the MLP for two epochs of 36 steps (a full 32-step group of loss reads, the loader's
+// slots reused, loader workers, mid-epoch and epoch-end checkpoints), and the CNN for a few
+// steps with the loader on the training thread (--workers 0). resnet_bench runs the simulator
+// smoke test's tiny ResNet on one device and as a pipeline over two. Label sim under the
+// simulator (about a minute in all), gpu on a real GPU (skips without one).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/context.h"
+#include "support/cuda_skip.h"
+#include "support/run_command.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using kiln::testing::RunResult;
+
+void put_be32(std::ofstream& out, uint32_t v) {
+  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
+  out.write(b, 4);
+}
+
+// An IDX images file and labels file of n 28x28 examples: a fixed pattern, labels 0..9 in turn.
+void write_split(const fs::path& dir, const std::string& prefix, uint32_t n) {
+  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
+  put_be32(images, 2051);
+  put_be32(images, n);
+  put_be32(images, 28);
+  put_be32(images, 28);
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t p = 0; p < 28 * 28; ++p) images.put(static_cast<char>((p * 7 + i * 13) % 256));
+  }
+  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
+  put_be32(labels, 2049);
+  put_be32(labels, n);
+  for (uint32_t i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
+}
+
+RunResult run(const std::string& env, const std::string& program,
+              const std::vector<std::string>& args) {
+  std::string cmd = env + " '" + program + "'";
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  return kiln::testing::run_command(cmd + " 2>&1");
+}
+
+class SyncDebugE2e : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KILN_SKIP_WITHOUT_CUDA();
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("kiln_sync_debug_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_split(dir_, "train", 2304);
+    write_split(dir_, "t10k", 256);
+  }
+  void TearDown() override {
+    if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
+  }
+  std::vector<std::string> mlp_args() const {
+    return {"--device", "cuda:0", "--model", "mlp", "--data", dir_.string(), "--epochs", "2",
+            "--batch-size", "64", "--eval-batch-size", "64", "--threads", "1", "--workers", "2",
+            "--kernels", "hand", "--checkpoint", (dir_ / "run.ckpt").string(),
+            "--checkpoint-every", "20"};
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SyncDebugE2e, MnistTrainMlpRunsCleanUnderError) {
+  const RunResult r = run("KILN_SYNC_DEBUG=error", KILN_MNIST_TRAIN, mlp_args());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("sync debug"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir_ / "run.ckpt")) << r.output;
+}
+
+TEST_F(SyncDebugE2e, MnistTrainCnnRunsCleanUnderError) {
+  const RunResult r = run("KILN_SYNC_DEBUG=error", KILN_MNIST_TRAIN,
+                          {"--device", "cuda:0", "--data", dir_.string(), "--limit-train", "128",
+                           "--limit-test", "64", "--epochs", "1", "--batch-size", "64",
+                           "--eval-batch-size", "64", "--threads", "1", "--workers", "0",
+                           "--kernels", "hand"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("sync debug"), std::string::npos) << r.output;
+}
+
+// The variable reaches the app: a misspelt mode stops the run at its first wait (exit 2).
+TEST_F(SyncDebugE2e, MnistTrainReadsTheVariable) {
+  const RunResult r = run("KILN_SYNC_DEBUG=eror", KILN_MNIST_TRAIN, mlp_args());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("KILN_SYNC_DEBUG=eror is not a sync debug mode"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(SyncDebugE2e, ResnetBenchRunsCleanUnderError) {
+  KILN_SKIP_WITHOUT_CUDA_DEVICES(2);
+  const RunResult r = run("KILN_SYNC_DEBUG=error", KILN_RESNET_BENCH,
+                          {"--model", "resnet18", "--width", "8", "--image-size", "64",
+                           "--batch-size", "4", "--classes", "5", "--steps", "1", "--repeats", "1",
+                           "--devices", "cuda:0,cuda:1", "--modes", "single,pipeline",
+                           "--split-sizes", "2"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("sync debug"), std::string::npos) << r.output;
+}
+
+}  // namespace
