@@ -10,7 +10,8 @@
 #                enables it when find_package(Kiln) runs at directory scope).
 #   simulator    as C++ (LANGUAGE CXX, -xc++) by the host compiler: engine/cuda/runtime.h then
 #                includes the simulator's runtime (engine/cuda/sim/runtime.h) and kernels run
-#                on CPU fibers, in the simulated runtime compiled into Kiln::engine.
+#                on CPU fibers, in the simulated runtime compiled into Kiln::engine. Multiply-
+#                adds are contracted as nvcc contracts them (fp_options below).
 #   CPU only     not at all: the files are left out (a status message says so in a project
 #                using an installed Kiln), and KILN_WITH_CUDA is not defined, so the sources
 #                that call the kernels keep them behind `#if KILN_WITH_CUDA` as Kiln's layers do.
@@ -41,8 +42,24 @@ function(kiln_add_cuda_sources target)
   endforeach()
   target_sources(${target} PRIVATE ${files})
   if(sim)
+    # Floating point under the simulator as nvcc compiles it: nvcc contracts a * b + c into one
+    # fused multiply-add by default (--fmad=true), across statements and in the loop-carried
+    # multiply-adds of reductions, so the host compiler is asked to do the same wherever the
+    # CPU has FMA instructions (docs/cuda_simulator.md, "Floating point: contraction as nvcc
+    # does it"):
+    #   -ffp-contract=fast            contract across statements (GCC's default for C++
+    #                                 already; clang's is "on", within one expression)
+    #   --param=avoid-fma-max-bits=0  (GCC) contract loop-carried chains too, whatever -mtune:
+    #                                 GCC's tuning for AMD Zen (avoid-fma-max-bits=256) leaves
+    #                                 them unfused, so the same kernel rounded differently on
+    #                                 an AMD and an Intel CPU
+    #   -fexpensive-optimizations     (GCC) the pass that forms FMAs runs at -O1 too (the
+    #                                 sanitizer trees); at -O0 nothing is contracted
+    set(fp_options -ffp-contract=fast $<$<CXX_COMPILER_ID:GNU>:--param=avoid-fma-max-bits=0>
+                   $<$<CXX_COMPILER_ID:GNU>:-fexpensive-optimizations>)
     set_source_files_properties(${files} TARGET_DIRECTORY ${target}
-                                PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+                                PROPERTIES LANGUAGE CXX
+                                           COMPILE_OPTIONS "-xc++;${fp_options}")
   else()
     get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
     if(NOT "CUDA" IN_LIST languages)

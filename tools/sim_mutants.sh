@@ -134,6 +134,11 @@ MUTANTS = [
     ("allocator-pending-query", "engine/cuda/caching_allocator.cpp",
      "const cudaError_t err = cudaEventQuery(e);", 1, "const cudaError_t err = cudaSuccess;",
      "caching allocator: a block used by another stream is reused before that stream is done"),
+    # Floating point: the simulator compiles kernels without contracting multiply-adds, which
+    # nvcc contracts (docs/cuda_simulator.md, "Floating point: contraction as nvcc does it").
+    ("sim-fp-contract-off", "cmake/KilnCuda.cmake", "set(fp_options -ffp-contract=fast", 1,
+     "set(fp_options -ffp-contract=off",
+     "simulator: kernels compiled without FMA contraction (nvcc fuses a * b + c)"),
 ]
 
 if args[:1] == ["--list"]:

@@ -19,6 +19,11 @@ kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
 # The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.
 kiln_test(gemm_lowp_cuda_test SOURCES gemm_lowp_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# How kernels compile a * b + c: contracted into a fused multiply-add as nvcc does it, the _rn
+# intrinsics never (a kernel of the test's own, fp_contract_kernels.cu, compiled as Kiln's are).
+kiln_test(fp_contract_cuda_test SOURCES fp_contract_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+kiln_add_cuda_sources(fp_contract_cuda_test fp_contract_kernels.cu)
 # Loss scaling's fused unscale-and-check against the CPU loop, and over several devices.
 kiln_test(grad_scaler_cuda_test SOURCES grad_scaler_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

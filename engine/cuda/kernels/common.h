@@ -28,6 +28,17 @@ __device__ __forceinline__ double exp_t(double x) { return exp(x); }
 __device__ __forceinline__ float log_t(float x) { return logf(x); }
 __device__ __forceinline__ double log_t(double x) { return log(x); }
 
+// A multiply-add whose rounding is spelled out, for kernels that promise their bits (two paths
+// that must agree bit for bit; docs/cuda_simulator.md, "Floating point: contraction as nvcc
+// does it"). nvcc contracts a * b + c into one fused multiply-add where it chooses to, and so
+// does the simulator's host compiler, each by its own rules; these leave no choice.
+// fma_t: a * b + c rounded once (IEEE 754 fusedMultiplyAdd). mul_rn: a * b rounded on its own,
+// never fused with the addition that reads it.
+__device__ __forceinline__ float fma_t(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ __forceinline__ double fma_t(double a, double b, double c) { return __fma_rn(a, b, c); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // Threads per block of the simple one-element-per-thread kernels, and the most blocks they
 // launch: beyond that, each thread loops (a grid-stride loop), so any n fits in one launch.
 constexpr int kElementwiseThreads = 256;

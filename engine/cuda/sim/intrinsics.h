@@ -32,13 +32,44 @@ inline float __tanhf(float x) { return tanhf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+// The _rn additions, subtractions and multiplications are never contracted: "This operation
+// will never be merged into a single multiply-add instruction" (CUDA Math API, __fadd_rn,
+// __fmul_rn, __dadd_rn, ...). The simulator compiles kernels with contraction on, as nvcc does
+// (docs/cuda_simulator.md, "Floating point: contraction as nvcc does it"), so a product these
+// return, and a product passed to their additions, goes through kiln::sim::detail::rounded():
+// the compiler cannot fuse it with the operation on the other side.
+namespace kiln::sim::detail {
+// v, as a value the compiler knows nothing about (an empty asm statement that "changes" it in
+// its register): no multiply before it is fused with an add after it.
+template <typename T>
+inline T rounded(T v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && defined(__SSE2__)
+  __asm__("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#else
+  volatile T r = v;
+  v = r;
+#endif
+  return v;
+}
+}  // namespace kiln::sim::detail
+inline float __fadd_rn(float a, float b) {
+  return kiln::sim::detail::rounded(a) + kiln::sim::detail::rounded(b);
+}
+inline float __fsub_rn(float a, float b) {
+  return kiln::sim::detail::rounded(a) - kiln::sim::detail::rounded(b);
+}
+inline float __fmul_rn(float a, float b) { return kiln::sim::detail::rounded(a * b); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) {
+  return kiln::sim::detail::rounded(a) + kiln::sim::detail::rounded(b);
+}
+inline double __dsub_rn(double a, double b) {
+  return kiln::sim::detail::rounded(a) - kiln::sim::detail::rounded(b);
+}
+inline double __dmul_rn(double a, double b) { return kiln::sim::detail::rounded(a * b); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline double __drcp_rn(double x) { return 1.0 / x; }
 inline double __dsqrt_rn(double x) { return sqrt(x); }
