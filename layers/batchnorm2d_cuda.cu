@@ -22,6 +22,16 @@
 //     cache.
 //   - Per-channel O(C) work (invstd, the running-stat update): one thread per channel.
 // Every kernel launches on cuda::current_stream(); nothing here synchronises.
+//
+// Rounding: the fused BN+ReLU and BN followed by a separate ReLU run these same kernels on the
+// same values (relu_y null or not), and the parity table holds them to the same bits
+// (tests/parity/parity_layers.cpp). A compiler may compile the two cases as two copies of a
+// loop (unswitching on relu_y), and nvcc and the simulator's host compiler each choose by their
+// own rules which multiply-adds of a copy to contract; so the multiply-adds of the forward and
+// backward kernels are spelled out: fma_t (one rounding) or mul_rn (the product rounded, then
+// the add; engine/cuda/kernels/common.h): fma_t where nvcc's PTX for the plain expressions had a fused
+// multiply-add, mul_rn where it kept a multiply and an add (which ptxas was still free to fuse:
+// PTX ISA, "mul": mul/add sequences without a rounding modifier may become fused multiply-adds).
 #include "engine/cuda/runtime.h"
 
 #include <cmath>
@@ -118,8 +128,8 @@ __global__ void batch_norm2d_forward_kernel(const T* __restrict__ x, const T* __
        i += stride) {
     const int64_t ch = (i / hw) % c;
     const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
-    const T shift = (bias ? bias[ch] : T(0)) - mean[ch] * scale;
-    const T v = x[i] * scale + shift;
+    const T shift = (bias ? bias[ch] : T(0)) - mul_rn(mean[ch], scale);
+    const T v = fma_t(x[i], scale, shift);
     y[i] = relu && !(v > T(0)) ? T(0) : v;
   }
 }
@@ -153,7 +163,7 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
       const int64_t off = channel_offset(k, ch, c, hw);
       const double gy = static_cast<double>(masked_grad(grad_y, relu_y, off));
       sum_gy += gy;
-      sum_gy_xc += gy * (static_cast<double>(x[off]) - mu);
+      sum_gy_xc = fma_t(gy, static_cast<double>(x[off]) - mu, sum_gy_xc);
     }
     sum_gy = block_sum(sum_gy, scratch);
     sum_gy_xc = block_sum(sum_gy_xc, scratch);
@@ -187,8 +197,8 @@ __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t ch = (i / hw) % c;
-    grad_x[i] = coef[ch] * masked_grad(grad_y, relu_y, i) - coef[c + ch] * (x[i] - mean[ch]) +
-                coef[2 * c + ch];
+    grad_x[i] = mul_rn(coef[ch], masked_grad(grad_y, relu_y, i)) -
+                mul_rn(coef[c + ch], x[i] - mean[ch]) + coef[2 * c + ch];
   }
 }
 

@@ -111,7 +111,12 @@ struct Case {
   bool reference_f64 = false;  // the CPU reference runs in double, rounded to the dtype
   DTol same_dtype_fwd;         // ... and output 0 against the CPU in the dtype itself
   bool has_same_dtype_fwd = false;
-  Fn same_bits;                // on cuda:0, must give fn's bits (a fused op vs its composition)
+  // On cuda:0, must give fn's bits (a fused op vs its composition). Only where both run the
+  // same operations in the same order with their rounding spelled out (fma_t / mul_rn for each
+  // multiply-add, engine/cuda/kernels/common.h): which multiply-adds nvcc or the simulator's
+  // host compiler fuse on their own may differ between two kernels, two copies of one loop, or
+  // two CPUs (docs/cuda_simulator.md, "Floating point: contraction as nvcc does it").
+  Fn same_bits;
   // Absolute slack for input 0's gradient: rtol * grad0_scale(cpu inputs, dy) (a cancelling
   // sum whose terms are larger than its result).
   std::function<double(const Inputs&, const Tensor& dy)> grad0_scale;

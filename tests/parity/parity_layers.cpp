@@ -339,7 +339,9 @@ Case bn_case(const std::string& name, const Shape& s, const Bn& k, BatchNormActi
     return terms * max_gy;
   };
   if (act == BatchNormActivation::Relu) {
-    // On cuda:0 the fused ReLU changes no bits against relu(batch_norm2d(...)).
+    // On cuda:0 the fused ReLU changes no bits against relu(batch_norm2d(...)): both run the
+    // same kernels on the same values, whose multiply-adds are spelled out (fma_t / mul_rn in
+    // layers/batchnorm2d_cuda.cu), so no compiler's choice of what to fuse can tell them apart.
     row.same_bits = [=](const Inputs& v) {
       Tensor m = v[3].defined() ? v[3].clone() : Tensor(), var = v[4].defined() ? v[4].clone() : Tensor();
       Tensor y = relu(batch_norm2d(v[0], v[1], v[2], m, var, training, 0.1, 1e-5));
