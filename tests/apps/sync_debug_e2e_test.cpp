@@ -9,7 +9,10 @@
 // slots reused, loader workers, mid-epoch and epoch-end checkpoints), and the CNN for a few
 // steps with the loader on the training thread (--workers 0). resnet_bench runs the simulator
 // smoke test's tiny ResNet on one device and as a pipeline over two. Label sim under the
-// simulator (about a minute in all), gpu on a real GPU (skips without one).
+// simulator (about a minute in all), gpu on a real GPU (skips without one). As tools/test.sh
+// does with the other whole programs under the simulator, the ThreadSanitizer tree skips them
+// all and the AddressSanitizer tree skips resnet_bench's (minutes there); the detector's own
+// test, sync_debug_cuda_test, runs in both.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,6 +31,17 @@ namespace fs = std::filesystem;
 namespace {
 
 using kiln::testing::RunResult;
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 void put_be32(std::ofstream& out, uint32_t v) {
   const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
@@ -62,6 +76,7 @@ class SyncDebugE2e : public ::testing::Test {
  protected:
   void SetUp() override {
     KILN_SKIP_WITHOUT_CUDA();
+    if (kThreadSanitizer) GTEST_SKIP() << "skipped: a whole program under ThreadSanitizer";
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::path(::testing::TempDir()) /
            ("kiln_sync_debug_" + std::string(info->name()) + "_" + std::to_string(getpid()));
@@ -110,6 +125,7 @@ TEST_F(SyncDebugE2e, MnistTrainReadsTheVariable) {
 
 TEST_F(SyncDebugE2e, ResnetBenchRunsCleanUnderError) {
   KILN_SKIP_WITHOUT_CUDA_DEVICES(2);
+  if (kAddressSanitizer) GTEST_SKIP() << "skipped: minutes under AddressSanitizer";
   const RunResult r = run("KILN_SYNC_DEBUG=error", KILN_RESNET_BENCH,
                           {"--model", "resnet18", "--width", "8", "--image-size", "64",
                            "--batch-size", "4", "--classes", "5", "--steps", "1", "--repeats", "1",
