@@ -85,7 +85,7 @@ has sim && example_against_install "$root/build-sim"
 # scripts): the code they run is the code of the layer, loader, comm and checkpoint tests that
 # do run here, and the short whole-program runs stay (flags, checkpoints, rank death, the
 # two-rank threads smoke test). KILN_ASAN_ALL=1 runs them too.
-asan_long='^MnistTrainTest\.|^ResNetDepths\.|^ResNetNames\.|^ResNetCuda\.|^resnet_cuda_test_vendor$|^resnet_bench_sim_smoke$|^kill_resume_'
+asan_long='^MnistTrainTest\.|^ResNetDepths\.|^ResNetNames\.|^ResNetConditioning\.|^ResNetCuda\.|^resnet_cuda_test_vendor$|^resnet_bench_sim_smoke$|^kill_resume_'
 [[ -n "${KILN_ASAN_ALL:-}" ]] && asan_long='^$'
 has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 CTEST_PARALLEL_LEVEL=2 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS="suppressions=$root/tools/lsan.supp" \
