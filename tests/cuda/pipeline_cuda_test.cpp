@@ -2,6 +2,7 @@
 // activations and gradients crossing devices on copy streams ordered by events.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>

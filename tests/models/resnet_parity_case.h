@@ -8,6 +8,7 @@
 // the function f32 approximates, and their difference is float's rounding alone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
