@@ -2,6 +2,7 @@
 // loss_cuda.cu (CUDA cross-entropy and the fused CUDA mean squared error).
 #include "layers/loss.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
