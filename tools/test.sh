@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # tools/test.sh: one command from a fresh machine to the full test suite: installs
-# dependencies, fetches real MNIST (the e2e tests train on it), then builds and tests four trees
-# and fuzzes for a few minutes:
+# dependencies, runs the portability checks, fetches real MNIST (the e2e tests train on it), then
+# builds and tests four trees and fuzzes for a few minutes:
 #
+#   lint         first, a few minutes, nothing built (docs/portability.md): every file includes
+#                the standard header of each standard name it uses (tools/check_includes.py);
+#                every header compiles alone with clang 16 and libc++ without its transitive
+#                includes (tools/check_headers_alone.sh); the GPU bundle alone configures Kiln,
+#                the machine's /usr hidden (tools/check_bundle_configure.sh).
 #   build/       the default build (Release). Where nvcc is installed it includes the real CUDA
 #                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
@@ -28,16 +33,28 @@
 #                (tools/fuzz.sh), from seed 1.
 # Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan, fuzz).
 #
-# KILN_TEST_TREES=default,sim,asan,tsan,fuzz picks trees (default: all five). Arguments go to
+# KILN_TEST_TREES=lint,default,sim,asan,tsan,fuzz picks stages (default: all six). Arguments go to
 # every ctest call of the four test trees (e.g. -R Conv); the out-of-tree example runs all of its
 # tests. KILN_FUZZ_SECONDS changes the fuzzing time per target, KILN_ASAN_ALL=1 adds the long
 # training runs to the ASan tree.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-trees=${KILN_TEST_TREES:-default,sim,asan,tsan,fuzz}
+trees=${KILN_TEST_TREES:-lint,default,sim,asan,tsan,fuzz}
 jobs=$(nproc)
 ctest_args=("$@")
-"$root/tools/setup.sh"
+has() { [[ ",$trees," == *",$1,"* ]]; }
+if has lint; then "$root/tools/setup.sh" lint; else "$root/tools/setup.sh"; fi
+
+# Portability, before anything is built: a file that compiles here only because this libstdc++
+# happens to pull in a header it forgot fails on g++ 13 or libc++ (docs/portability.md).
+if has lint; then
+  echo "== test.sh: lint: standard headers included by name (tools/check_includes.py)"
+  python3 "$root/tools/check_includes.py"
+  echo "== test.sh: lint: every header compiles alone, clang 16 + libc++ without transitive includes (tools/check_headers_alone.sh)"
+  "$root/tools/check_headers_alone.sh"
+  echo "== test.sh: lint: the GPU bundle alone configures Kiln, /usr hidden (tools/check_bundle_configure.sh)"
+  "$root/tools/check_bundle_configure.sh"
+fi
 "$root/datasets/fetch_mnist.sh"
 
 # run_tree <name> <build dir> <ctest label regex or ""> <build targets, space-separated> <preset>
@@ -72,7 +89,6 @@ example_against_install() {
   rm -rf "$tmp"
 }
 
-has() { [[ ",$trees," == *",$1,"* ]]; }
 has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
 has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
 has sim && example_against_install "$root/build-sim"
