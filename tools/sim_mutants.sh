@@ -12,7 +12,10 @@
 # AddressSanitizer, warps shuffled between barriers: tools/test.sh's strictest tree), built
 # incrementally: one mutant costs a rebuild of what includes the file, then `ctest -L sim`.
 # KILN_MUTANT_BUILD_DIR picks another simulator build tree. The source tree must have no
-# uncommitted change to the mutated files.
+# uncommitted change to the mutated files. KILN_MUTANT_TESTS (a ctest -R regex) and
+# KILN_MUTANT_TARGETS (build targets, space-separated; default kiln_tests_sim) narrow every run
+# to the tests that should catch the chosen mutants: tools/test.sh does so for the mutants of
+# the bugs a real GPU found, in minutes. Exit 1 when a mutant is missed or does not build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KILN_MUTANT_BUILD_DIR:-$root/build-asan}
@@ -158,12 +161,16 @@ def run(cmd, **kw):
 
 rows = []
 env = dict(os.environ, KILN_SIM_SHUFFLE="1")
+targets = os.environ.get("KILN_MUTANT_TARGETS", "kiln_tests_sim").split()
+tests = os.environ.get("KILN_MUTANT_TESTS", "")
+select = ["-L", "sim"] + (["-R", tests] if tests else [])
 # A catch means something only if the unmutated tree passes: check that first.
-b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "kiln_tests_sim"])
+b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets)
 if b.returncode != 0:
     sys.exit("sim_mutants.sh: the unmutated tree does not build:\n" + b.stdout[-3000:])
-t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300"], cwd=build, env=env)
-if t.returncode != 0:
+t = run(["ctest"] + select + ["-j", str(os.cpu_count() or 2), "--timeout", "300"], cwd=build,
+        env=env)
+if t.returncode != 0 or "No tests were found" in t.stdout + t.stderr:
     sys.exit("sim_mutants.sh: the unmutated tree already fails its sim tests, so no mutant could "
              "be judged; fix these first:\n" + "\n".join(l for l in t.stdout.splitlines()
                                                            if " - " in l and "(" in l))
@@ -179,13 +186,12 @@ for mid, path, old, nth, new, what in chosen:
                      "any more: update the mutant")
     try:
         open(full, "w").write(src[:at] + new + src[at + len(old):])
-        b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target",
-                 "kiln_tests_sim"])
+        b = run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets)
         if b.returncode != 0:
             rows.append((mid, "build failed", what, ""))
             continue
         # A caught mutant needs one failing test: stop there (a missed one runs them all).
-        t = run(["ctest", "-L", "sim", "-j", str(os.cpu_count() or 2), "--timeout", "300",
+        t = run(["ctest"] + select + ["-j", str(os.cpu_count() or 2), "--timeout", "300",
                  "--stop-on-failure"], cwd=build, env=env)
         failed = re.findall(r"\d+ - (\S+) \((?:Failed|SEGFAULT|Subprocess aborted|Timeout|"
                             r"Exception|Child aborted)\)", t.stdout)
@@ -195,7 +201,7 @@ for mid, path, old, nth, new, what in chosen:
         open(full, "w").write(src)
     print(f"sim_mutants.sh: {mid}: {rows[-1][1]}", file=sys.stderr, flush=True)
 # The tree is rebuilt from the restored sources, so it is left as it was found.
-run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target", "kiln_tests_sim"])
+run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2), "--target"] + targets)
 
 print("| mutant | planted bug | result | first failing tests |")
 print("| --- | --- | --- | --- |")
@@ -203,4 +209,5 @@ for mid, result, what, tests in rows:
     print(f"| {mid} | {what} | {result} | {tests} |")
 caught = sum(r[1] == "caught" for r in rows)
 print(f"\n{caught} of {len(rows)} mutants caught")
+sys.exit(0 if caught == len(rows) else 1)
 PY

@@ -92,6 +92,15 @@ example_against_install() {
 has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
 has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
 has sim && example_against_install "$root/build-sim"
+# The bugs a real GPU found that the simulator once missed stay found: each is planted again in
+# the simulator tree (tools/sim_mutants.sh: the loader waiting for the compute stream through
+# a slot's copy, a slot refilled under its copy, and the simulator's own model of cudaMalloc's
+# implicit synchronisation and of serialised host functions) and must fail the loader's and the
+# streams' tests. A few minutes: one file rebuilt, two test programs relinked, per mutant.
+has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (tools/sim_mutants.sh)";
+             KILN_MUTANT_BUILD_DIR="$root/build-sim" KILN_MUTANT_TARGETS="loader_cuda_test sim_streams_test" \
+             KILN_MUTANT_TESTS='^(LoaderCuda|SimStreams)\.' \
+             "$root/tools/sim_mutants.sh" loader-waits-for-device loader-slot-reuse sim-malloc-fence sim-host-fn-serial; }
 # ASan + UBSan at -O1 with frame pointers, the whole suite. LeakSanitizer is on; Open MPI's
 # libraries keep allocations to their exit (tools/lsan.supp), and what its unloaded components
 # kept cannot be told apart, so the mpi tests run without leak checks (tests/CMakeLists.txt). OMP_NUM_THREADS=1 and two tests at
