@@ -35,7 +35,10 @@ check 2 "threads must be a whole number >= 1 (got -2)" tools/bench_resnet_vs_pyt
 check 2 "device must be cpu, cuda or cuda:N (got tpu)" tools/bench_resnet_vs_pytorch.sh 3 2 tpu
 check 2 "precision must be one of fp32, bf16, fp16 (got tf32)" tools/bench_resnet_vs_pytorch.sh 3 2 cpu tf32
 check 2 "usage: tools/bench_resnet_vs_pytorch.sh" tools/bench_resnet_vs_pytorch.sh 1 2 cpu fp32 more
-check 2 "usage: tools/gpu_bundle.sh [make|unpack]" tools/gpu_bundle.sh bogus
+check 2 "usage: tools/gpu_bundle.sh [make|unpack|packages|not-carried]" tools/gpu_bundle.sh bogus
+check 2 "check_includes.py: unknown option --bogus" tools/check_includes.py --bogus
+check 2 "check_headers_alone.sh: --bogus: not a header" tools/check_headers_alone.sh --bogus
+check 2 "check_bundle_configure.sh: takes no arguments" tools/check_bundle_configure.sh --bogus
 check 2 "unknown option --bogus" tools/gpu_check.sh --bogus
 check 2 "--epochs needs a positive number" tools/gpu_check.sh out --epochs 0
 check 2 "usage: tools/gpu_check.sh" tools/gpu_check.sh out --only nothing
