@@ -62,7 +62,7 @@ fi
 # the tree leaves out)
 run_tree() {
   local name=$1 dir=$2 label=$3 target=$4 preset=$5
-  echo "== test.sh: $name tree in $dir (preset $preset)"
+  echo "== test.sh: $name tree in $dir (preset $preset), at ${SECONDS} s"
   cmake -S "$root" --preset "$preset" -B "$dir" >/dev/null
   # shellcheck disable=SC2086  # several targets, one word each
   cmake --build "$dir" -j "$jobs" --target $target
@@ -70,7 +70,10 @@ run_tree() {
   local filter=(-LE soak)
   [[ -n "$label" ]] && filter+=(-L "$label")
   [[ -n "${KILN_TEST_EXCLUDE:-}" ]] && filter+=(-E "$KILN_TEST_EXCLUDE")
-  (cd "$dir" && ctest --output-on-failure --timeout 900 "${filter[@]}" "${ctest_args[@]}")
+  # One test per core (CTEST_PARALLEL_LEVEL overrides): tests that start several processes or
+  # ranks say so with their PROCESSORS property, and ctest keeps the sum within the cores.
+  (cd "$dir" && ctest --output-on-failure --timeout 900 --parallel "${CTEST_PARALLEL_LEVEL:-$jobs}" \
+                      "${filter[@]}" "${ctest_args[@]}")
 }
 
 # example_against_install <build dir>: installs that tree's libraries, headers and CMake package
@@ -103,8 +106,9 @@ has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (
              "$root/tools/sim_mutants.sh" loader-waits-for-device loader-slot-reuse sim-malloc-fence sim-host-fn-serial; }
 # ASan + UBSan at -O1 with frame pointers, the whole suite. LeakSanitizer is on; Open MPI's
 # libraries keep allocations to their exit (tools/lsan.supp), and what its unloaded components
-# kept cannot be told apart, so the mpi tests run without leak checks (tests/CMakeLists.txt). OMP_NUM_THREADS=1 and two tests at
-# a time: the two cores are used either way, and ASan's overhead falls on each test alone.
+# kept cannot be told apart, so the mpi tests run without leak checks (tests/CMakeLists.txt).
+# OMP_NUM_THREADS=1 and one test per core
+# a time (as in every tree): ASan's overhead falls on each test alone.
 # Left out: whole training runs, which take 30 s to 6 minutes each here (mnist_train's e2e
 # training tests, 20 minutes of this tree on 2 cores; whole ResNets; the kill-and-resume
 # scripts): the code they run is the code of the layer, loader, comm and checkpoint tests that
@@ -112,7 +116,7 @@ has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (
 # two-rank threads smoke test). KILN_ASAN_ALL=1 runs them too.
 asan_long='^MnistTrainTest\.|^ResNetDepths\.|^ResNetNames\.|^ResNetConditioning\.|^ResNetCuda\.|^resnet_cuda_test_vendor$|^resnet_bench_sim_smoke$|^kill_resume_'
 [[ -n "${KILN_ASAN_ALL:-}" ]] && asan_long='^$'
-has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 CTEST_PARALLEL_LEVEL=2 \
+has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS="suppressions=$root/tools/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_tree "everything + AddressSanitizer + UBSan, simulator shuffled" "$root/build-asan" "" all asan
@@ -137,4 +141,4 @@ has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^resnet_bench_sim_smoke$|^MnistTrai
 # in every tree above (label fuzz): that part is deterministic.
 has fuzz && { echo "== test.sh: fuzzing (tools/fuzz.sh all ${KILN_FUZZ_SECONDS:-30})";
               KILN_FUZZ_SEED=${KILN_FUZZ_SEED:-1} "$root/tools/fuzz.sh" all "${KILN_FUZZ_SECONDS:-30}"; }
-echo "== test.sh: all selected trees passed ($trees)"
+echo "== test.sh: all selected trees passed ($trees) in ${SECONDS} s"
