@@ -107,8 +107,8 @@ has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (
 # ASan + UBSan at -O1 with frame pointers, the whole suite. LeakSanitizer is on; Open MPI's
 # libraries keep allocations to their exit (tools/lsan.supp), and what its unloaded components
 # kept cannot be told apart, so the mpi tests run without leak checks (tests/CMakeLists.txt).
-# OMP_NUM_THREADS=1 and one test per core
-# a time (as in every tree): ASan's overhead falls on each test alone.
+# OMP_NUM_THREADS=1 and one test per core (as in every tree): ASan's overhead falls on each test
+# alone.
 # Left out: whole training runs, which take 30 s to 6 minutes each here (mnist_train's e2e
 # training tests, 20 minutes of this tree on 2 cores; whole ResNets; the kill-and-resume
 # scripts): the code they run is the code of the layer, loader, comm and checkpoint tests that
