@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "apps/common/launcher.h"
+#include "engine/output_file.h"
 
 namespace kiln::apps {
 
@@ -98,6 +99,9 @@ std::string error_text(const CLI::Error& e) {
 }  // namespace
 
 std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name) {
+  // Every app starts here: from now on a write past the file-size limit (ulimit -f) fails with
+  // EFBIG, reported in words naming the file (exit 1), instead of SIGXFSZ killing the process.
+  ignore_file_size_signal();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,8 +13,10 @@
 // number" for "2.5" and "must be at most 2147483647" where an int would overflow.
 //
 // parse_flags() runs CLI11 and prints its errors as "<app>: error: <message>" with a pointer to
-// --help (unknown flags, missing values keep CLI11's wording). The exit codes of every app
-// (docs/architecture.md): 0 ok (and --help), 2 bad usage or bad input, 1 a runtime failure.
+// --help (unknown flags, missing values keep CLI11's wording). It also makes writes past the
+// file-size limit fail with EFBIG rather than kill the app (engine/output_file.h). The exit
+// codes of every app (docs/architecture.md): 0 ok (and --help), 2 bad usage or bad input, 1 a
+// runtime failure.
 //
 // Sizes: check_fits_in_memory() refuses before any allocation a flag whose buffers cannot fit
 // in this machine's memory, and size_error() turns an out-of-memory error (kiln::OutOfMemory)
