@@ -30,6 +30,8 @@ enum Tag : int {
   kTagPsPayload,    // ... the payload that follows a header, from the same source
   kTagPsReply,      // ... the server's answer to a worker
   kTagBinaryBlocks,
+  kTagAgreementLength,   // check_ranks_agree (agreement.h): fixed-size length of what follows
+  kTagAgreementPayload,  // ... the settings, or rank 0's verdict
 };
 
 // Chunk c of K elements cut into n balanced chunks: the first K % n chunks hold one element
