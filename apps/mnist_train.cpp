@@ -81,6 +81,7 @@
 #include "apps/common/launcher.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
+#include "apps/common/rank_agreement.h"
 #include "apps/common/train_checkpoint.h"
 #include "apps/mnist/datasets.h"
 #include "apps/mnist/device.h"
@@ -219,13 +220,19 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   std::optional<GeneratorScope> generator_scope;
   if (ranks.dist) generator_scope.emplace(rank_generator);
   ModelState state = build_model_state(o, device, resumed);
+  const Datasets data = load_datasets(o);
   std::unique_ptr<DistTraining> dist;  // null for --dist none
   if (ranks.dist) {
+    // The same model and data sizes on every worker, before any parameter travels.
+    if (const int rc = apps::refuse_unless_ranks_agree(
+            "mnist_train", *t, worker_settings(*state.model, *data.train, *data.test),
+            ranks.workers)) {
+      return rc;
+    }
     use_rank_dropout_stream(o.seed, ranks.rank);
     dist = std::make_unique<DistTraining>(o, t, ranks, *state.model);  // equal replicas from here
   }
 
-  const Datasets data = load_datasets(o);
   RunPlan plan = plan_run(o, device, ranks, state.start_epoch);
   plan.start_position = state.start_progress.position;
   const RankLoaders loaders = make_loaders(o, data, plan);
@@ -435,6 +442,11 @@ int run(Options& o, const CLI::App& app) {
   // mpi / nccl: one rank per process.
   std::shared_ptr<comm::Transport> t = comm::make_transport(d.kind);
   o.trace = rank_trace_path(o.trace, t->rank());
+  // Before any other message: ranks started with other flags would hang or part ways.
+  if (const int rc = apps::refuse_unless_ranks_agree("mnist_train", *t,
+                                                     flags_every_rank_shares(o, resumed))) {
+    return rc;
+  }
   try {
     check_world(o, t->size());  // the same verdict on every rank: all exit 2, none hangs
   } catch (const Error& e) {

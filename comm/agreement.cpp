@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -89,7 +90,7 @@ std::string recv_text(Transport& t, int peer, uint64_t limit) {
     throw Error(detail::str("rank ", peer, " announced ", n, " bytes of settings, more than the ",
                             limit, " a Kiln rank sends: is every rank running the same Kiln "
                             "program?"),
-                ErrorKind::Usage);
+                ErrorKind::Runtime);
   }
   Tensor payload = Tensor::empty({static_cast<int64_t>(n)}, DType::U8, t.device());
   t.run({P2POp::recv(payload.raw_data(), payload.nbytes(), peer, kTagAgreementPayload)});
@@ -209,7 +210,8 @@ bool decode_settings(const std::string& bytes, std::vector<Setting>& out) {
   return pos == bytes.size();
 }
 
-void check_ranks_agree(Transport& t, const std::vector<Setting>& settings, int members) {
+void check_ranks_agree(Transport& t, const std::vector<Setting>& settings, int members,
+                       const std::function<void(const std::string&)>& on_refusal) {
   const int n = members < 0 ? t.size() : members;
   KILN_CHECK(n >= 1 && n <= t.size(), "check_ranks_agree: members ", n, " of ", t.size(),
              " ranks");
@@ -232,6 +234,7 @@ void check_ranks_agree(Transport& t, const std::vector<Setting>& settings, int m
       readable[r] = decode_settings(recv_text(t, r, kLimit), lists[r]);
     }
     result = verdict(lists, readable);
+    if (!result.empty() && on_refusal) on_refusal(result);
     for (int r = 1; r < n; ++r) send_text(t, result, r);
   } else {
     send_text(t, mine, 0);

@@ -29,6 +29,7 @@
 //      if (scaler.update(comm::any_rank(*comm, inf))) opt.step();
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,12 @@ struct Setting {
 // point, before its other messages; other ranks return at once. It uses the transport
 // directly (any Communicator's worker may be idle or absent); on a GPU transport the bytes are
 // staged through device memory.
-void check_ranks_agree(Transport& t, const std::vector<Setting>& settings, int members = -1);
+//
+// on_refusal, when given, runs on rank 0 with the message before any other rank learns the
+// verdict: the place to print it. Under mpirun that matters: the job ends as soon as one
+// process exits with an error, and a rank 0 that had not printed yet would never say why.
+void check_ranks_agree(Transport& t, const std::vector<Setting>& settings, int members = -1,
+                       const std::function<void(const std::string&)>& on_refusal = {});
 
 // The text a rank's settings travel as (a magic word, then each name and value with its
 // length), and back; decode returns false for bytes that are not such a list. Exposed for tests.

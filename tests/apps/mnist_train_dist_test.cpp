@@ -16,7 +16,9 @@
 //   mnist_train_mpi_test (label mpi): the same binary under `mpirun -np 2 --dist mpi`; it must
 //     reach the very numbers of --dist local:2 (same sampler, same reduction order); a flag
 //     error found after MPI started exits on every rank; an error on one rank aborts the job
-//     (transport abort) instead of leaving the other waiting forever.
+//     (transport abort) instead of leaving the other waiting forever; ranks started with
+//     different flags (mpirun's MPMD form, `-np 1 app --model cnn : -np 1 app --model mlp`)
+//     exit 2 within seconds, rank 0 naming the flags and the ranks, none hanging.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -303,12 +305,15 @@ TEST_F(MnistTrainTest, MpiBadFlagsExit2FromEveryRankWithoutHanging) {
 
 TEST_F(MnistTrainTest, AnErrorOnOneMpiRankStopsTheJobInsteadOfHanging) {
   SKIP_WITHOUT_MNIST();
-  // Rank 1 cannot read its data (after the initial broadcast); rank 0 would wait for rank 1 in
-  // the first gradient allreduce forever if rank 1 just exited.
+  // Rank 1 cannot read its data (the same flags but --data, which may differ between hosts);
+  // rank 0 would wait for rank 1 in the workers' comparison of their data forever if rank 1
+  // just exited.
   const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> rank1 = short_run({"--dist", "mpi"});
+  rank1[1] = "/nonexistent/mnist";  // short_run's --data
   RunResult r = run_mpirun_command(
       "-np 1 --oversubscribe " + app_context(short_run({"--dist", "mpi"})) + " : -np 1 " +
-      app_context({"--dist", "mpi", "--data", "/nonexistent/mnist", "--threads", "1"}));
+      app_context(rank1));
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(r.exit_code, 0) << r.output;
@@ -317,6 +322,45 @@ TEST_F(MnistTrainTest, AnErrorOnOneMpiRankStopsTheJobInsteadOfHanging) {
   EXPECT_TRUE(contains(r.output, "mnist_train: rank 1: error: ")) << r.output;
   EXPECT_TRUE(contains(r.output, "fetch_mnist.sh")) << r.output;  // the message says what to do
   EXPECT_FALSE(contains(r.output, "weights equal")) << r.output;
+}
+
+TEST_F(MnistTrainTest, MpiRanksStartedWithOtherFlagsExit2NamingThemWithinSeconds) {
+  // No MNIST needed: the ranks compare their flags right after MPI starts, before any data is
+  // read. Without the comparison, --model and --allreduce hung until killed and --batch-size
+  // ended in a receive buffer too small for rank 0's message.
+  struct Case {
+    std::vector<std::string> rank0, rank1;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--model", "cnn"}, {"--model", "mlp"},
+       "mnist_train: error: ranks disagree on --model: rank 0 cnn, rank 1 mlp; every rank must be "
+       "started with the same flags"},
+      {{"--allreduce", "hd"}, {"--allreduce", "ring"}, "ranks disagree on --allreduce: rank 0 hd, rank 1 ring"},
+      {{"--batch-size", "64"}, {"--batch-size", "128"},
+       "ranks disagree on --batch-size: rank 0 64, rank 1 128"},
+      // A flag rank 1 adds, and two flags at once.
+      {{}, {"--bucket-mb", "4", "--precision", "bf16"},
+       "ranks disagree on --precision: rank 0 fp32, rank 1 bf16; on --bucket-mb: rank 0 1, "
+       "rank 1 4; every rank must be started with the same flags"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> a0 = {"--dist", "mpi", "--epochs", "1", "--threads", "1"}, a1 = a0;
+    a0.insert(a0.end(), c.rank0.begin(), c.rank0.end());
+    a1.insert(a1.end(), c.rank1.begin(), c.rank1.end());
+    const auto start = std::chrono::steady_clock::now();
+    RunResult r = run_mpirun_command("-np 1 --oversubscribe " + app_context(a0) + " : -np 1 " +
+                                     app_context(a1));
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    SCOPED_TRACE(c.message);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_LT(secs, 30.0) << "the ranks took " << secs << " s to stop\n" << r.output;
+    EXPECT_TRUE(contains(r.output, c.message)) << r.output;
+    // Rank 0 alone says it, once.
+    EXPECT_EQ(r.output.find("ranks disagree"), r.output.rfind("ranks disagree")) << r.output;
+    EXPECT_FALSE(contains(r.output, "does not fit the receive buffer")) << r.output;
+  }
 }
 
 #endif  // KILN_DIST_TEST_MPI
