@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <memory>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "data/image_decode.h"
 #include "engine/error.h"
@@ -75,7 +78,14 @@ ImageFolderDataset ImageFolderDataset::scan(const std::string& root, const Image
                 ErrorKind::Usage);
   }
   std::error_code ec;
-  if (!fs::exists(root, ec)) input_error(detail::str("ImageFolder: root ", root, " does not exist"));
+  const bool exists = fs::exists(root, ec);
+  if (ec) {
+    // stat(2) failed for another reason than a missing path (a directory on the way that may
+    // not be searched: EACCES; a loop of symbolic links: ELOOP): the system's reason.
+    input_error(detail::str("ImageFolder: cannot reach root ", root, ": ", ec.message(),
+                            " (check the permissions of it and of the directories above it)"));
+  }
+  if (!exists) input_error(detail::str("ImageFolder: root ", root, " does not exist"));
   if (!fs::is_directory(root, ec)) input_error(detail::str("ImageFolder: root ", root, " is not a directory"));
 
   ImageFolderDataset ds;
@@ -152,6 +162,28 @@ int64_t ImageFolderDataset::get(int64_t index, float* out) const {
   decode_image_chw(bytes.data(), bytes.size(), file, static_cast<int>(channels_),
                    static_cast<int>(height_), static_cast<int>(width_), out, max_pixels_);
   return labels_[static_cast<size_t>(index)];
+}
+
+void check_same_classes(const ImageFolderDataset& train, const ImageFolderDataset& test) {
+  if (train.classes() == test.classes()) return;
+  // Both lists are sorted (scan() sorts the class folders by name).
+  std::vector<std::string> only_train, only_test;
+  std::set_difference(train.classes().begin(), train.classes().end(), test.classes().begin(),
+                      test.classes().end(), std::back_inserter(only_train));
+  std::set_difference(test.classes().begin(), test.classes().end(), train.classes().begin(),
+                      train.classes().end(), std::back_inserter(only_test));
+  const auto join = [](const std::vector<std::string>& names, const char* separator) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : separator) + n;
+    return s;
+  };
+  std::vector<std::string> parts;
+  if (!only_train.empty()) parts.push_back(detail::str("only in ", train.root(), ": ", join(only_train, ", ")));
+  if (!only_test.empty()) parts.push_back(detail::str("only in ", test.root(), ": ", join(only_test, ", ")));
+  input_error(detail::str("ImageFolder: ", train.root(), " and ", test.root(),
+                          " have different class folders (", join(parts, "; "), "): each split numbers "
+                          "its own folders, so the labels would name other classes in one than "
+                          "in the other. Give both splits the same class folders"));
 }
 
 std::string ImageFolderDataset::describe() const {

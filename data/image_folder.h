@@ -8,7 +8,8 @@
 //   - Names starting with '.' (hidden files and directories) are ignored, and so are plain
 //     files directly in root and sub-directories of a class (no recursion).
 //   - Files with other extensions are ignored and counted (describe() says how many).
-//   - Errors (kiln::Error, ErrorKind::Input), all at open(): root missing or not a directory,
+//   - Errors (kiln::Error, ErrorKind::Input), all at open(): root missing or not a directory
+//     (or unreachable: the system's reason, "Permission denied"),
 //     no class directory, a class directory without images, a first image that cannot be
 //     read; at get(): a file that cannot be read or decoded, naming the file and stb's reason.
 //   - Untrusted files: only PNG and JPEG content is decoded, and an image whose header announces
@@ -74,5 +75,11 @@ class ImageFolderDataset : public Dataset {
   int64_t ignored_files_ = 0;
   int64_t max_pixels_ = kImageMaxPixels;
 };
+
+// Train and test splits are numbered each on its own (class i is the i-th folder of each), so
+// their labels mean the same classes only when both hold the same class folders: a folder
+// missing from one shifts every label after it. Throws kiln::Error (Input) naming both roots
+// and the classes found in only one of them. Apps call it after opening the two splits.
+void check_same_classes(const ImageFolderDataset& train, const ImageFolderDataset& test);
 
 }  // namespace kiln

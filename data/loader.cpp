@@ -186,6 +186,14 @@ struct Loader::Built {
   std::exception_ptr error;          // set when building failed
 };
 
+void check_batch_fits_dataset(int64_t batch_size, int64_t images, const std::string& flag,
+                              const std::string& set_name) {
+  if (batch_size <= images) return;
+  throw Error(detail::str(flag, " ", batch_size, " is larger than the ", images, " images of the ",
+                          set_name, ": lower ", flag),
+              ErrorKind::Usage);
+}
+
 // ---- Construction and shutdown --------------------------------------------------------------
 
 Loader::Loader(const Dataset& dataset, std::shared_ptr<Sampler> sampler, LoaderOptions options)
@@ -198,6 +206,12 @@ Loader::Loader(const Dataset& dataset, std::shared_ptr<Sampler> sampler, LoaderO
   if (options_.batch_size < 1) usage(detail::str("batch size must be >= 1, got ", options_.batch_size));
   if (options_.workers < 0) usage(detail::str("workers must be >= 0, got ", options_.workers));
   if (options_.prefetch < 1) usage(detail::str("prefetch must be >= 1, got ", options_.prefetch));
+  // With drop_last, a batch larger than an epoch leaves every epoch without a batch: a consumer
+  // that starts the next epoch when one runs dry would loop through epochs for ever.
+  if (options_.drop_last && sampler_->size() > 0 && options_.batch_size > sampler_->size()) {
+    usage(detail::str("batch size ", options_.batch_size, " is larger than the ", sampler_->size(),
+                      " examples of an epoch, and drop_last leaves no batch in it"));
+  }
   const bool to_cuda = options_.device.is_cuda();
 #if KILN_WITH_CUDA
   if (to_cuda) cuda::check_device(options_.device.index);

@@ -86,6 +86,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -111,11 +112,19 @@ struct LoaderOptions {
   std::shared_ptr<const Compose> transform;  // optional per-example pipeline
 };
 
+// For apps that use whole batches only (drop_last): throws kiln::Error (Usage) when
+// `batch_size` is larger than the `images` of a set, in the words of the flag that set it
+// ("--batch-size 100000 is larger than the 60000 images of the training set: lower
+// --batch-size"). Call it once the set is open, before any batch is allocated.
+void check_batch_fits_dataset(int64_t batch_size, int64_t images, const std::string& flag,
+                              const std::string& set_name);
+
 class Loader : public BatchSource {
  public:
   // `dataset` must outlive the loader (and be thread-safe, see dataset.h). Throws kiln::Error
   // (Usage) for bad options (batch_size < 1, workers < 0, prefetch < 1, a CUDA device or
-  // pin_memory in a build without CUDA, a transform for another shape).
+  // pin_memory in a build without CUDA, a transform for another shape, drop_last with a batch
+  // larger than the sampler's epoch, which would leave every epoch without a batch).
   Loader(const Dataset& dataset, std::shared_ptr<Sampler> sampler, LoaderOptions options);
   ~Loader() override;
   Loader(const Loader&) = delete;

@@ -49,7 +49,14 @@ struct IdxFile {
 
 IdxFile open_idx(const std::string& path, const IdxSpec& spec) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
+  const bool exists = fs::exists(path, ec);
+  if (ec) {
+    // stat(2) failed for another reason than a missing file: a directory on the way that may
+    // not be searched (EACCES), a loop of symbolic links (ELOOP), ...: say the system's reason.
+    fail(path, detail::str("cannot be reached: ", ec.message()),
+         "Check the permissions of the file and of the directories above it");
+  }
+  if (!exists) {
     fail(path, "file not found",
          "Run datasets/fetch_mnist.sh to download MNIST into datasets/mnist/, or pass the "
          "directory that holds the four IDX files");
@@ -164,6 +171,13 @@ MnistDataset MnistDataset::load_files(const std::string& images_path,
     fail(images_path, detail::str("holds ", count, " images but ", labels_path, " holds ",
                                   labels.sizes[0], " labels; they must be equal (files from "
                                   "different splits or versions?)"), kRefetch);
+  }
+
+  // An empty set would train and evaluate on nothing and report a loss of 0 and an accuracy
+  // of 0% as if they were results.
+  if (count == 0) {
+    fail(images_path, "holds no images (its header announces 0)",
+         "Point --data at a directory holding MNIST's files, or run datasets/fetch_mnist.sh");
   }
 
   MnistDataset ds;

@@ -15,7 +15,8 @@
 //     labels: count                         -> header 8 bytes, payload count bytes, 0..9.
 //
 // Validation is strict, because a silently wrong data set trains a silently wrong model:
-// missing file, magic, dimensions, image and label counts equal, file size exactly header +
+// missing file (or one that cannot be reached: the system's reason, "Permission denied"),
+// magic, dimensions, image and label counts equal and not 0, file size exactly header +
 // payload (so a truncated download or trailing bytes are caught), every label in 0..9, and a
 // gzip-compressed file is recognised. Each failure throws kiln::Error (ErrorKind::Input)
 // naming the file, what is wrong, and what to do (usually: run datasets/fetch_mnist.sh).

@@ -2,10 +2,12 @@
 #include "data/png_check.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,9 +40,47 @@ std::string chunk_type(const unsigned char* t) {
   return s;
 }
 
-// Deflate's largest expansion: about 1032 to 1 (a 258-byte match coded in 2 bits; zlib's
-// technical details, https://zlib.net/zlib_tech.html).
-constexpr int64_t kMaxDeflateRatio = 1032;
+std::string hex32(uint32_t v) {
+  static const char hex[] = "0123456789abcdef";
+  std::string s = "0x";
+  for (int shift = 28; shift >= 0; shift -= 4) s += hex[(v >> shift) & 15];
+  return s;
+}
+
+// CRC-32 as PNG computes it over a chunk's type and data (PNG 5.3 and its sample code, Annex D:
+// polynomial 0xEDB88320 reflected, initial and final XOR 0xFFFFFFFF), one table lookup a byte.
+uint32_t crc32(const unsigned char* p, size_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+// Adler-32 of zlib's trailer (RFC 1950 8.2): two sums modulo 65521, the largest prime below
+// 2^16. 5552 bytes is the longest run whose sums cannot overflow 32 bits before the modulo.
+uint32_t adler32(const unsigned char* p, size_t n) {
+  uint32_t a = 1, b = 0;
+  while (n > 0) {
+    const size_t run = std::min<size_t>(n, 5552);
+    for (size_t i = 0; i < run; ++i) {
+      a += p[i];
+      b += a;
+    }
+    a %= 65521;
+    b %= 65521;
+    p += run;
+    n -= run;
+  }
+  return (b << 16) | a;
+}
 
 // Where a walk over the chunks stopped: at IEND, at a chunk whose data runs past the end of the
 // file (its offset; check_png_chunks refuses those), or at the end of the bytes.
@@ -114,14 +154,35 @@ std::vector<unsigned char> with_stored_image_data(const unsigned char* b, size_t
 }  // namespace
 
 void check_png_chunks(const unsigned char* b, size_t n, const std::string& name) {
-  const ChunkWalkEnd end = for_each_chunk(b, n, [](const unsigned char*, const unsigned char*,
-                                                   uint32_t) {});
-  if (end.overrun_at == 0) return;
-  const size_t pos = end.overrun_at, left = n - (pos + 8);
-  throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", chunk_type(b + pos + 4),
-                  " chunk at byte ", pos, " declares ", be32(b + pos), " bytes of data, but only ",
-                  left, " bytes follow in the file (truncated or damaged)"),
-              ErrorKind::Input);
+  // Every chunk up to IEND, as stb reads them: a 4-byte big-endian data length, a 4-byte type,
+  // the data and a 4-byte CRC of type and data.
+  size_t pos = 8;  // after the signature
+  while (pos + 8 <= n) {
+    const uint32_t length = be32(b + pos);
+    const unsigned char* type = b + pos + 4;
+    if (length > n - (pos + 8)) {
+      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: its ", chunk_type(type),
+                      " chunk at byte ", pos, " declares ", length, " bytes of data, but only ",
+                      n - (pos + 8), " bytes follow in the file (truncated or damaged)"),
+                  ErrorKind::Input);
+    }
+    const size_t crc_at = pos + 8 + length;
+    if (n - crc_at < 4) {
+      throw Error(str("ImageFolder: ", name, " is a corrupt PNG: the file ends inside the CRC of "
+                      "its ", chunk_type(type), " chunk at byte ", pos, " (truncated)"),
+                  ErrorKind::Input);
+    }
+    // stb_image checks no CRC: without this, a damaged chunk decodes into damaged pixels.
+    const uint32_t stored = be32(b + crc_at), computed = crc32(type, 4 + size_t{length});
+    if (stored != computed) {
+      throw Error(str("ImageFolder: ", name, ": the CRC of chunk ", chunk_type(type),
+                      " does not match its data: the file is damaged (chunk at byte ", pos,
+                      ", CRC ", hex32(stored), " in the file, ", hex32(computed), " computed)"),
+                  ErrorKind::Input);
+    }
+    if (std::memcmp(type, "IEND", 4) == 0) return;
+    pos = crc_at + 4;
+  }
 }
 
 int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int color_type,
@@ -157,7 +218,7 @@ int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int co
 }
 
 std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
-                                               const std::string& name, int64_t harmless_bytes) {
+                                               const std::string& name) {
   // The header (IHDR: width, height, bit depth, colour type, compression, filter, interlace),
   // every IDAT's data in order, and Apple's CgBI chunk, after which stb reads the data as raw
   // deflate without the zlib header.
@@ -186,9 +247,6 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
   // Without an IEND chunk stb refuses the file before inflating anything (and a rewritten file,
   // which has one, would decode where the original does not).
   if (!end.reached_iend) return {};
-  // Data that could not inflate past harmless_bytes whatever it held is not worth checking:
-  // most small images (an MNIST digit's data is about 300 bytes).
-  if (compressed_bytes * kMaxDeflateRatio <= harmless_bytes) return {};
   const int64_t needed = have_header ? png_inflated_size(width, height, depth, color, interlaced) : 0;
   // Nothing to hold against: stb refuses such a header itself (or the pixel budget did).
   if (needed <= 0 || needed > INT_MAX - 65536 || compressed_bytes > INT_MAX) return {};
@@ -218,6 +276,21 @@ std::vector<unsigned char> png_checked_for_stb(const unsigned char* b, size_t n,
     return {};  // a damaged stream: stb refuses the original with its own reason
   }
   if (got != needed) return {};  // too short: stb says "not enough pixels"
+  // zlib's trailer, the last 4 bytes of the stream, is the Adler-32 of the inflated data (RFC
+  // 1950); stb never reads it. A stream that inflates to exactly the header's size with the
+  // wrong sum is damaged data that happens to inflate (raw deflate, CgBI, has no trailer).
+  if (!raw_deflate) {
+    if (compressed_bytes < 2 + 4) return {};  // no room for a header and a trailer: stb refuses
+    const unsigned char* trailer =
+        reinterpret_cast<const unsigned char*>(compressed) + compressed_bytes - 4;
+    const uint32_t stored = be32(trailer), computed = adler32(inflated.get(), size_needed);
+    if (stored != computed) {
+      throw Error(str("ImageFolder: ", name, ": the Adler-32 of the zlib stream in chunk IDAT "
+                      "does not match the data it inflates to: the file is damaged (",
+                      hex32(stored), " in the file, ", hex32(computed), " computed)"),
+                  ErrorKind::Input);
+    }
+  }
   // Past stb's int sizes (empty), the original goes instead: its stream is now known to fit.
   return with_stored_image_data(b, n, inflated.get(), size_needed, raw_deflate);
 }

@@ -16,8 +16,14 @@
 // png_checked_for_stb inflates the data once into a buffer of exactly the size the header
 // implies, refusing a stream that does not fit (stb's own inflater, stbi_zlib_decode_buffer,
 // which does not grow its buffer), and hands stb that data stored, so nothing is inflated
-// twice. PNG layout: https://www.w3.org/TR/png/ (chunks: 5.3; the filtered, interlaced image
-// data's size: 7.2, 8.2).
+// twice.
+//
+// stb_image checks no checksum either, so a damaged file decodes into damaged pixels that
+// train silently. check_png_chunks verifies every chunk's CRC-32 (PNG 5.3) and
+// png_checked_for_stb the zlib stream's Adler-32 (RFC 1950 2.2, https://www.rfc-editor.org/rfc/rfc1950)
+// over the data it inflates; a mismatch is an Input error naming the file and the chunk. PNG
+// layout: https://www.w3.org/TR/png/ (chunks and their CRC: 5.3; the filtered, interlaced
+// image data's size: 7.2, 8.2).
 #pragma once
 
 #include <cstddef>
@@ -27,9 +33,11 @@
 
 namespace kiln::detail {
 
-// Throws a kiln::Error of kind Input naming `name` (the file, for messages) when a chunk before
-// the IEND chunk declares more data than the file holds. `bytes` start with the PNG signature.
-// Cheap (reads the chunk headers only): run before stbi_info.
+// Throws a kiln::Error of kind Input naming `name` (the file, for messages) when a chunk up to
+// the IEND chunk declares more data than the file holds, the file ends inside its CRC, or its
+// CRC does not match its type and data ("the CRC of chunk IDAT does not match its data: the
+// file is damaged"). `bytes` start with the PNG signature. Reads each chunk once (a table-driven
+// CRC-32): run before stbi_info.
 void check_png_chunks(const unsigned char* bytes, size_t size, const std::string& name);
 
 // The bytes the header's image takes once inflated: one filter byte per row and the packed
@@ -37,20 +45,16 @@ void check_png_chunks(const unsigned char* bytes, size_t size, const std::string
 int64_t png_inflated_size(uint32_t width, uint32_t height, int bit_depth, int color_type,
                           bool interlaced);
 
-// Below this much inflated data, stb's growing buffer is harmless (at most twice it, 32 MiB).
-constexpr int64_t kPngHarmlessInflate = int64_t{16} << 20;
-
 // Inflates the concatenated IDAT data once, into a buffer of exactly png_inflated_size of the
 // header, and throws a kiln::Error of kind Input naming `name` when the stream does not fit (a
-// damaged or malicious stream). Returns the PNG to give stb instead of `bytes`: the same chunks
-// with that inflated data stored uncompressed, so that stb's own inflate is a copy and the
-// check costs about nothing. Returns an empty vector when `bytes` should go to stb as they are:
-// data too small to inflate past `harmless_bytes` whatever it holds (1032 times its size: small
-// images, MNIST's among them), a file without an IEND chunk, or a stream that fails for another
-// reason or comes out short (stb then refuses each with its own reason). Run just before decoding, after check_png_chunks
-// and the pixel budget.
+// damaged or malicious stream) or when it fits but its Adler-32 trailer does not match the
+// inflated data. Returns the PNG to give stb instead of `bytes`: the same chunks with that
+// inflated data stored uncompressed, so that stb's own inflate is a copy and the check costs
+// about nothing. Returns an empty vector when `bytes` should go to stb as they are: a file
+// without an IEND chunk, or a stream that fails for another reason or comes out short (stb then
+// refuses each with its own reason). Run just before decoding, after check_png_chunks and the
+// pixel budget.
 std::vector<unsigned char> png_checked_for_stb(const unsigned char* bytes, size_t size,
-                                               const std::string& name,
-                                               int64_t harmless_bytes = kPngHarmlessInflate);
+                                               const std::string& name);
 
 }  // namespace kiln::detail

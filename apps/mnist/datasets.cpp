@@ -52,16 +52,19 @@ Datasets load_datasets(const Options& o) {
   ImageFolderOptions grey28;
   grey28.channels = 1;
   grey28.height = grey28.width = 28;
-  auto open = [&](const char* split, int64_t limit) -> std::unique_ptr<Dataset> {
-    const std::string root = (std::filesystem::path(o.data) / split).string();
-    auto set = std::make_unique<ImageFolderDataset>(ImageFolderDataset::open(root, grey28));
-    KILN_CHECK_INPUT(set->num_classes() == 10, root, " holds ", set->num_classes(),
+  auto limited = [](std::unique_ptr<ImageFolderDataset> set, int64_t limit) -> std::unique_ptr<Dataset> {
+    KILN_CHECK_INPUT(set->num_classes() == 10, set->root(), " holds ", set->num_classes(),
                      " class folders; MNIST needs 10 (0..9)");
     if (limit > 0 && limit < set->size()) return std::make_unique<SpreadSubset>(std::move(set), limit);
     return set;
   };
-  d.train = open("train", o.limit_train);
-  d.test = open("test", o.limit_test);
+  auto train = std::make_unique<ImageFolderDataset>(ImageFolderDataset::open(
+      (std::filesystem::path(o.data) / "train").string(), grey28));
+  auto test = std::make_unique<ImageFolderDataset>(ImageFolderDataset::open(
+      (std::filesystem::path(o.data) / "test").string(), grey28));
+  check_same_classes(*train, *test);
+  d.train = limited(std::move(train), o.limit_train);
+  d.test = limited(std::move(test), o.limit_test);
   d.transform = std::make_shared<const Compose>(
       Shape{1, 28, 28}, std::vector<std::shared_ptr<const Transform>>{std::make_shared<Normalize>(
                             std::vector<float>{MnistDataset::kMean},

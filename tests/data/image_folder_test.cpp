@@ -25,6 +25,7 @@
 #include "data/image_folder.h"
 #include "data/mnist.h"
 #include "engine/error.h"
+#include "image_bytes.h"
 
 namespace kiln {
 namespace {
@@ -218,6 +219,49 @@ TEST_F(ImageFolder, ErrorsNameTheFileOrFolder) {
   EXPECT_NE(msg.find("cannot open"), std::string::npos) << msg;
 }
 
+// A root that cannot be reached says the system's reason, not "does not exist": a loop of
+// symbolic links (ELOOP) fails for root too; a directory that may not be searched (EACCES) only
+// for other users (root ignores permission bits), so that half skips as root.
+TEST_F(ImageFolder, UnreachableRootSaysTheSystemsReason) {
+  const fs::path loop = dir_ / "loop";
+  fs::create_directory_symlink(loop, loop);  // loop -> loop
+  ErrorKind kind = ErrorKind::Runtime;
+  std::string msg = error_of([&] { ImageFolderDataset::open((loop / "train").string()); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::Input);
+  EXPECT_NE(msg.find((loop / "train").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Too many levels of symbolic links"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("does not exist"), std::string::npos) << msg;
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores permission bits: the EACCES half is skipped";
+  write_png(dir_ / "locked" / "train" / "a" / "0.png", 4, 4, 1, pattern(4, 4, 1, 1));
+  fs::permissions(dir_ / "locked", fs::perms::none);
+  msg = error_of([&] { ImageFolderDataset::open((dir_ / "locked" / "train").string()); }, &kind);
+  fs::permissions(dir_ / "locked", fs::perms::owner_all);
+  EXPECT_NE(msg.find((dir_ / "locked" / "train").string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Permission denied"), std::string::npos) << msg;
+}
+
+// Train and test splits number their class folders each on its own: different folders would
+// shift the labels, so check_same_classes refuses them naming the classes found in one only.
+TEST_F(ImageFolder, SplitsWithDifferentClassFoldersAreRefused) {
+  for (const char* c : {"ant", "bee", "cat"}) {
+    write_png(dir_ / "train" / c / "0.png", 4, 4, 1, pattern(4, 4, 1, 1));
+  }
+  for (const char* c : {"ant", "cat", "dog"}) {
+    write_png(dir_ / "test" / c / "0.png", 4, 4, 1, pattern(4, 4, 1, 2));
+  }
+  const ImageFolderDataset train = ImageFolderDataset::open((dir_ / "train").string());
+  const ImageFolderDataset test = ImageFolderDataset::open((dir_ / "test").string());
+  ErrorKind kind = ErrorKind::Runtime;
+  const std::string msg = error_of([&] { check_same_classes(train, test); }, &kind);
+  EXPECT_EQ(kind, ErrorKind::Input);
+  EXPECT_NE(msg.find("only in " + (dir_ / "train").string() + ": bee"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("only in " + (dir_ / "test").string() + ": dog"), std::string::npos) << msg;
+  // The same folders pass, whatever the files in them.
+  fs::remove_all(dir_ / "test" / "dog");
+  write_png(dir_ / "test" / "bee" / "7.png", 4, 4, 1, pattern(4, 4, 1, 3));
+  check_same_classes(train, ImageFolderDataset::open((dir_ / "test").string()));
+}
+
 // Untrusted files: an image over the pixel budget is refused from its header, before any pixel
 // is decoded (a forged 16384x16384 header would otherwise make stb allocate 256 MB for a 2 KB
 // file), and content other than PNG or JPEG (stb would also decode this BMP) is refused under
@@ -235,14 +279,17 @@ TEST_F(ImageFolder, RefusesImagesOverThePixelBudgetAndOtherFormats) {
   options.max_pixels = 2048;  // exactly the image: accepted, and decoded exactly
   EXPECT_EQ(get(ImageFolderDataset::open(root(), options), 0), chw01(pattern(32, 64, 1, 1), 32, 64, 1));
 
-  // A PNG whose header announces 16384x16384 (stb_image ignores chunk CRCs, and refuses by
-  // itself only images of more than 2^30 bytes): refused by the default budget when get()
-  // reads it as a file that is not the first, and when open() reads it as the first.
+  // A PNG whose header announces 16384x16384, its CRC recomputed (stb_image refuses by itself
+  // only images of more than 2^30 bytes): refused by the default budget when get() reads it as
+  // a file that is not the first, and when open() reads it as the first.
   std::ifstream in(dir_ / "a" / "0.png", std::ios::binary);
   std::string png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_EQ(png.substr(12, 4), "IHDR");
   const std::string big = png.substr(0, 16) + std::string("\0\0\x40\0\0\0\x40\0", 8) + png.substr(24);
-  std::ofstream(dir_ / "a" / "1.png", std::ios::binary) << big;
+  test::Bytes big_bytes(big.begin(), big.end());
+  test::fix_png_crcs(big_bytes);
+  std::ofstream(dir_ / "a" / "1.png", std::ios::binary)
+      .write(reinterpret_cast<const char*>(big_bytes.data()), static_cast<std::streamsize>(big_bytes.size()));
   const ImageFolderDataset ds = ImageFolderDataset::open(root());
   msg = error_of([&] { get(ds, 1); }, &kind);
   EXPECT_NE(msg.find("1.png is 16384x16384 = 268435456 pixels"), std::string::npos) << msg;
@@ -305,6 +352,15 @@ TEST_F(ImageFolder, ConcurrentGetMatchesSerialAndErrorsStayPerThread) {
     std::fstream f(dir_ / "2" / "zz_bad_1.png", std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(8 + 25 + 8);
     f.write("\xFF\xFF", 2);  // not a zlib header: "bad zlib header"
+  }
+  // Their CRCs recomputed, so that the damage reaches stb rather than Kiln's CRC check.
+  for (const char* name : {"zz_bad_0.png", "zz_bad_1.png"}) {
+    std::ifstream in(dir_ / "2" / name, std::ios::binary);
+    test::Bytes png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    test::fix_png_crcs(png);
+    std::ofstream(dir_ / "2" / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
   }
   const ImageFolderDataset ds = ImageFolderDataset::open(root());
   const int64_t good = ds.size() - 2, numel = shape_numel(ds.example_shape());

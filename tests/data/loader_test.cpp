@@ -420,6 +420,40 @@ TEST_F(LoaderTest, DropLastAndEmptyDatasets) {
   EXPECT_TRUE(epoch_of(none, 0).empty());
 }
 
+// With drop_last, a batch larger than the epoch would leave every epoch without a batch (an app
+// that starts the next epoch when one runs dry looped until the sampler's epoch limit): the
+// Loader refuses it, and check_batch_fits_dataset says so in the words of the app's flag.
+TEST_F(LoaderTest, DropLastBatchLargerThanTheEpochIsRefused) {
+  TestDataset data(10);
+  LoaderOptions o = options(11, 0);
+  o.drop_last = true;
+  try {
+    Loader loader(data, std::make_shared<SequentialSampler>(data.size()), o);
+    ADD_FAILURE() << "no error for batch 11 of 10 examples with drop_last";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("batch size 11 is larger than the 10 examples"),
+              std::string::npos) << e.what();
+  }
+  o.batch_size = 10;  // exactly one batch
+  Loader one(data, std::make_shared<SequentialSampler>(data.size()), o);
+  EXPECT_EQ(one.num_batches(), 1);
+  o.batch_size = 11;
+  o.drop_last = false;  // one short batch
+  Loader short_one(data, std::make_shared<SequentialSampler>(data.size()), o);
+  EXPECT_EQ(short_one.num_batches(), 1);
+
+  check_batch_fits_dataset(60000, 60000, "--batch-size", "training set");
+  try {
+    check_batch_fits_dataset(100000, 60000, "--batch-size", "training set");
+    ADD_FAILURE() << "no error for --batch-size 100000 of 60000 images";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_STREQ(e.what(), "--batch-size 100000 is larger than the 60000 images of the training "
+                           "set: lower --batch-size");
+  }
+}
+
 TEST_F(LoaderTest, BadOptions) {
   TestDataset data(10);
   auto sampler = std::make_shared<SequentialSampler>(data.size());

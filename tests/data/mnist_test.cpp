@@ -99,6 +99,44 @@ TEST_F(MnistFiles, MissingFileSaysHowToFetch) {
   expect_input_error(labels_path(), "not found");
 }
 
+// A path that cannot be reached says the system's reason, not "not found". A loop of symbolic
+// links (ELOOP) fails for root too; a directory that may not be searched (EACCES) only for
+// other users (root ignores permission bits), so that half skips as root.
+TEST_F(MnistFiles, UnreachablePathSaysTheSystemsReason) {
+  const fs::path loop = dir_ / "loop";
+  fs::create_directory_symlink(loop, loop);  // loop -> loop
+  try {
+    MnistDataset::load(loop.string(), MnistSplit::Train);
+    ADD_FAILURE() << "no error for a path through a loop of symbolic links";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Input) << e.what();
+    EXPECT_NE(std::string(e.what()).find((loop / "train-images-idx3-ubyte").string()),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Too many levels of symbolic links"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find("not found"), std::string::npos) << e.what();
+  }
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores permission bits: the EACCES half is skipped";
+  write_valid();
+  fs::permissions(dir_, fs::perms::none);
+  std::string message;
+  try {
+    load();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  fs::permissions(dir_, fs::perms::owner_all);
+  EXPECT_NE(message.find(images_path()), std::string::npos) << message;
+  EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+}
+
+// A set of 0 images would train on nothing and report a loss of 0 as a result.
+TEST_F(MnistFiles, EmptySetIsRefused) {
+  write(images_path(), images_idx(0));
+  write(labels_path(), labels_idx({}));
+  expect_input_error(images_path(), "holds no images");
+}
+
 TEST_F(MnistFiles, BadMagic) {
   write_valid();
   write(images_path(), images_idx(3, 28, 28, /*magic=*/2052));

@@ -10,10 +10,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "stb_image.h"
 #include "stb_image_write.h"
 
 #include "data/image_decode.h"
@@ -74,15 +76,6 @@ TEST(PngCheck, BytesAfterTheEndChunkAreNotLookedAt) {
 
 // ---- PNGs written here: any colour type, interlaced or not, any image data ------------------
 
-uint32_t crc32(const unsigned char* p, size_t n) {  // PNG's CRC (ISO 3309), bit by bit
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) {
-    c ^= p[i];
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-  }
-  return c ^ 0xFFFFFFFFu;
-}
-
 void put32(Bytes& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(v >> s));
 }
@@ -92,7 +85,7 @@ void put_chunk(Bytes& png, const char* type, const Bytes& data) {
   const size_t start = png.size();
   png.insert(png.end(), type, type + 4);
   png.insert(png.end(), data.begin(), data.end());
-  put32(png, crc32(png.data() + start, png.size() - start));
+  put32(png, test::png_crc32(png.data() + start, png.size() - start));
 }
 
 // `raw` as a zlib stream of stored (uncompressed) deflate blocks (RFC 1950, RFC 1951 3.2.4).
@@ -171,16 +164,25 @@ TEST(PngCheck, InflatedSizeIsExactForPlainAndInterlacedImages) {
       const Bytes png = png_with_data(w, h, 0, interlaced, raw);
       // The check itself, made even on this small data, accepts the exact size, and the PNG it
       // rewrites with the data stored decodes to the same pixels.
-      const Bytes stored = detail::png_checked_for_stb(png.data(), png.size(), "x.png", 0);
+      const Bytes stored = detail::png_checked_for_stb(png.data(), png.size(), "x.png");
       ASSERT_FALSE(stored.empty());
-      for (const Bytes* file : {&png, &stored}) {
-        std::vector<float> out(static_cast<size_t>(w * h));
-        decode_image_chw(file->data(), file->size(), "x.png", 1, h, w, out.data());
+      // The rewrite is for stb alone (its new IDAT carries no CRC or Adler-32): stb decodes it.
+      std::vector<float> out(static_cast<size_t>(w * h));
+      decode_image_chw(png.data(), png.size(), "x.png", 1, h, w, out.data());
+      int sw = 0, sh = 0, sc = 0;
+      std::unique_ptr<unsigned char, void (*)(void*)> stb_pixels(
+          stbi_load_from_memory(stored.data(), static_cast<int>(stored.size()), &sw, &sh, &sc, 1),
+          &stbi_image_free);
+      ASSERT_TRUE(stb_pixels != nullptr);
+      ASSERT_EQ(sw, w);
+      ASSERT_EQ(sh, h);
+      for (const bool rewritten : {false, true}) {
         for (int y = 0; y < h; ++y) {
           for (int x = 0; x < w; ++x) {
-            ASSERT_EQ(out[static_cast<size_t>(y * w + x)], grey_at(x, y) / 255.0f)
+            const size_t k = static_cast<size_t>(y * w + x);
+            ASSERT_EQ(rewritten ? stb_pixels.get()[k] / 255.0f : out[k], grey_at(x, y) / 255.0f)
                 << w << "x" << h << (interlaced ? " interlaced" : "") << " at " << x << "," << y
-                << (file == &stored ? " (rewritten)" : "");
+                << (rewritten ? " (rewritten)" : "");
           }
         }
       }
@@ -198,25 +200,91 @@ TEST(PngCheck, RefusesImageDataThatInflatesPastWhatTheHeaderNeeds) {
   const std::string msg = decode_error(png_with_data(4, 3, 2, false, raw));
   EXPECT_NE(msg.find("x.png is a corrupt PNG: its compressed image data inflates to more than "
                      "the 39 bytes its 4x3 header needs"), std::string::npos) << msg;
-  // Checked, one byte more is enough; data this small (51 bytes: 52 KB at most once inflated)
-  // is not checked by default, and stb decodes it, ignoring the extra byte.
+  // One byte more is enough, however small the data: every stream is inflated once to check
+  // its Adler-32 (stb alone would decode it, ignoring the extra byte).
   raw.resize(40);
   const Bytes one_more = png_with_data(4, 3, 2, false, raw);
   const std::string checked = test::input_error_of([&] {
-    detail::png_checked_for_stb(one_more.data(), one_more.size(), "x.png", 0);
+    detail::png_checked_for_stb(one_more.data(), one_more.size(), "x.png");
   });
   EXPECT_NE(checked.find("more than the 39 bytes"), std::string::npos) << checked;
-  EXPECT_EQ(decode_error(one_more), "(no error)");
+  EXPECT_NE(decode_error(one_more).find("more than the 39 bytes"), std::string::npos);
   // Without its IEND chunk the file is left to stb, which refuses it: the rewritten file, which
   // has one, would decode.
   Bytes no_end = png_with_data(4, 3, 2, false, Bytes(39, 0));
   no_end.resize(no_end.size() - 12);
-  EXPECT_TRUE(detail::png_checked_for_stb(no_end.data(), no_end.size(), "x.png", 0).empty());
+  EXPECT_TRUE(detail::png_checked_for_stb(no_end.data(), no_end.size(), "x.png").empty());
   EXPECT_NE(decode_error(no_end).find("cannot decode x.png"), std::string::npos);
   // One byte less is stb's to refuse, with its own reason.
   raw.resize(38);
   const std::string short_msg = decode_error(png_with_data(4, 3, 2, false, raw));
   EXPECT_NE(short_msg.find("cannot decode x.png"), std::string::npos) << short_msg;
+}
+
+// stb_image checks no checksum: a damaged chunk would decode into damaged pixels. Every chunk's
+// CRC is verified (IHDR, IDAT, IEND, and the ancillary ones), and the zlib stream's Adler-32
+// over the data it inflates to; each mismatch names the file and the chunk.
+TEST(PngCheck, RefusesAChunkWhoseCrcDoesNotMatch) {
+  const Bytes good = small_png();
+  ASSERT_EQ(decode_error(good), "(no error)");
+  // A byte of each chunk's data (IHDR's width, IDAT's first deflate byte) or of the IEND CRC.
+  const std::vector<std::pair<size_t, std::string>> damage = {
+      {16 + 3, "IHDR"}, {41 + 2, "IDAT"}, {good.size() - 1, "IEND"}};
+  for (const auto& [at, chunk] : damage) {
+    Bytes bad = good;
+    bad[at] ^= 0x10;
+    const std::string msg = decode_error(bad);
+    EXPECT_NE(msg.find("x.png: the CRC of chunk " + chunk + " does not match its data: the file "
+                       "is damaged"), std::string::npos) << msg;
+  }
+  // A file that ends inside a CRC is truncated.
+  Bytes cut = good;
+  cut.resize(cut.size() - 2);
+  EXPECT_NE(decode_error(cut).find("the file ends inside the CRC of its IEND chunk"),
+            std::string::npos);
+  // An ancillary chunk's CRC counts too (stb skips the chunk's data, unread).
+  Bytes text = good;
+  Bytes with_text(text.begin(), text.begin() + 33);
+  put_chunk(with_text, "tEXt", {'a', 0, 'b'});
+  with_text.insert(with_text.end(), text.begin() + 33, text.end());
+  EXPECT_EQ(decode_error(with_text), "(no error)");
+  with_text[33 + 8 + 2] = 'c';
+  EXPECT_NE(decode_error(with_text).find("the CRC of chunk tEXt does not match"), std::string::npos);
+}
+
+TEST(PngCheck, RefusesImageDataWhoseAdlerDoesNotMatch) {
+  // Stored deflate: a pixel byte changed inflates to a wrong image of the right size. With the
+  // IDAT CRC recomputed (as a tool that rewrites chunks would), only the Adler-32 tells.
+  Bytes raw(39, 0);
+  for (size_t k = 0; k < raw.size(); ++k) raw[k] = k % 13 == 0 ? 0 : static_cast<unsigned char>(k * 7);
+  Bytes png = png_with_data(4, 3, 2, false, raw);
+  ASSERT_EQ(decode_error(png), "(no error)");
+  const size_t idat_data = 8 + 25 + 8, first_pixel = idat_data + 2 + 5 + 1;
+  png[first_pixel] ^= 0x01;
+  test::fix_png_crcs(png);
+  const std::string msg = decode_error(png);
+  EXPECT_NE(msg.find("x.png: the Adler-32 of the zlib stream in chunk IDAT does not match the "
+                     "data it inflates to: the file is damaged"), std::string::npos) << msg;
+  // Images of any size are checked: the same on 300x300 grey, split over several IDAT chunks.
+  const Bytes big_raw = grey_data(300, 300, false);
+  const Bytes z = zlib_stored(big_raw);
+  Bytes big = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  Bytes ihdr;
+  put32(ihdr, 300);
+  put32(ihdr, 300);
+  ihdr.insert(ihdr.end(), {8, 0, 0, 0, 0});
+  put_chunk(big, "IHDR", ihdr);
+  const size_t half = z.size() / 2;
+  put_chunk(big, "IDAT", Bytes(z.begin(), z.begin() + static_cast<long>(half)));
+  put_chunk(big, "IDAT", Bytes(z.begin() + static_cast<long>(half), z.end()));
+  put_chunk(big, "IEND", {});
+  std::vector<float> out(300 * 300);
+  decode_image_chw(big.data(), big.size(), "big.png", 1, 300, 300, out.data());
+  big[big.size() - 12 - 4 - 4 - 1] ^= 0x01;  // the last byte of the Adler-32 itself
+  test::fix_png_crcs(big);
+  const std::string big_msg = test::input_error_of(
+      [&] { decode_image_chw(big.data(), big.size(), "big.png", 1, 300, 300, out.data()); });
+  EXPECT_NE(big_msg.find("big.png: the Adler-32 of the zlib stream"), std::string::npos) << big_msg;
 }
 
 }  // namespace
