@@ -221,6 +221,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   if (ranks.dist) generator_scope.emplace(rank_generator);
   ModelState state = build_model_state(o, device, resumed);
   const Datasets data = load_datasets(o);
+  if (!o.resume.empty()) apps::check_checkpoint_fits_dataset(resumed, o.resume, data.train->size());
   std::unique_ptr<DistTraining> dist;  // null for --dist none
   if (ranks.dist) {
     // The same model and data sizes on every worker, before any parameter travels.
@@ -281,6 +282,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   mid_epoch.due = [&] { return global_step % o.checkpoint_every == 0; };
   mid_epoch.save = [&](const EpochProgress& mine) {
     SavePoint at;
+    at.train_examples = data.train->size();
     at.epoch = current_epoch;
     at.progress = mine;
     if (dist) dist->sum_progress_over_workers(at.progress);
@@ -316,6 +318,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     last_accuracy = r.test_accuracy;
     if (ranks.rank == 0 && !o.checkpoint.empty()) {
       SavePoint at;
+      at.train_examples = data.train->size();
       at.epoch = epoch + 1;
       at.global_step = global_step;
       at.workers = ranks.workers;

@@ -93,6 +93,7 @@ void write_train_checkpoint(const std::string& path, const Module& model, const 
       {"epoch_loss_sum", format_double(meta.epoch_loss_sum)},
       {"epoch_seen", std::to_string(meta.epoch_seen)},
       {"workers", std::to_string(meta.workers)},
+      {"train_examples", std::to_string(meta.train_examples)},
       {"model", meta.model},
       {"optimizer", meta.optimizer},
       {"seed", std::to_string(meta.seed)},
@@ -121,6 +122,10 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
     c.epoch_seen = meta_count(c.file, path, "epoch_seen");
     c.workers = meta_count(c.file, path, "workers");
     if (c.workers < 1) bad(path, "entry 'workers' is 0: the file is damaged");
+    // Files written before the entry have none; "-1": not known to the writer.
+    if (c.file.meta.count("train_examples") != 0 && c.file.meta.at("train_examples") != "-1") {
+      c.train_examples = meta_count(c.file, path, "train_examples");
+    }
   }
   c.model = meta_value(c.file, path, "model");
   c.optimizer = meta_value(c.file, path, "optimizer");
@@ -137,6 +142,24 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
                   ": pass --optimizer " + c.optimizer + " to resume it");
   }
   return c;
+}
+
+void check_checkpoint_fits_dataset(const TrainCheckpoint& ckpt, const std::string& path,
+                                   int64_t train_examples) {
+  if (ckpt.epoch_position == 0) return;  // at an epoch's end: nothing depends on the set
+  const std::string where = "was written " + std::to_string(ckpt.epoch_position) +
+                            " images into epoch " + std::to_string(ckpt.epoch + 1);
+  const std::string todo = ": resume it with the training set it was written for (the same "
+                           "--data and --limit-train), or start a new run without --resume";
+  if (ckpt.train_examples >= 0 && ckpt.train_examples != train_examples) {
+    bad(path, where + " over a training set of " + std::to_string(ckpt.train_examples) +
+                  " images, and this one has " + std::to_string(train_examples) +
+                  " (a position in one set's order means nothing in another's)" + todo);
+  }
+  if (ckpt.epoch_position > train_examples) {
+    bad(path, where + ", past the " + std::to_string(train_examples) +
+                  " images of this training set" + todo);
+  }
 }
 
 void restore_train_checkpoint(const TrainCheckpoint& ckpt, const std::string& path,

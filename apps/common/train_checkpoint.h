@@ -18,6 +18,9 @@
 //                     the sum of loss x batch size and the examples over them (all ranks): the
 //                     epoch's reported training loss comes out as if it had not been cut
 //            workers  data-parallel ranks that wrote it (informational)
+//            train_examples  the training set's size: a mid-epoch position is a place in a
+//                     permutation of that many examples, meaningless in a set of another size
+//                     (check_checkpoint_fits_dataset); absent in older files
 //            model, optimizer              names given on the command line ("cnn", "adadelta")
 //            seed, generator_offset        the default Philox generator's state at that point
 //            lr, test_accuracy             for people reading the file (informational; the
@@ -51,6 +54,7 @@ struct TrainCheckpoint {
   double epoch_loss_sum = 0;   // sum of loss x batch size over them, all ranks
   int64_t epoch_seen = 0;      // examples over them, all ranks
   int64_t workers = 1;         // data-parallel ranks of the run that wrote it
+  int64_t train_examples = -1;  // the training set's size; -1: not recorded (older files)
   std::string model;
   std::string optimizer;
   uint64_t seed = 0;
@@ -71,6 +75,14 @@ void write_train_checkpoint(const std::string& path, const Module& model, const 
 // error naming the file.
 TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string& expected_model,
                                       const std::string& expected_optimizer);
+
+// A checkpoint written in the middle of an epoch holds a position in that epoch's order, a
+// permutation of the training set it was written with: throws kiln::Error (Input) naming `path`
+// when the training set now has `train_examples` images and the checkpoint was written for
+// another number (or, in a file that does not record it, stands past them), saying what to do.
+// A checkpoint at an epoch's end fits any set.
+void check_checkpoint_fits_dataset(const TrainCheckpoint& ckpt, const std::string& path,
+                                   int64_t train_examples);
 
 // Loads the model and optimizer state from `ckpt` (strict: any missing, extra or misshapen
 // entry is an Input error naming `path` and the entry) and restores the default generator.

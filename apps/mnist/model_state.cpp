@@ -42,6 +42,7 @@ ModelState build_model_state(const Options& o, Device device, const TrainCheckpo
 void save_checkpoint(const Options& o, const SavePoint& at, const ModelState& s) {
   cuda::AllowSync allow("mnist_train: a checkpoint copies the model and optimizer to the host");
   TrainCheckpoint meta;
+  meta.train_examples = at.train_examples;
   meta.epoch = at.epoch;
   meta.epoch_position = at.progress.position;
   meta.global_step = at.global_step;

@@ -37,6 +37,7 @@ ModelState build_model_state(const Options& o, Device device, const TrainCheckpo
 
 // What a checkpoint records besides the model, optimizer and generator state.
 struct SavePoint {
+  int64_t train_examples = -1;  // the training set's size (a mid-epoch position needs it)
   int epoch = 0;                // the epoch to continue from (0-based)
   EpochProgress progress;       // where in it, sums over all ranks (zeros: at its start)
   int64_t global_step = 0;      // optimizer steps taken
