@@ -70,6 +70,7 @@
 
 #include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
+#include "apps/common/rank_agreement.h"
 #include "apps/comm_bench/options.h"
 #include "apps/comm_bench/ps_scaling.h"
 #include "apps/comm_bench/report.h"
@@ -122,6 +123,21 @@ int run_this_rank(std::shared_ptr<Transport> t, const Options& o, Report& report
   return ps_scaling_rank(t, o, report, !o.append);
 }
 
+// What the MPI ranks must share: a rank started with other sizes, algorithms or iterations
+// would wait for messages no other rank sends.
+std::vector<comm::Setting> flags_every_rank_shares(const Options& o) {
+  std::string algorithms, scaling;
+  for (const std::string& a : o.algorithms) algorithms += (algorithms.empty() ? "" : ",") + a;
+  for (const int w : o.ps_scaling) scaling += (scaling.empty() ? "" : ",") + std::to_string(w);
+  return {{"--dist", o.transport},          {"--allreduce", algorithms},
+          {"--min-bytes", o.min_bytes},     {"--max-bytes", o.max_bytes},
+          {"--step-factor", std::to_string(o.step_factor)},
+          {"--iters", std::to_string(o.iters)}, {"--warmup", std::to_string(o.warmup)},
+          {"--max-seconds", std::to_string(o.max_seconds)}, {"--dtype", o.dtype},
+          {"--ps-servers", std::to_string(o.ps_servers)}, {"--ps-scaling", scaling},
+          {"--ps-bytes", o.ps_bytes},       {"--ring-subchunk", o.ring_subchunk}};
+}
+
 int run(const Options& o) {
   // Flags every rank checks the same way before any communication.
   check_flags(o);
@@ -136,6 +152,11 @@ int run(const Options& o) {
     rc = run_local_ranks(o, n_local, report);
   } else {
     mpi_like = comm::make_transport(o.transport);
+    // Before any other message: ranks started with other flags would hang.
+    if (const int agreed = apps::refuse_unless_ranks_agree("comm_bench", *mpi_like,
+                                                          flags_every_rank_shares(o))) {
+      return agreed;
+    }
     try {
       rc = run_this_rank(mpi_like, o, report, csv_header);
     } catch (const Error& e) {

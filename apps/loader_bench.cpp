@@ -524,7 +524,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "train: compute threads (OpenMP/BLAS)")
       ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--seed", o.seed, "sampler, transforms and model initialisation")
-      ->capture_default_str();
+      ->check(apps::any_unsigned<uint64_t>())->capture_default_str();
   app.add_option("--shape", o.shape, "synthetic: example shape C,H,W")->capture_default_str();
   app.add_option("--synthetic-size", o.synthetic_size, "synthetic: number of examples")
       ->check(apps::at_least(int64_t{1}))->capture_default_str();

@@ -407,6 +407,10 @@ apps::TrainCheckpoint read_resumed_checkpoint(Options& o, const CLI::App& app) {
 
 // Sets o.trace to this process's trace file (see rank_trace_path).
 int run(Options& o, const CLI::App& app) {
+  // `mpirun -np 2 mnist_train` alone: two runs racing to write the same files.
+  if (app.count("--dist") == 0) {
+    apps::refuse_several_processes_without("--dist", "--dist mpi (or --dist nccl, one GPU each)");
+  }
   const DistSpec d = parse_dist(o.dist);
   check_dist_flags(o, app, d);
   check_batch_sizes_fit(o);

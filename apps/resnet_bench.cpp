@@ -39,6 +39,7 @@
 #include "apps/common/csv_out.h"
 #include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
+#include "apps/common/rank_agreement.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/resnet_bench/runs.h"
 #include "comm/local_transport.h"
@@ -182,6 +183,20 @@ std::string mib(int64_t bytes) {
   return buf;
 }
 
+// What the MPI processes of a hybrid run must share: a process started with another model,
+// batch or number of steps would send messages no other process receives (a hang).
+std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages) {
+  const Workload& w = o.workload;
+  return {{"--model", w.model}, {"--image-size", std::to_string(w.image)},
+          {"--batch-size", std::to_string(w.batch)}, {"--classes", std::to_string(w.classes)},
+          {"--width", std::to_string(w.width)}, {"--lr", detail::str(w.lr)},
+          {"--precision", w.precision}, {"--modes", o.modes},
+          {"stages (--devices)", std::to_string(stages)}, {"--schedule", o.schedule},
+          {"--recompute", o.recompute ? "yes" : "no"}, {"--split-sizes", o.split_sizes},
+          {"--balance", o.balance}, {"--steps", std::to_string(o.steps)},
+          {"--repeats", std::to_string(o.repeats)}};
+}
+
 // Hybrid data x pipeline parallelism: N replicas of the pipeline, each stage averaging its
 // gradients with the same stage of the other replicas. Local threads (--dp N) or MPI processes.
 int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads_per_stage) {
@@ -227,6 +242,11 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
   if (mpi) {
     std::vector<std::shared_ptr<comm::Transport>> ts;
     for (int s = 0; s < p; ++s) ts.push_back(comm::make_mpi_transport());
+    // Before any other message: processes started with other flags would hang.
+    if (const int rc = refuse_unless_ranks_agree("resnet_bench", *ts[0],
+                                                 flags_every_rank_shares(o, p))) {
+      return rc;
+    }
     replicas = ts[0]->size();
     rank = ts[0]->rank();
     {
@@ -318,6 +338,8 @@ int run(Options& o) {
   std::vector<Device> devices = parse_devices(o.devices);
   const int p = static_cast<int>(devices.size());
   const std::vector<std::string> modes = split_list(o.modes);
+  KILN_CHECK_INPUT(!modes.empty(), "--modes \"", o.modes, "\" names no mode: give one or more of "
+                   "single, model-parallel, pipeline, comma-separated");
   for (const std::string& m : modes) {
     KILN_CHECK_INPUT(m == "single" || m == "model-parallel" || m == "pipeline", "--modes: each "
                      "must be one of single, model-parallel, pipeline (got ", m, ")");

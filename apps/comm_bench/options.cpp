@@ -57,10 +57,13 @@ void add_flags(CLI::App& app, Options& o) {
 size_t parse_bytes(const std::string& flag, const std::string& s) {
   size_t pos = 0;
   unsigned long long v = 0;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
+  // Digits first: stoull would also take a sign ("-4K" wrapping to 2^64 - 4) or spaces.
+  if (!s.empty() && std::isdigit(static_cast<unsigned char>(s[0]))) {
+    try {
+      v = std::stoull(s, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
   }
   std::string suffix = s.substr(pos);
   for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

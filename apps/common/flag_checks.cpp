@@ -70,6 +70,19 @@ std::string check_member(const std::string& text, const std::vector<std::string>
   return "must be one of " + list + got(text);
 }
 
+std::string check_unsigned(const std::string& text, unsigned long long hi) {
+  const std::string message =
+      "must be a whole number between 0 and " + std::to_string(hi) + got(text);
+  if (text.empty() || text.size() > 20) return message;
+  for (char c : text) {
+    if (c < '0' || c > '9') return message;  // a sign, a point, a space: not a plain count
+  }
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > hi) return message;
+  return "";
+}
+
 }  // namespace flag_text
 
 CLI::Validator one_of(std::vector<std::string> choices) {
@@ -83,17 +96,45 @@ CLI::Validator one_of(std::vector<std::string> choices) {
       description);
 }
 
+CLI::Validator non_empty_path(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& text) { return text.empty() ? "needs " + what : std::string(); },
+      "PATH");
+}
+
+const std::vector<PathFlag>& path_flags() {
+  static const std::vector<PathFlag> flags = {
+      {"--data", "a directory name"}, {"--out", "a directory name"},
+      {"--resume", "a file name"},    {"--checkpoint", "a file name"},
+      {"--json", "a file name"},      {"--csv", "a file name"},
+      {"--trace", "a file name"},
+  };
+  return flags;
+}
+
 namespace {
 
 // CLI11 words a validator's failure as "<flag>: <message>"; ours read as one sentence
-// ("--epochs must be at least 1 (got 0)"), so the colon goes.
+// ("--epochs must be at least 1 (got 0)", "--json needs a file name"), so the colon goes.
 std::string error_text(const CLI::Error& e) {
   std::string text = e.what();
-  if (e.get_name() == "ValidationError") {
-    const size_t colon = text.find(": must ");
-    if (colon != std::string::npos && text.rfind("-", 0) == 0) text.erase(colon, 1);
+  if (e.get_name() == "ValidationError" && text.rfind("-", 0) == 0) {
+    for (const char* verb : {": must ", ": needs "}) {
+      const size_t colon = text.find(verb);
+      if (colon != std::string::npos) {
+        text.erase(colon, 1);
+        break;
+      }
+    }
   }
   return text;
+}
+
+// non_empty_path() on every path option of path_flags() the app declares.
+void check_paths_not_empty(CLI::App& app) {
+  for (const PathFlag& f : path_flags()) {
+    if (CLI::Option* opt = app.get_option_no_throw(f.name)) opt->check(non_empty_path(f.what));
+  }
 }
 
 }  // namespace
@@ -102,6 +143,7 @@ std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char*
   // Every app starts here: from now on a write past the file-size limit (ulimit -f) fails with
   // EFBIG, reported in words naming the file (exit 1), instead of SIGXFSZ killing the process.
   ignore_file_size_signal();
+  check_paths_not_empty(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

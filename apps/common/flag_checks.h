@@ -45,6 +45,9 @@ std::string check_whole(const std::string& text, long long lo, long long hi, boo
 std::string check_real(const std::string& text, double lo, bool lo_open, double hi,
                        bool hi_is_type_limit);
 std::string check_member(const std::string& text, const std::vector<std::string>& choices);
+// Any whole number in [0, hi] for an unsigned flag: digits only, so that "-1" (which strtoull
+// and CLI11 wrap to 2^64 - 1) and a number past `hi` (which CLI11 saturates) are refused.
+std::string check_unsigned(const std::string& text, unsigned long long hi);
 
 template <typename T>
 CLI::Validator number_validator(T lo, T hi, bool lo_open, bool hi_is_type_limit,
@@ -94,6 +97,33 @@ CLI::Validator in_range(T lo, T hi) {
 
 // One of `choices`, spelled exactly.
 CLI::Validator one_of(std::vector<std::string> choices);
+
+// Any value of the unsigned type T (a seed: any_unsigned<uint64_t>()), refusing what CLI11
+// would wrap or saturate silently:
+//   mnist_train --seed -1  ->  --seed must be a whole number between 0 and 18446744073709551615
+//                              (got -1)
+template <typename T>
+CLI::Validator any_unsigned() {
+  static_assert(std::is_unsigned_v<T>, "unsigned flags only");
+  const unsigned long long hi = std::numeric_limits<T>::max();
+  return CLI::Validator(
+      [hi](std::string& text) { return flag_text::check_unsigned(text, hi); },
+      "0.." + std::to_string(hi));
+}
+
+// A path given explicitly must not be empty: `--json ""` is a mistake (a variable that was never
+// set), not a request for no output. "--json needs a file name". `what`: "a file name",
+// "a directory name".
+CLI::Validator non_empty_path(const std::string& what = "a file name");
+
+// parse_flags() puts non_empty_path() on every option of these names that an app declares
+// (inputs and outputs: --data, --resume, --json, --csv, --trace, --checkpoint, --out), so that
+// every app refuses an empty path the same way, and a new app's path flags need no code.
+struct PathFlag {
+  const char* name;
+  const char* what;  // "a file name" | "a directory name"
+};
+const std::vector<PathFlag>& path_flags();
 
 // Parses argv with CLI11. Returns the exit code when the app must stop now: 0 after --help,
 // 2 after a flag error (printed as "<app>: error: ..." plus a pointer to --help); nullopt when

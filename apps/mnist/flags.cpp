@@ -70,7 +70,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--threads", o.threads, "CPU threads (OpenMP, BLAS and oneDNN share them; default: "
                  "the cores this process may use; with --dist, divided by the ranks on this host)")
       ->check(apps::at_least(1))->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of initialisation, dropout and shuffling")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of initialisation, dropout and shuffling")
+      ->check(apps::any_unsigned<uint64_t>())->capture_default_str();
   o.data = apps::in_source_tree("datasets/mnist");
   app.add_option("--data", o.data, "directory holding the four MNIST IDX files (run "
                  "datasets/fetch_mnist.sh to get them), or with --format imagefolder the folders "

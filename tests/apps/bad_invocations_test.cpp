@@ -27,6 +27,7 @@ struct Row {
   int exit_code;                  // expected
   const char* stderr_has;         // expected substring of stderr ("" for none)
   Data data = Data::kNone;
+  std::vector<std::string> env = {};  // VAR=value set for the app alone (a launcher's variables)
 };
 
 std::string app_path(const std::string& app) {
@@ -38,6 +39,7 @@ std::string app_path(const std::string& app) {
   if (app == "gemm_bench") return KILN_APP_GEMM_BENCH;
   if (app == "conv_bench") return KILN_APP_CONV_BENCH;
   if (app == "idx_to_imagefolder") return KILN_APP_IDX_TO_IMAGEFOLDER;
+  if (app == "train_mnist_minimal") return KILN_APP_TRAIN_MNIST_MINIMAL;
   return "";
 }
 
@@ -203,6 +205,66 @@ const std::vector<Row>& rows() {
       {"idx_to_imagefolder", {"--out", kScratch, "--limit-test", "-5"}, 2, "--limit-test must be at least -1 (got -5)"},
       {"idx_to_imagefolder", {"--out", kScratch, "--data", "/nonexistent-kiln-dir"}, 2, "/nonexistent-kiln-dir"},
       {"idx_to_imagefolder", {"--help"}, 0, ""},
+
+      // ---- launches without --dist, values that slip through, train_mnist_minimal ----
+      // Several processes from mpirun or srun and no --dist: each would train alone, all writing
+      // the same files. One process (mpirun -np 1), an explicit --dist, and an sbatch script
+      // (SLURM_NTASKS of the allocation, one process) pass on to the next check.
+      {"mnist_train", {}, 2,
+       "started as one of 2 processes (OMPI_COMM_WORLD_SIZE=2) without --dist: each process "
+       "would run alone, all writing the same files; add --dist mpi",
+       Data::kNone, {"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}},
+      {"mnist_train", {"--epochs", "1"}, 2, "(PMI_SIZE=4) without --dist", Data::kNone,
+       {"PMI_SIZE=4", "PMI_RANK=0"}},
+      {"mnist_train", {}, 2, "(SLURM_STEP_NUM_TASKS=3) without --dist", Data::kNone,
+       {"SLURM_STEP_NUM_TASKS=3", "SLURM_NTASKS=3", "SLURM_PROCID=0"}},
+      {"mnist_train", {"--batch-size", "100000000"}, 2, "--batch-size 100000000: one batch",
+       Data::kNone, {"OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=0"}},
+      {"mnist_train", {"--dist", "none", "--batch-size", "100000000"}, 2,
+       "--batch-size 100000000: one batch", Data::kNone,
+       {"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"}},
+      {"mnist_train", {"--batch-size", "100000000"}, 2, "--batch-size 100000000: one batch",
+       Data::kNone, {"SLURM_NTASKS=4", "SLURM_PROCID=0"}},
+      // Unsigned flags: no wrapping of negatives, no saturation past the maximum.
+      {"mnist_train", {"--seed", "-1"}, 2,
+       "--seed must be a whole number between 0 and 18446744073709551615 (got -1)"},
+      {"mnist_train", {"--seed", "18446744073709551616"}, 2,
+       "--seed must be a whole number between 0 and 18446744073709551615 (got 18446744073709551616)"},
+      {"mnist_train", {"--seed", "1.5"}, 2, "--seed must be a whole number between 0 and"},
+      {"mnist_train", {"--seed", "+3"}, 2, "--seed must be a whole number between 0 and"},
+      {"loader_bench", {"--seed", "-1"}, 2,
+       "--seed must be a whole number between 0 and 18446744073709551615 (got -1)"},
+      // A path given as "" is a mistake, not "no output".
+      {"mnist_train", {"--resume", ""}, 2, "--resume needs a file name"},
+      {"mnist_train", {"--json", ""}, 2, "--json needs a file name"},
+      {"mnist_train", {"--checkpoint", ""}, 2, "--checkpoint needs a file name"},
+      {"mnist_train", {"--trace", ""}, 2, "--trace needs a file name"},
+      {"mnist_train", {"--data", ""}, 2, "--data needs a directory name"},
+      {"resnet_bench", {"--csv", ""}, 2, "--csv needs a file name"},
+      {"resnet_bench", {"--json", ""}, 2, "--json needs a file name"},
+      {"resnet_bench", {"--trace", ""}, 2, "--trace needs a file name"},
+      {"comm_bench", {"--csv", ""}, 2, "--csv needs a file name"},
+      {"comm_bench", {"--json", ""}, 2, "--json needs a file name"},
+      {"loader_bench", {"--csv", ""}, 2, "--csv needs a file name"},
+      {"loader_bench", {"--data", ""}, 2, "--data needs a directory name"},
+      {"gemm_bench", {"--json", ""}, 2, "--json needs a file name"},
+      {"idx_to_imagefolder", {"--out", ""}, 2, "--out needs a directory name"},
+      {"idx_to_imagefolder", {"--out", kScratch, "--data", ""}, 2, "--data needs a directory name"},
+      // Lists and sizes.
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--modes", ""}, 2,
+       "--modes \"\" names no mode: give one or more of single, model-parallel, pipeline"},
+      {"resnet_bench", {"--devices", "cpu:0,cpu:1", "--modes", ","}, 2, "names no mode"},
+      {"comm_bench", {"--min-bytes", "-4K"}, 2, "--min-bytes -4K: expected a positive size in bytes"},
+      {"comm_bench", {"--max-bytes", "-1"}, 2, "--max-bytes -1: expected a positive size in bytes"},
+      // The minimal example: usage text, --help, and a bad number in words.
+      {"train_mnist_minimal", {"--help"}, 0, ""},
+      {"train_mnist_minimal", {kMnist, "abc"}, 2,
+       "train_mnist_minimal: error: TRAIN_IMAGES must be a whole number of at least 1 (got abc)"},
+      {"train_mnist_minimal", {kMnist, "0"}, 2, "TRAIN_IMAGES must be a whole number of at least 1 (got 0)"},
+      {"train_mnist_minimal", {kMnist, "99999999999999999999"}, 2, "TRAIN_IMAGES must be a whole number"},
+      {"train_mnist_minimal", {"--data", kMnist}, 2, "unknown option --data"},
+      {"train_mnist_minimal", {kMnist, "10", "extra"}, 2, "usage: train_mnist_minimal [MNIST_DIR] [TRAIN_IMAGES]"},
+      {"train_mnist_minimal", {"/nonexistent-kiln-dir"}, 2, "/nonexistent-kiln-dir"},
   };
   return table;
 }
@@ -224,6 +286,11 @@ class BadInvocations : public ::testing::TestWithParam<size_t> {};
 TEST_P(BadInvocations, ExitCodeAndMessage) {
   const Row& row = rows()[GetParam()];
   std::string cmd = quoted(app_path(row.app));
+  if (!row.env.empty()) {
+    std::string env = "env";
+    for (const std::string& e : row.env) env += " " + quoted(e);
+    cmd = env + " " + cmd;
+  }
   for (const std::string& a : row.args) cmd += " " + quoted(a);
   SCOPED_TRACE(cmd);
   if (row.data == Data::kNeedsMnist && !have_mnist()) {
