@@ -24,15 +24,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/common/flag_checks.h"
+#include "apps/common/output_paths.h"
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/context.h"
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 using namespace kiln;
 using kiln::apps::gemm_bench::Options;
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    apps::check_output_paths({{"--json", json_path}});  // written after the products: check now
     // A, B and C of the largest product, in f32 (the references and rounded copies come on top).
     const int64_t largest = *std::max_element(o.sizes.begin(), o.sizes.end());
     apps::check_fits_in_memory("--sizes", std::to_string(largest),
@@ -118,9 +120,7 @@ int main(int argc, char** argv) {
                        {"device", on_cpu ? std::string("cpu") : Device(DeviceType::CUDA, 0).str()},
                        {"iters", o.iters}, {"warmup", o.warmup}, {"results", results},
                        {"hand_over_vendor", ratios}};
-      std::ofstream out(json_path);
-      KILN_CHECK_INPUT(out.good(), "gemm_bench: cannot write --json ", json_path);
-      out << j.dump(2) << "\n";
+      write_output_file("--json", json_path, j.dump(2) + "\n");
     }
     if (!all_ok) {
       std::fprintf(stderr, "gemm_bench: a kernel produced a wrong result (see WRONG above)\n");

@@ -20,6 +20,7 @@
 
 #include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
+#include "apps/common/output_paths.h"
 #include "data/idx_export.h"
 #include "data/mnist.h"
 #include "engine/error.h"
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
                                       std::pair{"--limit-test", limit_test}}) {
       KILN_CHECK_INPUT(limit != 0, flag, " 0 would write no image: pass N >= 1, or -1 for all");
     }
+    apps::check_output_directory("--out", out);
     // Both splits are read before OUT is created: bad --data leaves nothing behind.
     const MnistDataset train = MnistDataset::load(data, MnistSplit::Train, limit_train);
     const MnistDataset test = MnistDataset::load(data, MnistSplit::Test, limit_test);

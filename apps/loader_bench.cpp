@@ -60,6 +60,7 @@
 #include "apps/common/csv_out.h"
 #include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
+#include "apps/common/output_paths.h"
 #include "apps/common/progress.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
@@ -540,6 +541,16 @@ int main(int argc, char** argv) {
   try {
     KILN_CHECK_INPUT(!o.append || !o.csv.empty(), "--append adds rows to the --csv file: give "
                      "--csv FILE, or drop --append");
+    // The CSV must not replace a device, a directory or the data it measures.
+    std::vector<apps::InputPath> inputs;
+    const std::string idx_dir = o.data.empty() ? apps::in_source_tree("datasets/mnist") : o.data;
+    for (MnistSplit split : {MnistSplit::Train, MnistSplit::Test}) {
+      for (const std::string& name :
+           {MnistDataset::images_file_name(split), MnistDataset::labels_file_name(split)}) {
+        inputs.push_back({"--data", (std::filesystem::path(idx_dir) / name).string()});
+      }
+    }
+    apps::check_output_paths({{"--csv", o.csv}}, inputs);
     if (o.mode == "throughput") return run_throughput(o);
     if (o.mode == "train") return run_train(o);
     return run_h2d(o);

@@ -66,7 +66,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -378,7 +377,7 @@ std::string rank_trace_path(const std::string& path, int rank) {
 int write_trace(const Options& o, int rc) {
   if (o.trace.empty() || !trace::Tracer::global().enabled()) return rc;  // off, or a usage error
   try {
-    trace::Tracer::global().write_chrome_json(o.trace);
+    trace::Tracer::global().write_chrome_json(o.trace, "--trace");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
     return std::max(rc, 1);
@@ -415,10 +414,8 @@ int run(Options& o, const CLI::App& app) {
   check_dist_flags(o, app, d);
   check_batch_sizes_fit(o);
   if (d.threads) check_world(o, d.ranks);
-  check_output_path(o.json, "--json");
-  check_output_path(o.checkpoint, "--checkpoint");
+  check_output_flags(o);
   check_checkpoint_flags(o);
-  check_output_path(o.trace, "--trace");
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
@@ -475,10 +472,6 @@ int run(Options& o, const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Past a file-size limit (ulimit -f), write() fails with EFBIG instead of the process being
-  // killed by SIGXFSZ: a checkpoint that cannot be written is then an error naming the file
-  // (exit 1), like a full disk, and the previous checkpoint stays intact.
-  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mnist_train: train a CNN or an MLP on MNIST with Kiln (defaults reach >= 99% "
                "test accuracy)"};
   Options o;

@@ -25,7 +25,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -41,6 +40,7 @@
 #include "apps/common/launcher.h"
 #include "apps/common/rank_agreement.h"
 #include "apps/common/mixed_precision.h"
+#include "apps/common/output_paths.h"
 #include "apps/resnet_bench/runs.h"
 #include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
@@ -48,6 +48,7 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
+#include "engine/output_file.h"
 #include "engine/parallel.h"
 #include "engine/trace.h"
 
@@ -322,7 +323,7 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
                         {"split_size", split}, {"schedule", o.schedule},
                         {"step_s", r0.step_s}, {"step_s_mean", m}, {"step_s_std", sd},
                         {"overlap_fraction", r0.overlap}, {"replicas_equal", equal}};
-    std::ofstream(o.json) << j.dump(2) << "\n";
+    write_output_file("--json", o.json, j.dump(2) + "\n");
   }
   if (!mpi && !equal) {
     std::fprintf(stderr, "resnet_bench: the replicas' parameters differ after training\n");
@@ -332,6 +333,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
 }
 
 int run(Options& o) {
+  // The outputs are written at the end of the benchmark: refused now, not after it.
+  check_output_paths({{"--csv", o.csv}, {"--json", o.json}, {"--trace", o.trace}});
   if (o.devices.empty()) {
     o.devices = cuda::device_count() >= 2 ? "cuda:0,cuda:1" : "cpu:0,cpu:1";
   }
@@ -494,7 +497,7 @@ int run(Options& o) {
     for (double b : u.busy_us) std::printf(" %.0f ms", b / 1000);
     std::printf(" of %.0f ms\n", u.window_us / 1000);
     if (!o.trace.empty()) {
-      tracer.write_chrome_json(o.trace);
+      tracer.write_chrome_json(o.trace, "--trace");
       std::printf("trace of that step: %s (open in https://ui.perfetto.dev; tools/plot.py "
                   "--trace draws its Gantt chart)\n", o.trace.c_str());
     }
@@ -534,11 +537,7 @@ int run(Options& o) {
     }
     report["memory"] = jmem;
   }
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    KILN_CHECK_INPUT(out.good(), "--json: cannot write ", o.json);
-    out << report.dump(2) << "\n";
-  }
+  if (!o.json.empty()) write_output_file("--json", o.json, report.dump(2) + "\n");
   return 0;
 }
 

@@ -3,15 +3,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <string>
 #include <system_error>
 
 #include "stb_image_write.h"
 
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 namespace kiln {
 
@@ -29,6 +33,36 @@ int64_t marker_count(const fs::path& dir) {
   int64_t count = -1;
   if (!(in >> count)) return -1;
   return count;
+}
+
+// stb_image_write's output callback: appends the encoded bytes to a std::string.
+void append_bytes(void* context, void* data, int size) {
+  static_cast<std::string*>(context)->append(static_cast<const char*>(data),
+                                              static_cast<size_t>(size));
+}
+
+// Every example of `dataset` as tmp_dir/<label>/<index>.png, then the marker. Each file is
+// written by write_output_file (engine/output_file.h): a failed write throws a Runtime error
+// naming the file and the system's reason ("File too large", "No space left on device").
+void write_split_files(const MnistDataset& dataset, const fs::path& tmp_dir) {
+  const int64_t count = dataset.size();
+  std::error_code ec;
+  const int width = static_cast<int>(std::to_string(std::max<int64_t>(count - 1, 0)).size());
+  for (int64_t i = 0; i < count; ++i) {
+    const fs::path class_dir = tmp_dir / std::to_string(dataset.label(i));
+    fs::create_directories(class_dir, ec);
+    if (ec) input_error(detail::str("cannot create ", class_dir.string(), ": ", ec.message()));
+    std::ostringstream name;
+    name << std::setw(width) << std::setfill('0') << i << ".png";
+    const std::string file = (class_dir / name.str()).string();
+    const int rows = static_cast<int>(MnistDataset::kRows), cols = static_cast<int>(MnistDataset::kCols);
+    std::string png;
+    if (!stbi_write_png_to_func(append_bytes, &png, cols, rows, 1, dataset.image_bytes(i), cols)) {
+      throw Error(detail::str("cannot encode ", file, " as PNG"));
+    }
+    write_output_file("the image", file, png);
+  }
+  write_output_file("the marker", (tmp_dir / kMarker).string(), std::to_string(count) + "\n");
 }
 
 }  // namespace
@@ -59,23 +93,14 @@ IdxExportResult export_idx_split(const MnistDataset& dataset, const std::string&
   fs::remove_all(tmp_dir, ec);  // left by an interrupted run
   if (ec) input_error(detail::str("cannot remove the stale ", tmp_dir.string(), ": ", ec.message()));
 
-  const int width = static_cast<int>(std::to_string(std::max<int64_t>(count - 1, 0)).size());
-  for (int64_t i = 0; i < count; ++i) {
-    const fs::path class_dir = tmp_dir / std::to_string(dataset.label(i));
-    fs::create_directories(class_dir, ec);
-    if (ec) input_error(detail::str("cannot create ", class_dir.string(), ": ", ec.message()));
-    std::ostringstream name;
-    name << std::setw(width) << std::setfill('0') << i << ".png";
-    const std::string file = (class_dir / name.str()).string();
-    const int rows = static_cast<int>(MnistDataset::kRows), cols = static_cast<int>(MnistDataset::kCols);
-    if (!stbi_write_png(file.c_str(), cols, rows, 1, dataset.image_bytes(i), cols)) {
-      input_error(detail::str("cannot write ", file, " (disk full? permissions?)"));
-    }
-  }
-  {
-    std::ofstream marker(tmp_dir / kMarker);
-    marker << count << "\n";
-    if (!marker) input_error(detail::str("cannot write ", (tmp_dir / kMarker).string()));
+  // A write that fails (a full disk, the file-size limit) is a runtime error naming the file;
+  // the half-written ".tmp" folder goes with it.
+  try {
+    write_split_files(dataset, tmp_dir);
+  } catch (const Error&) {
+    std::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw;
   }
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) {

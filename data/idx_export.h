@@ -25,8 +25,10 @@ struct IdxExportResult {
   double seconds = 0;    // wall time
 };
 
-// Writes every example of `dataset` under split_dir (see above). Throws kiln::Error (Input)
-// when a file cannot be written or split_dir holds something else.
+// Writes every example of `dataset` under split_dir (see above). Throws kiln::Error: Input when
+// split_dir holds something else; Runtime, naming the file and the system's reason ("File too
+// large", "No space left on device"), when a file cannot be written (each file goes through
+// engine/output_file.h), after removing the unfinished ".tmp" folder.
 IdxExportResult export_idx_split(const MnistDataset& dataset, const std::string& split_dir);
 
 }  // namespace kiln

@@ -52,12 +52,15 @@ std::string output_failure(const std::string& what, const std::string& path,
 
 void write_output_file(const std::string& what, const std::string& path, std::string_view bytes) {
   const std::string target = replaced_file(path);
+  struct stat st;
+  const bool existed = ::stat(target.c_str(), &st) == 0;
   std::string tmp;
   const int fd = open_temporary(target, tmp);
   // Every failure below: the temporary file goes, the target keeps its bytes.
   auto fail = [&](const std::string& step, int err, bool created) {
     if (created) ::unlink(tmp.c_str());
-    throw Error(output_failure(what, path, step, err) + "; " + path + " is left as it was");
+    throw Error(output_failure(what, path, step, err) +
+                (existed ? "; the previous " + path + " is left as it was" : std::string()));
   };
   if (fd < 0) {
     const int err = errno;

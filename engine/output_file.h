@@ -4,7 +4,7 @@
 //
 //   write_output_file("--json", "run.json", j.dump(2) + "\n");
 //       past `ulimit -f`  ->  kiln::Error (Runtime, exit 1):
-//       "--json run.json: writing failed: File too large; run.json is left as it was"
+//       "--json run.json: writing failed: File too large; the previous run.json is left as it was"
 //
 // How: the bytes go to a new file next to the target (same directory, so the same file system:
 // "<path>.tmp.<pid>.<n>", created with O_EXCL so that nothing else is overwritten), which is
@@ -33,7 +33,8 @@ namespace kiln {
 
 // Replaces the file at `path` with `bytes` (see above). `what` names the output in messages: the
 // flag that chose the path ("--json"), or words ("the trace"). Throws kiln::Error (Runtime)
-// "<what> <path>: <step> failed: <strerror>; <path> is left as it was".
+// "<what> <path>: <step> failed: <strerror>", and when `path` held a file, "; the previous
+// <path> is left as it was".
 void write_output_file(const std::string& what, const std::string& path, std::string_view bytes);
 
 // Makes a write past the file-size limit fail with EFBIG instead of killing the process with

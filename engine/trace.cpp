@@ -4,13 +4,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "engine/cuda/context.h"
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 namespace kiln::trace {
 
@@ -201,7 +201,7 @@ nlohmann::json metadata(const char* what, int pid, int tid, const nlohmann::json
 
 }  // namespace
 
-void Tracer::write_chrome_json(const std::string& path) const {
+void Tracer::write_chrome_json(const std::string& path, const std::string& what) const {
   const std::vector<Span> all = spans();
   // One process per device (pid 1, 2... in the devices' name order), one row per thread in it.
   std::map<std::string, int> pid_of;
@@ -239,13 +239,7 @@ void Tracer::write_chrome_json(const std::string& path) const {
                               {{"sort_index", stage >= 0 ? stage : 1000 + thread}}));
   }
   const nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  std::ofstream out(path);
-  out << doc.dump() << "\n";
-  out.close();
-  if (!out) {
-    throw Error("cannot write the trace to '" + path + "': check that its directory exists and "
-                "is writable", ErrorKind::Input);
-  }
+  write_output_file(what, path, doc.dump() + "\n");
 }
 
 // ---- Scope ------------------------------------------------------------------------------------

@@ -78,9 +78,11 @@ class Tracer {
   std::vector<Span> spans() const;
   // Chrome trace event format ("X" complete events; process = device, thread rows named
   // "stage S" when the thread recorded stage spans, else "thread N"; args carry the Ids and
-  // phase). Opens in https://ui.perfetto.dev and chrome://tracing. Throws kiln::Error naming
-  // the path if it cannot be written.
-  void write_chrome_json(const std::string& path) const;
+  // phase). Opens in https://ui.perfetto.dev and chrome://tracing. Written atomically by
+  // write_output_file (engine/output_file.h): a failed write throws kiln::Error (Runtime)
+  // naming `what` (the flag that chose the path, "--trace"), the path and the system's reason,
+  // and leaves a previous file at `path` as it was.
+  void write_chrome_json(const std::string& path, const std::string& what = "the trace") const;
 
  private:
   friend class Scope;

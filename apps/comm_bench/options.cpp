@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "apps/common/flag_checks.h"
+#include "apps/common/output_paths.h"
 #include "comm/communicator.h"
 #include "engine/error.h"
 
@@ -127,6 +128,8 @@ void check_flags(const Options& o) {
                 ErrorKind::Usage);
   }
   check_messages_fit(o);
+  // Rank 0 writes them; every rank checks them alike, so every rank gives the same verdict.
+  check_output_paths({{"--csv", o.csv}, {"--json", o.json}});
 }
 
 void check_messages_fit(const Options& o) {

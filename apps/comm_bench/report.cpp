@@ -9,6 +9,7 @@
 
 #include "apps/comm_bench/options.h"
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 namespace kiln::apps::comm_bench {
 
@@ -32,11 +33,9 @@ std::string bytes_str(double b) {
 }
 
 void write_json_report(const Options& o, const Report& report) {
-  std::ofstream out(o.json);
-  KILN_CHECK_INPUT(out.good(), "comm_bench: cannot write --json ", o.json);
-  out << nlohmann::json{{"transport", o.transport}, {"dtype", o.dtype},
-                        {"results", report.rows}}.dump(2)
-      << "\n";
+  const nlohmann::json j = {{"transport", o.transport}, {"dtype", o.dtype},
+                           {"results", report.rows}};
+  write_output_file("--json", o.json, j.dump(2) + "\n");
 }
 
 std::string host_note(const comm::Transport& t) {

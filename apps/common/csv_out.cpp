@@ -1,30 +1,58 @@
 // csv_out.cpp: see csv_out.h.
 #include "apps/common/csv_out.h"
 
-#include <filesystem>
-#include <system_error>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
 
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 namespace kiln::apps {
 
+CsvOut::~CsvOut() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 void CsvOut::open(const std::string& path, bool append, const std::string& header) {
   if (path.empty()) return;
-  std::error_code ec;
-  const bool has_header = append && std::filesystem::exists(path, ec) &&
-                          std::filesystem::file_size(path, ec) > 0;
-  out_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!out_) {
-    throw Error("--csv " + path + ": cannot open for writing: check that its directory exists",
-                ErrorKind::Usage);
+  if (fd_ >= 0) ::close(fd_);
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC),
+               0666);
+  if (fd_ < 0) {
+    const int err = errno;
+    throw Error(output_failure("--csv", path, "opening it", err));
   }
-  if (!has_header) out_ << header << "\n";
+  struct stat st;
+  const bool has_rows = append && ::fstat(fd_, &st) == 0 && st.st_size > 0;
+  if (!has_rows) write_line(header, "writing the header");
 }
 
 void CsvOut::row(const std::string& line) {
-  if (!out_.is_open()) return;
-  out_ << line << "\n";
-  out_.flush();
+  if (fd_ < 0) return;
+  write_line(line, "writing a row");
+}
+
+void CsvOut::write_line(const std::string& line, const char* what) {
+  const std::string text = line + "\n";
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    // A short write is retried for the rest: at a full disk or the file-size limit the retry
+    // fails with ENOSPC or EFBIG, the reason reported.
+    const ssize_t w = ::write(fd_, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      throw Error(output_failure("--csv", path_, what, err));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
 }
 
 }  // namespace kiln::apps

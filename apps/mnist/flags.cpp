@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <system_error>
+#include <vector>
 
 #include "apps/common/data_paths.h"
 #include "apps/common/flag_checks.h"
 #include "apps/common/mixed_precision.h"
+#include "apps/common/output_paths.h"
+#include "data/mnist.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
 
@@ -147,15 +149,19 @@ void add_flags(CLI::App& app, Options& o) {
                  "CUDA simulator)")->check(apps::one_of({"hand", "vendor"}));
 }
 
-// Fails now, not after an hour of training, when an output file cannot be created.
-void check_output_path(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw Error(std::string(flag) + " " + path + ": the directory " + dir.string() +
-                " does not exist: create it first", ErrorKind::Usage);
+void check_output_flags(const Options& o) {
+  std::vector<apps::InputPath> inputs = {{"--resume", o.resume, "--checkpoint"}};
+  if (o.format == "idx") {
+    for (MnistSplit split : {MnistSplit::Train, MnistSplit::Test}) {
+      for (const std::string& name :
+           {MnistDataset::images_file_name(split), MnistDataset::labels_file_name(split)}) {
+        inputs.push_back({"--data", (std::filesystem::path(o.data) / name).string()});
+      }
+    }
   }
+  apps::check_output_paths({{"--json", o.json}, {"--checkpoint", o.checkpoint},
+                            {"--trace", o.trace}},
+                           inputs);
 }
 
 // A batch the loaders could never hold is bad input, refused before anything is allocated

@@ -19,9 +19,11 @@ namespace kiln::apps::mnist {
 // Every flag of mnist_train, bound to the fields of `o`.
 void add_flags(CLI::App& app, Options& o);
 
-// Fails now, not after an hour of training, when `path` (given to `flag`) cannot be created
-// because its directory does not exist. An empty path is not used: nothing to check.
-void check_output_path(const std::string& path, const char* flag);
+// Fails now, not after an hour of training, when an output (--json, --checkpoint, --trace)
+// cannot be written or would replace something else: a device, a FIFO, a directory, another
+// output, the data or --resume (which --checkpoint may name: a run continued in place). See
+// apps/common/output_paths.h.
+void check_output_flags(const Options& o);
 
 // A batch the loaders could never hold in this machine's memory is refused before anything is
 // allocated.

@@ -4,7 +4,6 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
@@ -13,6 +12,7 @@
 #include "engine/allocator.h"
 #include "engine/build_config.h"
 #include "engine/error.h"
+#include "engine/output_file.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/caching_allocator.h"
 #endif
@@ -199,13 +199,7 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) {
-    throw Error("cannot write the JSON summary to '" + path + "': check that its directory "
-                "exists and is writable", ErrorKind::Input);
-  }
+  write_output_file("--json", path, j.dump(2) + "\n");
 }
 
 void print_closing_lines(const Options& o, const RunPlan& plan,

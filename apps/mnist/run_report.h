@@ -60,7 +60,8 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
                             const std::vector<EpochResult>& results, const CommSummary& traffic,
                             bool replicas_equal, const GradScaler* scaler = nullptr);
 
-// Writes `j` to `path`; a file that cannot be written is an Input error.
+// Writes `j` to `path` (--json) atomically (engine/output_file.h); a failed write is a Runtime
+// error naming the file and the system's reason, and leaves a previous file as it was.
 void write_json(const std::string& path, const nlohmann::json& j);
 
 // The closing lines: final accuracy, speed and memory; with synchronous --dist, communication.

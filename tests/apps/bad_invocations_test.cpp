@@ -10,9 +10,13 @@
 // MNIST in datasets/mnist (datasets/fetch_mnist.sh).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "support/run_command.h"
@@ -45,6 +49,26 @@ std::string app_path(const std::string& app) {
 
 const std::string kMnist = std::string(KILN_SOURCE_DIR) + "/datasets/mnist";
 const std::string kScratch = ::testing::TempDir() + "kiln_bad_invocations_out";
+
+// ---- output paths: fixtures ----
+// Things an output must never replace, made when the table is built (idempotent: the test
+// processes run side by side): a regular file "file" and its hard link "link", a FIFO "fifo",
+// a directory "dir", and "data/train-images-idx3-ubyte", an input of the apps that read MNIST.
+std::string out_fixture(const std::string& name) {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "kiln_bad_invocations_paths";
+    std::error_code ec;
+    std::filesystem::create_directories(d + "/dir", ec);
+    std::filesystem::create_directories(d + "/data", ec);
+    if (!std::filesystem::exists(d + "/file")) std::ofstream(d + "/file") << "old\n";
+    const std::string idx = d + "/data/train-images-idx3-ubyte";
+    if (!std::filesystem::exists(idx)) std::ofstream(idx) << "stands for an IDX file\n";
+    std::filesystem::create_hard_link(d + "/file", d + "/link", ec);  // EEXIST: made already
+    ::mkfifo((d + "/fifo").c_str(), 0644);                            // likewise
+    return d;
+  }();
+  return dir + "/" + name;
+}
 
 const std::vector<Row>& rows() {
   static const std::vector<Row> table = {
@@ -265,6 +289,47 @@ const std::vector<Row>& rows() {
       {"train_mnist_minimal", {"--data", kMnist}, 2, "unknown option --data"},
       {"train_mnist_minimal", {kMnist, "10", "extra"}, 2, "usage: train_mnist_minimal [MNIST_DIR] [TRAIN_IMAGES]"},
       {"train_mnist_minimal", {"/nonexistent-kiln-dir"}, 2, "/nonexistent-kiln-dir"},
+
+      // ---- output paths: special files, one file for two outputs, unwritable places ----
+      {"mnist_train", {"--checkpoint", "/dev/null"}, 2,
+       "--checkpoint /dev/null is a character device, not a regular file"},
+      {"mnist_train", {"--trace", out_fixture("fifo")}, 2, "is a FIFO (named pipe), not a regular file"},
+      {"mnist_train", {"--json", out_fixture("dir")}, 2, "dir: Is a directory: give the path of a file"},
+      {"mnist_train", {"--json", out_fixture("file") + "/run.json"}, 2, "file is not a directory: Not a directory"},
+      {"mnist_train", {"--checkpoint", "/nonexistent-kiln-dir/a.ckpt"}, 2,
+       "--checkpoint /nonexistent-kiln-dir/a.ckpt: the directory /nonexistent-kiln-dir does not exist"},
+      {"mnist_train", {"--json", "kiln-same.out", "--checkpoint", "kiln-same.out"}, 2,
+       "--json kiln-same.out and --checkpoint kiln-same.out name the same file"},
+      {"mnist_train", {"--json", "kiln-same.out", "--trace", "./kiln-same.out"}, 2,
+       "--json kiln-same.out and --trace ./kiln-same.out name the same file"},
+      {"mnist_train", {"--json", out_fixture("file"), "--trace", out_fixture("link")}, 2,
+       "name the same file: one would overwrite the other"},
+      {"mnist_train", {"--resume", "kiln-run.ckpt", "--json", "kiln-run.ckpt"}, 2,
+       "--json kiln-run.ckpt is the input --resume kiln-run.ckpt"},
+      {"mnist_train", {"--data", out_fixture("data"), "--json", out_fixture("data/train-images-idx3-ubyte")},
+       2, "is the input --data"},
+      {"resnet_bench", {"--json", "/dev/null"}, 2, "--json /dev/null is a character device"},
+      {"resnet_bench", {"--trace", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
+      {"resnet_bench", {"--csv", out_fixture("dir")}, 2, "Is a directory"},
+      {"resnet_bench", {"--json", "/nonexistent-kiln-dir/r.json"}, 2, "does not exist: create it first"},
+      {"resnet_bench", {"--json", "kiln-same.out", "--trace", "kiln-same.out"}, 2,
+       "--json kiln-same.out and --trace kiln-same.out name the same file"},
+      {"comm_bench", {"--csv", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
+      {"comm_bench", {"--json", out_fixture("dir")}, 2, "Is a directory"},
+      {"comm_bench", {"--json", out_fixture("file") + "/c.json"}, 2, "Not a directory"},
+      {"comm_bench", {"--csv", "kiln-same.out", "--json", "kiln-same.out"}, 2,
+       "--csv kiln-same.out and --json kiln-same.out name the same file"},
+      {"loader_bench", {"--csv", "/dev/null"}, 2, "--csv /dev/null is a character device"},
+      {"loader_bench", {"--csv", out_fixture("dir")}, 2, "Is a directory"},
+      {"loader_bench", {"--csv", "/nonexistent-kiln-dir/l.csv"}, 2, "does not exist: create it first"},
+      {"loader_bench", {"--data", out_fixture("data"), "--csv", out_fixture("data/train-images-idx3-ubyte")},
+       2, "is the input --data"},
+      {"gemm_bench", {"--json", "/dev/null"}, 2, "--json /dev/null is a character device"},
+      {"gemm_bench", {"--json", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
+      {"gemm_bench", {"--json", "/nonexistent-kiln-dir/g.json"}, 2, "does not exist: create it first"},
+      {"idx_to_imagefolder", {"--out", out_fixture("file")}, 2, "is a file, not a directory"},
+      {"idx_to_imagefolder", {"--out", "/dev/null"}, 2, "is a character device, not a directory"},
+      {"idx_to_imagefolder", {"--out", out_fixture("file") + "/png"}, 2, "is not a directory"},
   };
   return table;
 }
