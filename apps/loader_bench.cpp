@@ -196,13 +196,13 @@ Data open_data(const Options& o) {
 // One batch of --dataset's examples in f32 (the loader keeps --prefetch of them and one per
 // worker): refused before the loader allocates them when it cannot fit in memory.
 void check_batch_fits(const Options& o, const Data& d) {
-  // Whole batches only (drop_last): a batch larger than the set would leave every epoch empty.
-  check_batch_fits_dataset(o.batch_size, d.dataset->size(), "--batch-size", "training set");
   double example_numel = 1;
   for (const int64_t n : d.dataset->example_shape()) example_numel *= static_cast<double>(n);
   apps::check_fits_in_memory("--batch-size", std::to_string(o.batch_size),
                              static_cast<double>(o.batch_size) * example_numel * sizeof(float),
                              "one batch of f32 examples");
+  // Whole batches only (drop_last): a batch larger than the set would leave every epoch empty.
+  check_batch_fits_dataset(o.batch_size, d.dataset->size(), "--batch-size", "training set");
 }
 
 Device resolve_device(const std::string& spec) {

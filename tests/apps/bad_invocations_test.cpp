@@ -11,12 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "support/run_command.h"
@@ -65,6 +68,75 @@ std::string out_fixture(const std::string& name) {
     if (!std::filesystem::exists(idx)) std::ofstream(idx) << "stands for an IDX file\n";
     std::filesystem::create_hard_link(d + "/file", d + "/link", ec);  // EEXIST: made already
     ::mkfifo((d + "/fifo").c_str(), 0644);                            // likewise
+    return d;
+  }();
+  return dir + "/" + name;
+}
+
+// ---- data: fixtures ----
+// Small bad datasets in their own folder (kiln_bad_invocations_data), made on first use. Each
+// file is written under a temporary name and renamed, so that test processes running at once
+// never read a half-written one.
+void write_atomically(const std::string& path, const std::string& bytes) {
+  if (std::filesystem::exists(path)) return;
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::ofstream(tmp, std::ios::binary) << bytes;
+  std::filesystem::rename(tmp, path);
+}
+
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+          static_cast<char>(v)};
+}
+
+// MNIST's four IDX files with `train` and `test` images (all 0, label 0) in `dir`.
+void write_idx(const std::string& dir, uint32_t train, uint32_t test) {
+  std::filesystem::create_directories(dir);
+  for (const auto& [prefix, n] : {std::pair<std::string, uint32_t>{"train", train}, {"t10k", test}}) {
+    write_atomically(dir + "/" + prefix + "-images-idx3-ubyte",
+                     be32(2051) + be32(n) + be32(28) + be32(28) + std::string(n * 784, '\0'));
+    write_atomically(dir + "/" + prefix + "-labels-idx1-ubyte", be32(2049) + be32(n) + std::string(n, '\0'));
+  }
+}
+
+// A 1x1 grey PNG (valid CRCs and Adler-32); `damaged`: the last byte of IDAT's CRC changed.
+std::string tiny_png(bool damaged) {
+  static const unsigned char png[67] = {
+      0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+      0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x00, 0x00, 0x00, 0x3a,
+      0x7e, 0x9b, 0x55, 0x00, 0x00, 0x00, 0x0a, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0x68,
+      0x00, 0x00, 0x00, 0x82, 0x00, 0x81, 0x77, 0xcd, 0x72, 0xb6, 0x00, 0x00, 0x00, 0x00, 0x49,
+      0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
+  std::string s(reinterpret_cast<const char*>(png), sizeof png);
+  if (damaged) s[54] = static_cast<char>(s[54] ^ 0x01);
+  return s;
+}
+
+// DIR/<split>/<class>/0.png for each class of each split.
+void write_image_folder(const std::string& dir, const std::vector<std::string>& train_classes,
+                        const std::vector<std::string>& test_classes, bool damaged_train) {
+  for (const auto& [split, classes] : {std::pair<std::string, const std::vector<std::string>*>{
+                                           "train", &train_classes}, {"test", &test_classes}}) {
+    for (const std::string& c : *classes) {
+      std::filesystem::create_directories(dir + "/" + split + "/" + c);
+      write_atomically(dir + "/" + split + "/" + c + "/0.png", tiny_png(damaged_train && split == "train"));
+    }
+  }
+}
+
+std::string data_fixture(const std::string& name) {
+  static const std::string dir = [] {
+    const std::string d = ::testing::TempDir() + "kiln_bad_invocations_data";
+    write_idx(d + "/empty_train", 0, 2);
+    write_idx(d + "/empty_test", 2, 0);
+    write_idx(d + "/two", 2, 2);
+    const std::vector<std::string> digits = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+    std::vector<std::string> other = digits;
+    other.back() = "x";
+    write_image_folder(d + "/classes", digits, other, false);
+    write_image_folder(d + "/damaged", digits, digits, true);
+    std::error_code ec;  // EEXIST: made already
+    std::filesystem::create_directory_symlink(d + "/loop", d + "/loop", ec);
     return d;
   }();
   return dir + "/" + name;
@@ -330,6 +402,34 @@ const std::vector<Row>& rows() {
       {"idx_to_imagefolder", {"--out", out_fixture("file")}, 2, "is a file, not a directory"},
       {"idx_to_imagefolder", {"--out", "/dev/null"}, 2, "is a character device, not a directory"},
       {"idx_to_imagefolder", {"--out", out_fixture("file") + "/png"}, 2, "is not a directory"},
+
+      // ---- data: empty or inconsistent sets, damaged images, unreachable paths ----
+      {"mnist_train", {"--data", data_fixture("empty_train"), "--epochs", "1", "--quiet"}, 2,
+       "empty_train/train-images-idx3-ubyte: holds no images"},
+      {"mnist_train", {"--data", data_fixture("empty_test"), "--epochs", "1", "--quiet"}, 2,
+       "empty_test/t10k-images-idx3-ubyte: holds no images"},
+      {"mnist_train", {"--format", "imagefolder", "--data", data_fixture("classes"), "--epochs", "1", "--quiet"},
+       2, "have different class folders (only in "},
+      {"mnist_train", {"--format", "imagefolder", "--data", data_fixture("classes"), "--epochs", "1", "--quiet"},
+       2, "classes/train: 9; only in "},
+      {"mnist_train", {"--format", "imagefolder", "--data", data_fixture("classes"), "--epochs", "1", "--quiet"},
+       2, "classes/test: x)"},
+      // A damaged image fails its batch as any undecodable image does: the loader names the
+      // batch, the index and the file.
+      {"mnist_train", {"--format", "imagefolder", "--data", data_fixture("damaged"), "--epochs", "1",
+                       "--workers", "0", "--threads", "1", "--quiet"},
+       2, "0.png: the CRC of chunk IDAT does not match its data: the file is damaged"},
+      {"loader_bench", {"--data", data_fixture("two"), "--batch-size", "100"}, 2,
+       "--batch-size 100 is larger than the 2 images of the training set: lower --batch-size"},
+      {"loader_bench", {"--format", "imagefolder", "--data", data_fixture("damaged"), "--batch-size", "2",
+                        "--batches", "1", "--warmup-batches", "0", "--repeats", "1", "--workers", "0"},
+       2, "the CRC of chunk IDAT does not match its data"},
+      // A path stat(2) cannot follow (here a loop of symbolic links, which fails for root too,
+      // as EACCES does not): the system's reason, not "not found".
+      {"mnist_train", {"--data", data_fixture("loop"), "--epochs", "1", "--quiet"}, 2,
+       "loop/train-images-idx3-ubyte: cannot be reached: Too many levels of symbolic links"},
+      {"mnist_train", {"--format", "imagefolder", "--data", data_fixture("loop"), "--epochs", "1", "--quiet"}, 2,
+       "loop/train: Too many levels of symbolic links"},
   };
   return table;
 }
