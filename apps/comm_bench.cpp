@@ -1,14 +1,18 @@
 // comm_bench: allreduce time, algbw, busbw and bytes on the wire, per algorithm and message size,
 // in the manner of nccl-tests (https://github.com/NVIDIA/nccl-tests; docs/data_parallel.md).
 //
-//   comm_bench --transport local:4                                 (threads of this process)
-//   mpirun -np 2 build/apps/comm_bench --transport mpi --csv out/comm/mpi2.csv
-//   mpirun -np 2 build/apps/comm_bench --transport nccl            (one GPU per rank)
-//   comm_bench --transport local --ps-scaling 1,2,4,8               (the server bottleneck)
-//   mpirun -np 5 --oversubscribe build/apps/comm_bench --transport mpi --ps-scaling 4
+//   comm_bench --dist local:4                                      (threads of this process)
+//   mpirun -np 2 build/apps/comm_bench --dist mpi --csv out/comm/mpi2.csv
+//   mpirun -np 2 build/apps/comm_bench --dist nccl                 (one GPU per rank)
+//   comm_bench --dist local --ps-scaling 1,2,4,8                    (the server bottleneck)
+//   mpirun -np 5 --oversubscribe build/apps/comm_bench --dist mpi --ps-scaling 4
+//
+// --dist and --allreduce are mnist_train's names (apps/common/flag_names.h); the old spellings
+// --transport and --algorithms, and the --dtype values f32 and f16, still work with a line saying
+// what to write instead.
 //
 // Sweep (the default mode). For every size from --min-bytes to --max-bytes (times --step-factor)
-// and every algorithm of --algorithms (ring, hd = halving-doubling, bb = binary blocks,
+// and every algorithm of --allreduce (ring, hd = halving-doubling, bb = binary blocks,
 // ps = parameter server, native = MPI_Allreduce / ncclAllReduce where the transport has one),
 // on every member rank:
 //   check   each rank fills the buffer with small integers that depend on its rank and the
@@ -190,9 +194,15 @@ int main(int argc, char** argv) {
                "library's own allreduce, over threads (local:N), MPI or NCCL"};
   Options o;
   add_flags(app, o);
-  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "comm_bench")) return *rc;
-  // Started by mpirun / srun without --transport: the ranks are MPI processes, not threads.
-  if (app.count("--transport") == 0 && apps::launched_by_mpi()) {
+  const std::vector<apps::OldSpelling> old_spellings = {
+      apps::renamed_flag("--transport", "--dist"), apps::renamed_flag("--algorithms", "--allreduce"),
+      apps::renamed_value("--dtype", "f32", "fp32"), apps::renamed_value("--dtype", "f16", "fp16")};
+  if (const std::optional<int> rc =
+          apps::parse_flags(app, argc, argv, "comm_bench", old_spellings)) {
+    return *rc;
+  }
+  // Started by mpirun / srun without --dist: the ranks are MPI processes, not threads.
+  if (app.count("--dist") == 0 && apps::launched_by_mpi()) {
     o.transport = "mpi";
   }
   try {

@@ -19,10 +19,14 @@
 // alternate round by round, so both see the same machine state; the figure is the median over
 // iterations. FLOPs count 2 per multiply-add. The last column is hand time / vendor time.
 //
+// --json FILE writes the same figures as JSON (the flags, then one row per convolution and the
+// totals); the table goes to stdout either way.
+//
 // Under the CUDA simulator (a build with -DKILN_CUDA_SIM=ON) the GPU runs on the CPU and cuDNN
 // is the simulator's host-computed stand-in: the batch defaults to 1 and one iteration, and every
 // line says SIMULATED: those figures measure the simulator, never a GPU.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +37,9 @@
 #include <vector>
 
 #include "apps/common/flag_checks.h"
+#include "apps/common/output_paths.h"
+#include "apps/common/progress.h"
+#include "engine/output_file.h"
 #include "engine/cuda/context.h"
 #include "engine/impl.h"
 #include "engine/init.h"
@@ -133,15 +140,17 @@ int main(int argc, char** argv) {
   int threads = num_threads();
   int64_t batch = 0;
   int iters = 0, warmup = -1;
-  std::string device_spec = "cpu", shapes = "mnist", hand_kernel = "implicit-gemm";
-  app.add_option("--device", device_spec, "cpu | cuda | cuda:N");
+  std::string device_spec = "cpu", shapes = "mnist", hand_kernel = "implicit-gemm", json_path;
+  // --help shows the defaults: these four's values, and in words those of the three below,
+  // which depend on --shapes and on the simulator.
+  app.add_option("--device", device_spec, "cpu | cuda | cuda:N")->capture_default_str();
   app.add_option("--shapes", shapes, "mnist | resnet50")
-      ->check(apps::one_of({"mnist", "resnet50"}));
+      ->check(apps::one_of({"mnist", "resnet50"}))->capture_default_str();
   app.add_option("--hand-kernel", hand_kernel,
-                 "CUDA hand kernel: implicit-gemm (default) | direct (the naive reference)")
-      ->check(apps::one_of({"implicit-gemm", "direct"}));
+                 "CUDA hand kernel: implicit-gemm | direct (the naive reference)")
+      ->check(apps::one_of({"implicit-gemm", "direct"}))->capture_default_str();
   app.add_option("--threads", threads, "OpenMP threads (kiln::set_num_threads)")
-      ->check(apps::at_least(1));
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--batch-size", batch,
                  "images per batch (default: 128 mnist, 32 resnet50; 1 under the simulator)")
       ->check(apps::at_least(int64_t{1}));
@@ -150,9 +159,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup,
                  "untimed iterations first: algorithm search, buffers (default 3; 0 simulated)")
       ->check(apps::at_least(0));
+  app.add_option("--json", json_path, "also write the results as JSON to this file");
   if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "conv_bench")) return *rc;
 
   try {
+    apps::check_output_paths({{"--json", json_path}});  // written after the timings: check now
     set_num_threads(threads);
     const Device device(device_spec);
     const bool on_gpu = device.is_cuda();
@@ -188,13 +199,14 @@ int main(int argc, char** argv) {
     const char* vendor_name = on_gpu ? "cuDNN" : "oneDNN";
     std::printf("conv_bench: %s on %s, batch %lld, %s, forward+backward, median of %d%s\n",
                 shapes.c_str(), device.str().c_str(), static_cast<long long>(batch),
-                on_gpu ? "GPU time" : (std::to_string(threads) + " thread(s)").c_str(), iters,
+                on_gpu ? "GPU time" : apps::count_of(threads, "thread").c_str(), iters,
                 tag);
     std::printf("%-28s %10s %9s   %10s %9s   %s%s\n", "", "hand ms", "GFLOP/s", "vendor ms",
                 "GFLOP/s", "hand/vendor", tag);
     std::printf("%-28s %s vs %s%s\n", "", hand_name.c_str(),
                 with_vendor ? vendor_name : "(no vendor library in the simulator)", tag);
     double total[2] = {0, 0};
+    nlohmann::json rows = nlohmann::json::array();
     for (const ConvSpec& s : specs) {
       Setup st = make_setup(s, batch, device);
       std::vector<double> times[2];
@@ -209,21 +221,39 @@ int main(int argc, char** argv) {
       }
       const double hand = median(times[0]);
       total[0] += hand;
+      nlohmann::json row = {{"conv", s.name}, {"flops", st.flops}, {"hand_ms", hand},
+                            {"hand_gflops", st.flops / hand / 1e6}};
       if (with_vendor) {
         const double vendor = median(times[1]);
         total[1] += vendor;
+        row["vendor_ms"] = vendor;
+        row["vendor_gflops"] = st.flops / vendor / 1e6;
+        row["hand_over_vendor"] = hand / vendor;
         std::printf("%-28s %10.2f %9.1f   %10.2f %9.1f   %.2fx%s\n", s.name, hand,
                     st.flops / hand / 1e6, vendor, st.flops / vendor / 1e6, hand / vendor, tag);
       } else {
         std::printf("%-28s %10.2f %9.3f   %10s %9s   %s%s\n", s.name, hand, st.flops / hand / 1e6,
                     "-", "-", "-", tag);
       }
+      rows.push_back(row);
     }
     if (with_vendor)
       std::printf("%-28s %10.2f %9s   %10.2f %9s   %.2fx%s\n", "all", total[0], "", total[1], "",
                   total[0] / total[1], tag);
     else
       std::printf("%-28s %10.2f%s\n", "all", total[0], tag);
+    if (!json_path.empty()) {
+      nlohmann::json j = {{"app", "conv_bench"}, {"device", device.str()}, {"shapes", shapes},
+                          {"batch_size", batch}, {"threads", threads}, {"iters", iters},
+                          {"warmup", warmup}, {"simulated", simulated}, {"hand", hand_name},
+                          {"vendor", vendor_name}, {"rows", rows},
+                          {"total_hand_ms", total[0]}};
+      if (with_vendor) {
+        j["total_vendor_ms"] = total[1];
+        j["total_hand_over_vendor"] = total[0] / total[1];
+      }
+      write_output_file("--json", json_path, j.dump(2) + "\n");
+    }
   } catch (const OutOfMemory& e) {
     const Error sized = apps::size_error(e, "--batch-size " + std::to_string(batch));
     std::fprintf(stderr, "conv_bench: error: %s\n", sized.what());

@@ -1,7 +1,7 @@
 // gemm_bench: GFLOP/s of matrix products on square matrices, C (N,N) = A (N,N) B (N,N).
 //
-//   gemm_bench [--device cuda|cpu] [--sizes ...] [--kernels ...] [--dtypes bf16,f16]
-//              [--iters 10] [--warmup 2] [--json out]
+//   gemm_bench [--device cuda|cpu] [--sizes ...] [--kernels ...] [--precision bf16,fp16]
+//              [--threads N] [--iters 10] [--warmup 2] [--json out]
 //
 // --device cuda (the default in CUDA builds; apps/gemm_bench/cuda_rows.cpp): the steps of our
 //   GEMM against cuBLAS, as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
@@ -14,7 +14,9 @@
 // --device cpu (the default without CUDA; apps/gemm_bench/cpu_rows.cpp): mixed precision, bf16
 //   and f16 inputs with f32 sums (cpu::gemm_lowp), against f32 OpenBLAS. Kernels: blas, hand
 //   (the AVX-512 BF16 kernel), vendor (oneDNN), convert (widen to f32, then OpenBLAS); default
-//   all four; sizes 512,1024.
+//   all four; sizes 512,1024; --precision: the input formats (bf16, fp16), --threads: the
+//   OpenMP/BLAS budget as in the other apps. The old spellings --dtypes and f16 still work
+//   (apps/common/flag_names.h).
 // One line per size and kernel, with the worst error against a reference (a wrong result exits
 // 1), then the ratios (hand/vendor, tc_bf16/vendor_bf16, ...). FLOPs: 2 N^3 per product; time:
 // wall clock of `iters` products after `warmup` untimed ones, divided by iters.
@@ -30,6 +32,7 @@
 
 #include "apps/common/flag_checks.h"
 #include "apps/common/output_paths.h"
+#include "engine/parallel.h"
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/context.h"
 #include "engine/error.h"
@@ -44,7 +47,8 @@ int main(int argc, char** argv) {
   Options o;
   std::string device = kWithCuda ? "cuda" : "cpu";
   std::string json_path;
-  o.dtypes = {"bf16", "f16"};
+  int threads = num_threads();
+  o.dtypes = {"bf16", "fp16"};
   app.add_option("--device", device, "cuda (our GEMM steps vs cuBLAS) or cpu (bf16/f16 vs f32 "
                                      "BLAS); default cuda in CUDA builds, else cpu")
       ->check(apps::one_of({"cuda", "cpu"}));
@@ -59,16 +63,25 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(apps::one_of({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "hand", "vendor",
                              "vendor_bf16", "blas", "convert"}));
-  app.add_option("--dtypes", o.dtypes, "cpu: the input formats, comma-separated (default bf16,f16)")
+  app.add_option("--precision", o.dtypes, "cpu: the input formats, comma-separated (default "
+                                          "bf16,fp16)")
       ->delimiter(',')
-      ->check(apps::one_of({"bf16", "f16"}));
+      ->check(apps::one_of({"bf16", "fp16"}));
+  app.add_option("--threads", threads, "CPU threads (OpenMP and BLAS; kiln::set_num_threads)")
+      ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--iters", o.iters, "timed products per size and kernel (default 10; 1 under "
                                      "the simulator)")
       ->check(apps::at_least(1));
   app.add_option("--warmup", o.warmup, "untimed products first (default 2; 0 under the simulator)")
       ->check(apps::at_least(0));
   app.add_option("--json", json_path, "also write the results as JSON to this file");
-  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "gemm_bench")) return *rc;
+  if (const std::optional<int> rc = apps::parse_flags(
+          app, argc, argv, "gemm_bench",
+          {apps::renamed_flag("--dtypes", "--precision"),
+           apps::renamed_value("--precision", "f16", "fp16")})) {
+    return *rc;
+  }
+  set_num_threads(threads);
 
   const bool on_cpu = device == "cpu";
   // Under the simulator the CUDA rows run on the CPU, slowly: one product each by default.

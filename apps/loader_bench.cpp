@@ -1,7 +1,7 @@
 // loader_bench: measures the data loader, alone and inside a training loop (docs/data_loading.md).
 //
-//   loader_bench --mode throughput --dataset mnist-idx   --csv out/loader/throughput.csv
-//   loader_bench --mode throughput --dataset imagefolder --data datasets/mnist_png --append ...
+//   loader_bench --mode throughput --format idx         --csv out/loader/throughput.csv
+//   loader_bench --mode throughput --format imagefolder --data datasets/mnist_png --append ...
 //   loader_bench --mode train --workers 0,2 --extra-decode-us 0 --csv out/loader/train.csv
 //   loader_bench --mode h2d --device cuda                  (pinned vs pageable bandwidth)
 //
@@ -35,17 +35,21 @@
 //               device_idle_fraction,seconds,final_loss
 //   h2d:        size_mb,pageable_gb_per_s,pinned_gb_per_s,ratio,simulated
 // tools/plot.py turns them into charts; tools/loader_experiment.sh runs the whole experiment.
+// --json PATH writes the same rows as JSON ({"app", "mode", "rows": [{column: value}]}), once the
+// mode has finished; the table goes to stdout either way.
 //
 // Under the CUDA simulator (-DKILN_CUDA_SIM=ON) a "GPU" is the CPU: every line holding a figure
 // that went through the CUDA path (--device cuda, --pin-memory, mode h2d) says SIMULATED, and
 // such a figure measures the simulator, never a GPU.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -72,6 +76,7 @@
 #include "engine/cuda/context.h"
 #include "engine/error.h"
 #include "engine/optim/adadelta.h"
+#include "engine/output_file.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
 #include "layers/loss.h"
@@ -86,7 +91,7 @@ namespace {
 
 struct Options {
   std::string mode = "throughput";
-  std::string dataset = "mnist-idx";
+  std::string dataset = "idx";  // --format
   std::string data;  // default: per dataset (see default_data_dir)
   std::vector<int> workers;
   int prefetch = 2;
@@ -103,6 +108,7 @@ struct Options {
   int h2d_max_mb = 256, reps = 10;
   std::string csv;
   bool append = false;
+  std::string json;
 };
 
 Shape parse_shape(const std::string& s) {
@@ -157,7 +163,7 @@ class ExtraDecodeDataset : public Dataset {
   int64_t extra_us_;
 };
 
-// The data set of --dataset, and the transform that makes its examples look like the IDX path's
+// The data set of --format, and the transform that makes its examples look like the IDX path's
 // (ImageFolder decodes to [0,1]; mnist_train normalises both formats the same way).
 struct Data {
   std::unique_ptr<Dataset> dataset;
@@ -173,7 +179,7 @@ std::shared_ptr<const Compose> mnist_normalize(const Shape& example_shape) {
 
 Data open_data(const Options& o) {
   Data d;
-  if (o.dataset == "mnist-idx") {
+  if (o.dataset == "idx") {
     const std::string dir = o.data.empty() ? apps::in_source_tree("datasets/mnist") : o.data;
     d.dataset = std::make_unique<MnistDataset>(MnistDataset::load(dir, MnistSplit::Train));
   } else if (o.dataset == "imagefolder") {
@@ -193,7 +199,7 @@ Data open_data(const Options& o) {
   return d;
 }
 
-// One batch of --dataset's examples in f32 (the loader keeps --prefetch of them and one per
+// One batch of --format's examples in f32 (the loader keeps --prefetch of them and one per
 // worker): refused before the loader allocates them when it cannot fit in memory.
 void check_batch_fits(const Options& o, const Data& d) {
   double example_numel = 1;
@@ -237,16 +243,46 @@ LoaderOptions loader_options(const Options& o, int workers, const Data& d, Devic
   return lo;
 }
 
+// A mode's rows: to --csv as they are measured, and into `json` for --json (the same fields,
+// named by the CSV header; numbers as numbers, "" as null).
+class Rows {
+ public:
+  Rows(const Options& o, const std::string& header, nlohmann::json& json)
+      : csv_(o.csv, o.append, header), json_(json) {
+    std::stringstream names(header);
+    for (std::string name; std::getline(names, name, ',');) names_.push_back(name);
+  }
+  void row(const std::string& line) {
+    csv_.row(line);
+    nlohmann::json r = nlohmann::json::object();
+    std::stringstream fields(line);
+    std::string field;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (!std::getline(fields, field, ',')) field.clear();
+      char* end = nullptr;
+      const double v = std::strtod(field.c_str(), &end);
+      if (field.empty()) r[names_[i]] = nullptr;
+      else if (*end == '\0') r[names_[i]] = v;
+      else r[names_[i]] = field;
+    }
+    json_.push_back(r);
+  }
+
+ private:
+  CsvOut csv_;
+  std::vector<std::string> names_;
+  nlohmann::json& json_;
+};
+
 // ---- mode throughput ----------------------------------------------------------------------
 
-int run_throughput(const Options& o) {
+int run_throughput(const Options& o, nlohmann::json& rows) {
   const Data d = open_data(o);
   check_batch_fits(o, d);
   const std::vector<int> counts = o.workers.empty() ? std::vector<int>{0, 1, 2, 4, 8} : o.workers;
   const bool simulated = cuda::kSimulated && o.pin_memory;  // pinned staging is the CUDA path
   const char* tag = simulated ? "  SIMULATED" : "";
-  CsvOut csv(o.csv, o.append,
-             "dataset,workers,prefetch,pin_memory,batch_size,images_per_sec,seconds");
+  Rows csv(o, "dataset,workers,prefetch,pin_memory,batch_size,images_per_sec,seconds", rows);
   std::printf("loader_bench throughput: %s\n", d.dataset->describe().c_str());
   std::printf("batch %lld, prefetch %d, pin_memory %s, %d warm-up batches, median of %d windows "
               "of %d batches, %d cores%s\n",
@@ -398,7 +434,7 @@ TrainResult train_run(const Options& o, const Data& d, int workers, Device devic
   return r;
 }
 
-int run_train(const Options& o) {
+int run_train(const Options& o, nlohmann::json& rows) {
   const Device device = resolve_device(o.device);
   set_num_threads(o.threads);
   const Data d = open_data(o);
@@ -407,10 +443,11 @@ int run_train(const Options& o) {
   const bool pinned = o.pin_memory || device.is_cuda();  // the Loader pins for a CUDA target
   const bool simulated = cuda::kSimulated && pinned;
   const char* tag = simulated ? "  SIMULATED" : "";
-  CsvOut csv(o.csv, o.append,
-             "dataset,workers,prefetch,pin_memory,batch_size,threads,steps,extra_decode_us,device,"
-             "simulated,median_step_ms,images_per_sec,loader_wait_fraction,device_idle_fraction,"
-             "seconds,final_loss");
+  Rows csv(o,
+           "dataset,workers,prefetch,pin_memory,batch_size,threads,steps,extra_decode_us,device,"
+           "simulated,median_step_ms,images_per_sec,loader_wait_fraction,device_idle_fraction,"
+           "seconds,final_loss",
+           rows);
   std::printf("loader_bench train: MNIST CNN, Adadelta lr 1.0, batch %lld, %d warm-up + %d timed "
               "steps, %d compute threads, %s, pin_memory %s%s\n",
               static_cast<long long>(o.batch_size), o.warmup_steps, o.steps, o.threads,
@@ -439,7 +476,7 @@ int run_train(const Options& o) {
 
 // ---- mode h2d -----------------------------------------------------------------------------
 
-int run_h2d(const Options& o) {
+int run_h2d(const Options& o, nlohmann::json& rows) {
   apps::check_fits_in_memory("--h2d-max-mb", std::to_string(o.h2d_max_mb),
                              2.0 * o.h2d_max_mb * (1 << 20), "a pageable and a pinned copy");
   const Device device = resolve_device(o.device);
@@ -449,7 +486,7 @@ int run_h2d(const Options& o) {
   }
 #if KILN_WITH_CUDA
   const char* tag = cuda::kSimulated ? "  SIMULATED" : "";
-  CsvOut csv(o.csv, o.append, "size_mb,pageable_gb_per_s,pinned_gb_per_s,ratio,simulated");
+  Rows csv(o, "size_mb,pageable_gb_per_s,pinned_gb_per_s,ratio,simulated", rows);
   cuda::DeviceGuard guard(device.index);
   std::printf("loader_bench h2d: Tensor::to(%s) from pageable vs pinned host memory, median of "
               "%d, GPU time (events)%s\n",
@@ -483,6 +520,7 @@ int run_h2d(const Options& o) {
   return 0;
 #else
   (void)o;
+  (void)rows;
   return 0;  // unreachable: resolve_device has thrown (no CUDA backend)
 #endif
 }
@@ -496,10 +534,10 @@ int main(int argc, char** argv) {
   o.threads = hardware_threads();
   app.add_option("--mode", o.mode, "throughput | train | h2d")
       ->check(apps::one_of({"throughput", "train", "h2d"}))->capture_default_str();
-  app.add_option("--dataset", o.dataset, "mnist-idx | imagefolder | synthetic (train: "
-                 "default imagefolder)")
-      ->check(apps::one_of({"mnist-idx", "imagefolder", "synthetic"}));
-  app.add_option("--data", o.data, "data directory (default: datasets/mnist for mnist-idx, "
+  app.add_option("--format", o.dataset, "idx (the four MNIST files) | imagefolder | synthetic "
+                 "(default: idx; train: imagefolder)")
+      ->check(apps::one_of({"idx", "imagefolder", "synthetic"}));
+  app.add_option("--data", o.data, "data directory (default: datasets/mnist for idx, "
                  "datasets/mnist_png for imagefolder; DIR/train is used when it exists)");
   app.add_option("--workers", o.workers, "worker counts, comma-separated (default: throughput "
                  "0,1,2,4,8; train 0,2)")->delimiter(',')->check(apps::at_least(0));
@@ -535,8 +573,15 @@ int main(int argc, char** argv) {
       ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--csv", o.csv, "write the results as CSV here");
   app.add_flag("--append", o.append, "append rows to --csv instead of overwriting it");
-  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "loader_bench")) return *rc;
-  if (app.count("--dataset") == 0 && o.mode == "train") o.dataset = "imagefolder";
+  app.add_option("--json", o.json, "also write the rows as JSON here (when the mode has finished)");
+  // --format is mnist_train's name; --dataset mnist-idx was this app's (apps/common/flag_names.h).
+  if (const std::optional<int> rc =
+          apps::parse_flags(app, argc, argv, "loader_bench",
+                            {apps::renamed_flag("--dataset", "--format"),
+                             apps::renamed_value("--format", "mnist-idx", "idx")})) {
+    return *rc;
+  }
+  if (app.count("--format") == 0 && o.mode == "train") o.dataset = "imagefolder";
 
   try {
     KILN_CHECK_INPUT(!o.append || !o.csv.empty(), "--append adds rows to the --csv file: give "
@@ -551,9 +596,16 @@ int main(int argc, char** argv) {
       }
     }
     apps::check_output_paths({{"--csv", o.csv}}, inputs);
-    if (o.mode == "throughput") return run_throughput(o);
-    if (o.mode == "train") return run_train(o);
-    return run_h2d(o);
+    apps::check_output_paths({{"--csv", o.csv}, {"--json", o.json}});  // two names, one file?
+    nlohmann::json rows = nlohmann::json::array();
+    const int rc = o.mode == "throughput" ? run_throughput(o, rows)
+                   : o.mode == "train"    ? run_train(o, rows)
+                                          : run_h2d(o, rows);
+    if (!o.json.empty()) {
+      const nlohmann::json j = {{"app", "loader_bench"}, {"mode", o.mode}, {"rows", rows}};
+      write_output_file("--json", o.json, j.dump(2) + "\n");
+    }
+    return rc;
   } catch (const OutOfMemory& e) {
     // The loader's batches (and in h2d mode the copied buffers) are sized by the flags.
     const Error sized = apps::size_error(

@@ -41,6 +41,7 @@
 #include "apps/common/rank_agreement.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/common/output_paths.h"
+#include "apps/common/progress.h"
 #include "apps/resnet_bench/runs.h"
 #include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
@@ -305,8 +306,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
   bool equal = true;
   for (const ReplicaResult& r : results) equal = equal && r.checksum == r0.checksum;
   const double m = mean_of(r0.step_s), sd = std_of(r0.step_s);
-  std::printf("hybrid: %d replicas x %d stages (%s), global batch %lld, split %lld, %s\n",
-              replicas, p, mpi ? "MPI processes" : "threads",
+  std::printf("hybrid: %s x %s (%s), global batch %lld, split %lld, %s\n",
+              count_of(replicas, "replica").c_str(), count_of(p, "stage").c_str(), mpi ? "MPI processes" : "threads",
               static_cast<long long>(o.workload.batch), static_cast<long long>(split),
               o.schedule.c_str());
   std::printf("  step %.3f +- %.3f s   %.1f images/s%s\n", m, sd,
@@ -543,18 +544,21 @@ int run(Options& o) {
 
 void add_flags(CLI::App& app, Options& o) {
   Workload& w = o.workload;
-  app.add_option("--model", w.model, "resnet18|34|50|101|152 (the tutorial: resnet50)")
+  // --help shows each flag's default; "tutorial" names the value PyTorch's model-parallel
+  // tutorial used, where it differs.
+  app.option_defaults()->always_capture_default();
+  app.add_option("--model", w.model, "resnet18|34|50|101|152 (the tutorial used resnet50)")
       ->check(one_of({"resnet18", "resnet34", "resnet50", "resnet101", "resnet152"}));
-  app.add_option("--image-size", w.image, "image height and width (tutorial: 128; default 64)")
+  app.add_option("--image-size", w.image, "image height and width (the tutorial used 128)")
       ->check(in_range(int64_t{32}, int64_t{4096}));
-  app.add_option("--batch-size", w.batch, "images per step (the tutorial's 120)")
+  app.add_option("--batch-size", w.batch, "images per step (the tutorial used 120)")
       ->check(in_range(int64_t{1}, int64_t{1} << 16));
-  app.add_option("--classes", w.classes, "classes of the one-hot labels (tutorial: 1000)")
+  app.add_option("--classes", w.classes, "classes of the one-hot labels (the tutorial used 1000)")
       ->check(in_range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--width", w.width, "stem channels: 64 is the real net; 8 or 16 give narrow nets "
                  "of the same depth (smoke tests, the CUDA simulator)")
       ->check(in_range(int64_t{8}, int64_t{64}));
-  app.add_option("--lr", w.lr, "SGD learning rate (tutorial: 0.001)")->check(above(0.0));
+  app.add_option("--lr", w.lr, "SGD learning rate (the tutorial used 0.001)")->check(above(0.0));
   app.add_option("--precision", w.precision, kPrecisionHelp)
       ->check(one_of({"fp32", "tf32", "bf16", "fp16"}));
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
@@ -565,17 +569,17 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(one_of({"gpipe", "1f1b"}));
   app.add_flag("--recompute", o.recompute, "pipeline: re-materialise activations in backward");
   app.add_option("--split-sizes", o.split_sizes,
-                 "pipeline micro-batch sizes to sweep (the tutorial's 1,3,5,8,10,12,20,40,60)");
+                 "pipeline micro-batch sizes to sweep (the tutorial's)");
   app.add_option("--balance", o.balance,
                  "stage partition: time (measured per block), params, or tutorial "
                  "(conv1..layer2 | layer3..fc)")
       ->check(one_of({"time", "params", "tutorial"}));
-  app.add_option("--steps", o.steps, "timed steps per repeat (tutorial: 3)")
+  app.add_option("--steps", o.steps, "timed steps per repeat (the tutorial used 3)")
       ->check(in_range(1, 100000));
-  app.add_option("--repeats", o.repeats, "repeats (tutorial: 10)")->check(in_range(1, 100000));
+  app.add_option("--repeats", o.repeats, "timed repeats of --steps each (the tutorial used 10)")->check(in_range(1, 100000));
   app.add_option("--threads-per-stage", o.threads_per_stage,
                  "CPU threads of each stage and of the single device (default: cores / stages)")
-      ->check(in_range(1, 1024));
+      ->check(in_range(1, 1024))->always_capture_default(false);
   app.add_option("--dp", o.dp, "hybrid: replicas of the pipeline (threads); under mpirun, one "
                  "replica per process")->check(in_range(1, 64));
   app.add_option("--csv", o.csv, "write one row per setup");

@@ -6,11 +6,15 @@
 //   train_step_bench --model mnist_cnn --threads 2 --batch-size 128 --steps 30
 //   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode train
 //   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode eval --fold-bn
-//   train_step_bench --model resnet50 --device cuda:0 [--tf32]   (a GPU; the step is timed to
-//                                                                 the device's completion)
+//   train_step_bench --model resnet50 --device cuda:0 [--precision tf32]   (a GPU; the step is
+//                                                     timed to the device's completion)
 // Prints one line: "kiln model=resnet50 mode=train threads=2 kernels=vendor batch=32
-// image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup).
+// image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup),
+// the form tools/bench_pytorch_step.py prints too, so that tools/bench_vs_pytorch.sh and
+// bench_resnet_vs_pytorch.sh read both alike. --json FILE also writes the flags, the median
+// and every timed step's milliseconds as JSON.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +27,9 @@
 #include <vector>
 
 #include "apps/common/flag_checks.h"
+#include "apps/common/mixed_precision.h"
+#include "apps/common/output_paths.h"
+#include "engine/output_file.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/optim/grad_scaler.h"
@@ -36,9 +43,6 @@
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
 #include "layers/conv2d.h"
-#if KILN_WITH_CUDA
-#include "engine/cuda/blas.h"
-#endif
 #include "models/resnet.h"
 
 using namespace kiln;
@@ -47,8 +51,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
-  std::string precision = "fp32";
-  bool fold_bn = false, winograd = false, tf32 = false;
+  std::string precision = "fp32", json_path;
+  bool fold_bn = false, winograd = false;
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(apps::one_of({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
                              "resnet152"}));
@@ -65,15 +70,19 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", kernels, "hand or vendor")->check(apps::one_of({"hand", "vendor"}));
   app.add_flag("--fold-bn", fold_bn, "eval mode: fold each BatchNorm into its convolution");
   app.add_option("--device", device_spec, "cpu or cuda[:N]");
-  app.add_option("--precision", precision, "fp32 | bf16 | fp16: autocast around the forward "
-                 "(engine/autocast.h)")->check(apps::one_of({"fp32", "bf16", "fp16"}));
-  app.add_flag("--tf32", tf32, "CUDA: TF32 tensor-core math in cuBLAS/cuDNN (default: off)");
+  app.add_option("--precision", precision, apps::kPrecisionHelp)
+      ->check(apps::one_of({"fp32", "tf32", "bf16", "fp16"}));
   app.add_flag("--winograd", winograd,
                "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
-  if (const std::optional<int> rc = apps::parse_flags(app, argc, argv, "train_step_bench")) {
+  app.add_option("--json", json_path, "also write the result as JSON to this file");
+  // --tf32 was this app's spelling of the other apps' --precision tf32.
+  if (const std::optional<int> rc =
+          apps::parse_flags(app, argc, argv, "train_step_bench",
+                            {apps::switch_to_value("--tf32", "--precision", "tf32")})) {
     return *rc;
   }
   try {
+    apps::check_output_paths({{"--json", json_path}});  // written after the steps: check now
     KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
                      "--fold-bn needs --mode eval and a ResNet model");
     for (const char* flag : {"--image-size", "--classes"}) {
@@ -94,11 +103,9 @@ int main(int argc, char** argv) {
 #if KILN_WITH_CUDA
       cuda::check_device(device.index);
 #endif
-#if KILN_WITH_CUDA
-      cuda::set_allow_tf32(tf32);
-#endif
     }
-    KILN_CHECK_INPUT(!tf32 || on_cuda, "--tf32 needs --device cuda");
+    // tf32 needs a CUDA device; TF32 math is on for tf32 and off otherwise.
+    const Precision math = apps::setup_precision(precision, device);
     set_num_threads(threads);
     set_kernel_impl(parse_impl(kernels.c_str()));
     if (winograd) set_conv_winograd(true);
@@ -134,7 +141,7 @@ int main(int argc, char** argv) {
 #endif
     };
 
-    const DType autocast = autocast_dtype_of(parse_precision(precision));
+    const DType autocast = autocast_dtype_of(math);
     std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as training would run it
     if (precision == "fp16") scaler.emplace();
     std::vector<double> ms;
@@ -163,15 +170,27 @@ int main(int argc, char** argv) {
       auto t1 = std::chrono::steady_clock::now();
       if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    const std::vector<double> step_ms = ms;  // in the order they ran
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
     std::printf("kiln model=%s mode=%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
                 "image=%d images_per_sec=%.1f ms_per_step=%.2f%s\n",
                 model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
-                tf32 ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
+                precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
                 device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median,
                 on_cuda && cuda::kSimulated ? " SIMULATED" : "");
+    if (!json_path.empty()) {
+      const nlohmann::json j = {
+          {"app", "train_step_bench"}, {"model", model}, {"mode", mode},
+          {"device", device.str()}, {"threads", threads}, {"kernels", kernels},
+          {"precision", precision}, {"fold_bn", fold_bn}, {"winograd", winograd},
+          {"batch_size", batch}, {"image_size", image}, {"classes", classes},
+          {"steps", steps}, {"warmup", warmup}, {"ms_per_step", median},
+          {"images_per_sec", batch * 1000.0 / median}, {"step_ms", step_ms},
+          {"simulated", on_cuda && cuda::kSimulated}};
+      write_output_file("--json", json_path, j.dump(2) + "\n");
+    }
   } catch (const OutOfMemory& e) {
     // Every buffer is sized by the flags: the model, the batch and its activations.
     const Error sized = apps::size_error(e, detail::str("--batch-size ", batch, ", --image-size ",

@@ -1,6 +1,6 @@
 // mpi_transport.h: Open MPI point-to-point as a Transport (one rank per process, any hosts).
 //
-//   mpirun -np 4 ./mnist_train --transport mpi ...       # 4 processes on this host
+//   mpirun -np 4 ./mnist_train --dist mpi ...            # 4 processes on this host
 //   mpirun -np 8 -H a:4,b:4 ./mnist_train ...            # 4 on host a, 4 on host b
 //
 // Failing cleanly. A rank that hits an unrecoverable error must call abort(why) (MPI_Abort):

@@ -37,14 +37,16 @@ def main():
                     help="NHWC memory format (torch.channels_last) for model and input")
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--tf32", action="store_true",
-                    help="CUDA: TF32 tensor-core math in cuBLAS and cuDNN (default: off)")
-    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
-                    help="bf16 / fp16: torch.autocast around the forward (fp16 with a GradScaler)")
+                    help="the same as --precision tf32 (train_step_bench's old spelling)")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32",
+                    help="tf32: CUDA TF32 tensor-core math in cuBLAS and cuDNN; bf16 / fp16: "
+                    "torch.autocast around the forward (fp16 with a GradScaler)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     a = ap.parse_args()
+    a.tf32 = a.tf32 or a.precision == "tf32"
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     if a.model == "mnist_cnn":

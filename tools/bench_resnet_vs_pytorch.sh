@@ -64,7 +64,7 @@ if [[ "$device" == cuda* ]]; then
   gcommon=(--model resnet50 --mode train --device "$device" --batch-size 32 --image-size 128 --steps 20 --warmup 5)
   for r in $(seq "$rounds"); do
     echo "== round $r of $rounds ($device)"
-    for math in "" --tf32 "--precision bf16" "--precision fp16"; do
+    for math in "" "--precision tf32" "--precision bf16" "--precision fp16"; do
       run kiln "$bench" "${gcommon[@]}" $math
       run "pytorch[cudnn.benchmark]" "${python[@]}" "$root/tools/bench_pytorch_step.py" "${gcommon[@]}" $math
     done

@@ -58,29 +58,29 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
 echo
 echo "== comm_experiment: 2 MPI ranks, ring vs native vs hd vs bb vs ps, 4 KiB .. $max_bytes"
-mpirun -np 2 "$bench" --transport mpi --algorithms ring,native,hd,bb,ps --min-bytes 4K \
+mpirun -np 2 "$bench" --dist mpi --allreduce ring,native,hd,bb,ps --min-bytes 4K \
   --max-bytes "$max_bytes" --iters "$iters" --max-seconds "$max_seconds" --csv "$out/mpi2.csv"
 
 echo
 echo "== comm_experiment: bytes per rank vs 2(N-1)K/N, local:4 and local:3 threads"
-"$bench" --transport local:4 --algorithms ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
+"$bench" --dist local:4 --allreduce ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
   --iters 5 --csv "$out/local4.csv"
-"$bench" --transport local:3 --algorithms ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
+"$bench" --dist local:3 --allreduce ring,hd,bb,ps --min-bytes 4K --max-bytes 16M \
   --iters 5 --csv "$out/local3.csv"
 
 echo
 echo "== comm_experiment: ring vs hd vs bb, 4 MiB, N = 2..16 threads (the busiest rank's bytes)"
 for n in $(seq 2 16); do
-  "$bench" --transport "local:$n" --algorithms ring,hd,bb --min-bytes 4M --max-bytes 4M \
+  "$bench" --dist "local:$n" --allreduce ring,hd,bb --min-bytes 4M --max-bytes 4M \
     --iters 20 --csv "$out/ranks.csv" $([[ $n == 2 ]] || echo --append) | grep ' ok$'
 done
 
 echo
 echo "== comm_experiment: parameter server bottleneck, W workers + 1 server"
-"$bench" --transport local --ps-scaling "$ps_workers" --ps-bytes "$ps_bytes" --iters 10 \
+"$bench" --dist local --ps-scaling "$ps_workers" --ps-bytes "$ps_bytes" --iters 10 \
   --csv "$out/ps_scaling_local.csv"
 for w in 1 2 3; do
-  mpirun -np $((w + 1)) --oversubscribe "$bench" --transport mpi --ps-scaling "$w" \
+  mpirun -np $((w + 1)) --oversubscribe "$bench" --dist mpi --ps-scaling "$w" \
     --ps-bytes "$ps_bytes" --iters 10 --csv "$out/ps_scaling_mpi.csv" --append
 done
 

@@ -60,23 +60,23 @@ find "$png/train" -type f -name '*.png' -exec cat {} + >/dev/null
 
 echo
 echo "== loader_experiment: the loader alone (no training)"
-"$bench" --mode throughput --dataset mnist-idx --data "$root/datasets/mnist" \
+"$bench" --mode throughput --format idx --data "$root/datasets/mnist" \
   --batches 1000 --csv "$out/throughput.csv"
-"$bench" --mode throughput --dataset imagefolder --data "$png" \
+"$bench" --mode throughput --format imagefolder --data "$png" \
   --batches 200 --csv "$out/throughput.csv" --append
-"$bench" --mode throughput --dataset synthetic --batches 200 --csv "$out/throughput.csv" --append
+"$bench" --mode throughput --format synthetic --batches 200 --csv "$out/throughput.csv" --append
 
 echo
 echo "== loader_experiment: training the MNIST CNN from PNGs, workers 0 vs 2 ($device)"
-"$bench" --mode train --dataset imagefolder --data "$png" --device "$device" \
+"$bench" --mode train --format imagefolder --data "$png" --device "$device" \
   --threads "$threads" --steps "$steps" --workers 0,2 --csv "$out/train.csv"
-"$bench" --mode train --dataset imagefolder --data "$png" --device "$device" \
+"$bench" --mode train --format imagefolder --data "$png" --device "$device" \
   --threads "$threads" --steps "$steps" --workers 0,2 --extra-decode-us "$extra_us" \
   --csv "$out/train.csv" --append
 if [[ "$device" == cpu* && "$threads" -gt 1 ]]; then
   # One compute thread: on this CPU-only machine one core plays the accelerator and the
   # others are free for the loader, as the host cores of a GPU machine are.
-  "$bench" --mode train --dataset imagefolder --data "$png" --device "$device" \
+  "$bench" --mode train --format imagefolder --data "$png" --device "$device" \
     --threads 1 --steps "$steps" --workers 0,2 --extra-decode-us "$extra_us" \
     --csv "$out/train.csv" --append
 fi
@@ -96,7 +96,7 @@ fi
 
 echo
 echo "== loader_experiment: targets"
-awk -F, 'NR > 1 && $1 == "mnist-idx" && $2 == 2 {
+awk -F, 'NR > 1 && $1 == "idx" && $2 == 2 {
   printf "MNIST IDX loader alone, 2 workers: %.0f images/s (target >= 100000): %s\n",
          $6, ($6 >= 100000 ? "met" : "NOT met") }' "$out/throughput.csv"
 awk -F, -v extra="$extra_us" 'NR > 1 {

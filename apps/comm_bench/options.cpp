@@ -19,10 +19,10 @@ namespace kiln::apps::comm_bench {
 using comm::ElemType;
 
 void add_flags(CLI::App& app, Options& o) {
-  app.add_option("--transport", o.transport, "local:N (N ranks as threads of this process) | "
+  app.add_option("--dist", o.transport, "local:N (N ranks as threads of this process) | "
                  "mpi (under mpirun; the default there) | nccl (under mpirun, one GPU per rank)")
       ->capture_default_str();
-  app.add_option("--algorithms", o.algorithms, "comma-separated: ring, hd (halving-doubling), "
+  app.add_option("--allreduce", o.algorithms, "the algorithms to time, comma-separated: ring, hd (halving-doubling), "
                  "bb (binary blocks), ps (parameter server), native (MPI_Allreduce / ncclAllReduce; skipped where "
                  "the transport has none)")
       ->delimiter(',')->capture_default_str();
@@ -38,8 +38,8 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--max-seconds", o.max_seconds, "time budget of one size and algorithm: "
                  "fewer --iters when one allreduce is slow")
       ->check(apps::above(0.0))->capture_default_str();
-  app.add_option("--dtype", o.dtype, "element type on the wire: f32 | f16 | bf16")
-      ->check(apps::one_of({"f32", "f16", "bf16"}))->capture_default_str();
+  app.add_option("--dtype", o.dtype, "element type on the wire: fp32 | fp16 | bf16")
+      ->check(apps::one_of({"fp32", "fp16", "bf16"}))->capture_default_str();
   app.add_option("--ps-servers", o.ps_servers, "ps: 0 = one shard per rank (co-located); S > 0 "
                  "= the last S ranks are dedicated servers (the others run every algorithm)")
       ->check(apps::at_least(0))->capture_default_str();
@@ -87,10 +87,10 @@ size_t parse_bytes(const std::string& flag, const std::string& s) {
 }
 
 ElemType parse_dtype(const std::string& s) {
-  if (s == "f32") return ElemType::F32;
-  if (s == "f16") return ElemType::F16;
+  if (s == "fp32") return ElemType::F32;
+  if (s == "fp16") return ElemType::F16;
   if (s == "bf16") return ElemType::BF16;
-  throw Error("--dtype " + s + ": use f32, f16 or bf16", ErrorKind::Usage);
+  throw Error("--dtype " + s + ": use fp32, fp16 or bf16", ErrorKind::Usage);
 }
 
 int local_ranks(const std::string& transport) {
@@ -105,7 +105,7 @@ int local_ranks(const std::string& transport) {
     n = 0;
   }
   if (n < 1 || n > 64) {
-    throw Error("--transport " + transport + ": expected local:N with N in 1..64 threads",
+    throw Error("--dist " + transport + ": expected local:N with N in 1..64 threads",
                 ErrorKind::Usage);
   }
   return n;

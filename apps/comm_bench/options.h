@@ -24,7 +24,7 @@ struct Options {
   int step_factor = 2;
   int iters = 20, warmup = 5;
   double max_seconds = 1.0;
-  std::string dtype = "f32";
+  std::string dtype = "fp32";
   int ps_servers = 0;
   std::vector<int> ps_scaling;
   std::string ps_bytes = "4M";

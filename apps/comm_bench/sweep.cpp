@@ -79,7 +79,7 @@ std::vector<Algorithm> choose_algorithms(const Transport& t, const Options& o,
     std::string skip;
     if (a == Algorithm::Native && !t.has_native_allreduce()) {
       skip = std::string("the ") + t.name() + " transport has no library allreduce (use "
-             "--transport mpi or nccl)";
+             "--dist mpi or nccl)";
     } else if (a == Algorithm::Native && s.servers > 0) {
       skip = "native runs over every rank; with --ps-servers the last ranks are servers";
     } else if (a == Algorithm::Native && s.type == ElemType::F16 &&

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "apps/common/launcher.h"
+#include "apps/common/version.h"
 #include "engine/output_file.h"
 
 namespace kiln::apps {
@@ -139,13 +140,20 @@ void check_paths_not_empty(CLI::App& app) {
 
 }  // namespace
 
-std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name) {
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name,
+                               const std::vector<OldSpelling>& old_spellings) {
   // Every app starts here: from now on a write past the file-size limit (ulimit -f) fails with
   // EFBIG, reported in words naming the file (exit 1), instead of SIGXFSZ killing the process.
   ignore_file_size_signal();
   check_paths_not_empty(app);
+  app.set_version_flag("--version", version_line(app_name), "print the app's name, Kiln's version "
+                       "and the build's git commit, and exit");
+  std::vector<std::string> args =
+      rewrite_old_spellings(argc, argv, old_spellings, app_name, launched_as_nonzero_rank());
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) arg_ptrs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     const bool say = !launched_as_nonzero_rank();
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {

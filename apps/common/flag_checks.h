@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "apps/common/flag_names.h"
 #include "engine/error.h"
 
 namespace kiln::apps {
@@ -125,10 +126,13 @@ struct PathFlag {
 };
 const std::vector<PathFlag>& path_flags();
 
-// Parses argv with CLI11. Returns the exit code when the app must stop now: 0 after --help,
-// 2 after a flag error (printed as "<app>: error: ..." plus a pointer to --help); nullopt when
-// parsing succeeded. Under mpirun, rank 0 alone prints (every rank finds the same error).
-std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name);
+// Parses argv with CLI11. Returns the exit code when the app must stop now: 0 after --help or
+// --version (added here for every app: version.h), 2 after a flag error (printed as
+// "<app>: error: ..." plus a pointer to --help); nullopt when parsing succeeded. The app's
+// `old_spellings` are rewritten first, each with a line saying what to write instead
+// (flag_names.h). Under mpirun, rank 0 alone prints (every rank finds the same error).
+std::optional<int> parse_flags(CLI::App& app, int argc, char** argv, const char* app_name,
+                               const std::vector<OldSpelling>& old_spellings = {});
 
 // Bad input (exit 2), before anything is allocated, when `bytes` (what `flag`, given as `value`,
 // makes one buffer need; a double, so that absurd values do not overflow) exceed this machine's

@@ -69,6 +69,10 @@ void ProgressBar::update(int64_t done, double loss, double items_per_sec) {
   drawn_ = true;
 }
 
+std::string count_of(long long n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 void ProgressBar::clear() {
   if (!drawn_) return;
   std::printf("\r\033[K");  // carriage return, then erase to the end of the line

@@ -32,6 +32,10 @@ std::string format_duration(double seconds);
 // 0 for an empty list.
 double median(std::vector<double> values);
 
+// "1 worker", "2 workers", "0 workers": a count and its noun, singular for exactly one (the
+// plural adds an s: the nouns the apps count are regular).
+std::string count_of(long long n, const std::string& noun);
+
 class ProgressBar {
  public:
   // `label` prefixes the line ("epoch 3/14"); `total` steps make 100%. `enabled` false (or

@@ -36,7 +36,7 @@ double time_ms(const Options& o, Fn&& product) {
          o.iters;
 }
 
-DType parse_dtype(const std::string& name) { return name == "f16" ? DType::F16 : DType::BF16; }
+DType parse_dtype(const std::string& name) { return name == "fp16" ? DType::F16 : DType::BF16; }
 
 }  // namespace
 

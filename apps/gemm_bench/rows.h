@@ -19,7 +19,7 @@ namespace kiln::apps::gemm_bench {
 struct Options {
   std::vector<int64_t> sizes;         // N of the N x N x N products
   std::vector<std::string> kernels;   // per device: see gemm_bench.cpp
-  std::vector<std::string> dtypes;    // CPU: bf16, f16
+  std::vector<std::string> dtypes;    // CPU: bf16, fp16 (--precision)
   int iters = 10, warmup = 2;
 };
 

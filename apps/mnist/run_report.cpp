@@ -52,17 +52,15 @@ void print_data_parallel_line(const Options& o, const RunPlan& plan) {
   if (o.ps_async) {
     how = "asynchronous parameter server, staleness " + std::to_string(o.ps_staleness);
   }
-  std::string who = std::to_string(ranks.workers) + " workers";
-  if (ranks.servers > 0) {
-    who += ", " + std::to_string(ranks.servers) + (ranks.servers == 1 ? " server" : " servers");
-  }
+  std::string who = count_of(ranks.workers, "worker");
+  if (ranks.servers > 0) who += ", " + count_of(ranks.servers, "server");
   std::string lr;
   if (o.batch_per_rank) {
     lr = ", lr x" + std::to_string(ranks.workers) + " after " +
          std::to_string(plan.warmup_steps) + " warm-up steps";
   }
-  std::printf("data parallel: %s, %d ranks (%s), %s, batch %lld per worker = %lld global%s\n",
-              o.dist.c_str(), ranks.world, who.c_str(), how.c_str(),
+  std::printf("data parallel: %s, %s (%s), %s, batch %lld per worker = %lld global%s\n",
+              o.dist.c_str(), count_of(ranks.world, "rank").c_str(), who.c_str(), how.c_str(),
               static_cast<long long>(plan.rank_batch), static_cast<long long>(plan.global_batch),
               lr.c_str());
 }
@@ -99,18 +97,18 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
 void print_run_header(const Options& o, const RunPlan& plan, const Module& model,
                       const Datasets& data) {
   const Device device = plan.device;
-  std::printf("mnist_train: %s (%lld parameters) on %s, %d threads%s, %s kernels, %s, %s lr %g "
+  std::printf("mnist_train: %s (%lld parameters) on %s, %s%s, %s kernels, %s, %s lr %g "
               "(%s), batch %lld, %lld train / %lld test images, seed %llu\n",
               o.model.c_str(), static_cast<long long>(model.num_parameters()),
               (device.str() + (cuda::kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
-              o.threads, plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
+              count_of(o.threads, "thread").c_str(), plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
               o.precision.c_str(),
               o.optimizer.c_str(),
               o.lr, describe_schedule(o).c_str(), static_cast<long long>(o.batch_size),
               static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
               static_cast<unsigned long long>(o.seed));
-  std::printf("data: %s; loader: %d workers, prefetch %d%s\n", data.train->describe().c_str(),
-              o.workers, o.prefetch, o.pin_memory || device.is_cuda() ? ", pinned" : "");
+  std::printf("data: %s; loader: %s, prefetch %d%s\n", data.train->describe().c_str(),
+              count_of(o.workers, "worker").c_str(), o.prefetch, o.pin_memory || device.is_cuda() ? ", pinned" : "");
   if (plan.ranks.dist) print_data_parallel_line(o, plan);
   if (plan.start_position > 0) {
     std::printf("resumed from %s in epoch %d, after %lld of its %lld examples\n",
@@ -207,14 +205,15 @@ void print_closing_lines(const Options& o, const RunPlan& plan,
   std::vector<double> ips;
   for (const EpochResult& r : results) ips.push_back(r.images_per_sec);
   const double final_acc = results.empty() ? 0.0 : results.back().test_accuracy;
-  std::printf("test accuracy %.2f%% after %d epochs; median %.0f img/s; peak RSS %.0f MB, "
-              "tensors %.0f MB\n", 100.0 * final_acc, o.epochs, median(ips),
+  std::printf("test accuracy %.2f%% after %s; median %.0f img/s; peak RSS %.0f MB, "
+              "tensors %.0f MB\n", 100.0 * final_acc, count_of(o.epochs, "epoch").c_str(), median(ips),
               peak_rss_bytes() / 1e6, device_memory_stats(plan.device).peak_bytes / 1e6);
   if (o.recipe != "default") {
     double train_seconds = 0;
     for (const EpochResult& r : results) train_seconds += r.train_seconds;
-    std::printf("recipe %s: %.1f s of training (evaluation excluded) over %zu epochs\n",
-                o.recipe.c_str(), train_seconds, results.size());
+    std::printf("recipe %s: %.1f s of training (evaluation excluded) over %s\n",
+                o.recipe.c_str(), train_seconds,
+                count_of(static_cast<long long>(results.size()), "epoch").c_str());
   }
   if (plan.ranks.dist && !o.ps_async) {
     std::printf("communication: %.2f s of allreduce, %.0f%% hidden behind backward, %.1f MB "

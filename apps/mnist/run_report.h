@@ -1,15 +1,15 @@
 // run_report.h: what mnist_train tells its user: the lines it prints (rank 0, unless --quiet)
 // and the JSON summary it writes to --json.
 //
-//   mnist_train: cnn (1199882 parameters) on cpu:0, 1 threads per rank, vendor kernels, adadelta
+//   mnist_train: cnn (1199882 parameters) on cpu:0, 1 thread per rank, vendor kernels, adadelta
 //     lr 1 (x0.7 per epoch), batch 128, 2000 train / 500 test images, seed 1
-//   data: MNIST: 2000 examples of 1x28x28, 10 classes, from ...; loader: 0 workers, prefetch 2
+//   data: MNIST: 2000 examples of 1x28x28, 10 classes, from ...; loader: 1 worker, prefetch 2
 //   data parallel: local:2, 2 ranks (2 workers), allreduce ring, buckets 1 MiB, batch 64 per
 //     worker = 128 global                                                   (--dist only)
 //   epoch  1/1  train loss 1.5608  test loss 0.6939  test acc 77.40%  1628 img/s  1.4 s (train
 //     1.2 s, eval 0.2 s)
 //   rank 0: weights equal rank 0's                  (--dist: every worker rank, dist_training.h)
-//   test accuracy 77.40% after 1 epochs; median 1628 img/s; peak RSS 401 MB, tensors 288 MB
+//   test accuracy 77.40% after 1 epoch; median 1628 img/s; peak RSS 401 MB, tensors 288 MB
 //   communication: 0.14 s of allreduce, 73% hidden behind backward, 76.8 MB sent by rank 0
 //
 // (each line is one line of output; wrapped here). From `mnist_train --dist local:2

@@ -47,6 +47,7 @@ std::string app_path(const std::string& app) {
   if (app == "conv_bench") return KILN_APP_CONV_BENCH;
   if (app == "idx_to_imagefolder") return KILN_APP_IDX_TO_IMAGEFOLDER;
   if (app == "train_mnist_minimal") return KILN_APP_TRAIN_MNIST_MINIMAL;
+  if (app == "checkpoint_tool") return KILN_APP_CHECKPOINT_TOOL;
   return "";
 }
 
@@ -222,15 +223,15 @@ const std::vector<Row>& rows() {
       {"comm_bench", {"--warmup", "-1"}, 2, "--warmup must be at least 0 (got -1)"},
       {"comm_bench", {"--max-seconds", "0"}, 2, "--max-seconds must be > 0 (got 0)"},
       {"comm_bench", {"--step-factor", "1"}, 2, "--step-factor must be between 2 and 1024 (got 1)"},
-      {"comm_bench", {"--dtype", "f64"}, 2, "--dtype must be one of f32, f16, bf16 (got f64)"},
+      {"comm_bench", {"--dtype", "f64"}, 2, "--dtype must be one of fp32, fp16, bf16 (got f64)"},
       {"comm_bench", {"--ps-scaling", "1,64"}, 2, "--ps-scaling must be between 1 and 63 (got 64)"},
       {"comm_bench", {"--ps-servers", "-1"}, 2, "--ps-servers must be at least 0 (got -1)"},
-      {"comm_bench", {"--transport", "local:99"}, 2, "--transport local:99: expected local:N with N in 1..64"},
-      {"comm_bench", {"--algorithms", "tree"}, 2, "tree"},
+      {"comm_bench", {"--dist", "local:99"}, 2, "--dist local:99: expected local:N with N in 1..64"},
+      {"comm_bench", {"--allreduce", "tree"}, 2, "tree"},
       {"comm_bench", {"--min-bytes", "4X"}, 2, "--min-bytes 4X: expected a positive size in bytes"},
       {"comm_bench", {"--min-bytes", "1M", "--max-bytes", "4K"}, 2, "--min-bytes 1M is larger than --max-bytes 4K"},
       {"comm_bench", {"--max-bytes", "99999999999G"}, 2, "--max-bytes 99999999999G: more bytes than any buffer can hold"},
-      {"comm_bench", {"--transport", "local:4", "--max-bytes", "1000G"}, 2,
+      {"comm_bench", {"--dist", "local:4", "--max-bytes", "1000G"}, 2,
        "--max-bytes 1000G: a message on each of the 4 ranks of this process would need"},
       {"comm_bench", {"--ps-scaling", "2", "--ps-bytes", "1000G"}, 2, "lower --ps-bytes"},
       {"comm_bench", {"--append"}, 2, "--append adds rows to the --csv file: give --csv FILE"},
@@ -238,25 +239,25 @@ const std::vector<Row>& rows() {
        "--ps-scaling always runs one dedicated server: drop --ps-servers"},
       {"comm_bench", {"--help"}, 0, ""},
       {"comm_bench",
-       {"--transport", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
-        "--warmup", "0", "--algorithms", "ring"},
+       {"--dist", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
+        "--warmup", "0", "--allreduce", "ring"},
        0, ""},
 
       // ---- loader_bench ----
       {"loader_bench", {"--mode", "speed"}, 2, "--mode must be one of throughput, train, h2d (got speed)"},
-      {"loader_bench", {"--dataset", "cifar"}, 2, "--dataset must be one of mnist-idx, imagefolder, synthetic"},
+      {"loader_bench", {"--format", "cifar"}, 2, "--format must be one of idx, imagefolder, synthetic"},
       {"loader_bench", {"--workers", "0,-2"}, 2, "--workers must be at least 0 (got -2)"},
       {"loader_bench", {"--batch-size", "0"}, 2, "--batch-size must be at least 1 (got 0)"},
       {"loader_bench", {"--prefetch", "0"}, 2, "--prefetch must be at least 1 (got 0)"},
       {"loader_bench", {"--h2d-max-mb", "0"}, 2, "--h2d-max-mb must be between 1 and 1048576 (got 0)"},
-      {"loader_bench", {"--dataset", "synthetic", "--shape", "1,0,28"}, 2, "--shape 1,0,28: expected three positive sizes"},
-      {"loader_bench", {"--dataset", "synthetic", "--batch-size", "100000000000"}, 2,
+      {"loader_bench", {"--format", "synthetic", "--shape", "1,0,28"}, 2, "--shape 1,0,28: expected three positive sizes"},
+      {"loader_bench", {"--format", "synthetic", "--batch-size", "100000000000"}, 2,
        "--batch-size 100000000000: one batch of f32 examples would need"},
       {"loader_bench", {"--mode", "h2d", "--h2d-max-mb", "1000000"}, 2, "lower --h2d-max-mb"},
-      {"loader_bench", {"--dataset", "synthetic", "--append"}, 2, "--append adds rows to the --csv file"},
+      {"loader_bench", {"--format", "synthetic", "--append"}, 2, "--append adds rows to the --csv file"},
       {"loader_bench", {"--help"}, 0, ""},
       {"loader_bench",
-       {"--dataset", "synthetic", "--synthetic-size", "64", "--batch-size", "8", "--batches", "2",
+       {"--format", "synthetic", "--synthetic-size", "64", "--batch-size", "8", "--batches", "2",
         "--warmup-batches", "0", "--repeats", "1", "--workers", "0,1"},
        0, ""},
 
@@ -265,10 +266,10 @@ const std::vector<Row>& rows() {
       {"train_step_bench", {"--threads", "0"}, 2, "--threads must be between 1 and 1024 (got 0)"},
       {"train_step_bench", {"--steps", "0"}, 2, "--steps must be between 1 and 100000 (got 0)"},
       {"train_step_bench", {"--mode", "infer"}, 2, "--mode must be one of train, eval (got infer)"},
-      {"train_step_bench", {"--precision", "tf32"}, 2, "--precision must be one of fp32, bf16, fp16 (got tf32)"},
+      {"train_step_bench", {"--precision", "fp64"}, 2, "--precision must be one of fp32, tf32, bf16, fp16 (got fp64)"},
       {"train_step_bench", {"--image-size", "64"}, 2, "--image-size applies to the ResNet models"},
       {"train_step_bench", {"--fold-bn"}, 2, "--fold-bn needs --mode eval and a ResNet model"},
-      {"train_step_bench", {"--tf32"}, 2, "--tf32 needs --device cuda"},
+      {"train_step_bench", {"--precision", "tf32"}, 2, "--precision tf32 needs a CUDA device"},
       {"train_step_bench", {"--model", "resnet18", "--batch-size", "1000000", "--image-size", "4096"},
        2, "lower --batch-size"},
       {"train_step_bench", {"--help"}, 0, ""},
@@ -279,7 +280,7 @@ const std::vector<Row>& rows() {
       {"gemm_bench", {"--iters", "0"}, 2, "--iters must be at least 1 (got 0)"},
       {"gemm_bench", {"--device", "tpu"}, 2, "--device must be one of cuda, cpu (got tpu)"},
       {"gemm_bench", {"--kernels", "fastest"}, 2, "--kernels must be one of naive, tiled"},
-      {"gemm_bench", {"--dtypes", "f8"}, 2, "--dtypes must be one of bf16, f16 (got f8)"},
+      {"gemm_bench", {"--precision", "f8"}, 2, "--precision must be one of bf16, fp16 (got f8)"},
       {"gemm_bench", {"--device", "cpu", "--kernels", "naive"}, 2, "--kernels naive is not a cpu kernel"},
       {"gemm_bench", {"--device", "cpu", "--sizes", "1000000"}, 2,
        "--sizes 1000000: three 1000000 x 1000000 f32 matrices would need"},
@@ -361,6 +362,67 @@ const std::vector<Row>& rows() {
       {"train_mnist_minimal", {"--data", kMnist}, 2, "unknown option --data"},
       {"train_mnist_minimal", {kMnist, "10", "extra"}, 2, "usage: train_mnist_minimal [MNIST_DIR] [TRAIN_IMAGES]"},
       {"train_mnist_minimal", {"/nonexistent-kiln-dir"}, 2, "/nonexistent-kiln-dir"},
+
+      // ---- vocabulary: old spellings (apps/common/flag_names.h), --version, checkpoint_tool ----
+      // An old spelling works, with one line saying what to write instead; the new flag's
+      // checks and messages apply to it.
+      {"comm_bench",
+       {"--transport", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
+        "--warmup", "0", "--allreduce", "ring"},
+       0, "comm_bench: --transport local:2 is deprecated: write --dist local:2"},
+      {"comm_bench",
+       {"--dist", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
+        "--warmup", "0", "--algorithms=ring"},
+       0, "comm_bench: --algorithms=ring is deprecated: write --allreduce=ring"},
+      {"comm_bench",
+       {"--dist", "local:2", "--min-bytes", "4K", "--max-bytes", "4K", "--iters", "1",
+        "--warmup", "0", "--allreduce", "ring", "--dtype", "f16"},
+       0, "comm_bench: --dtype f16 is deprecated: write --dtype fp16"},
+      {"comm_bench", {"--transport", "local:99"}, 2, "--dist local:99: expected local:N"},
+      {"comm_bench", {"--dtype", "f32", "--iters", "0"}, 2, "--dtype f32 is deprecated: write --dtype fp32"},
+      {"gemm_bench", {"--dtypes", "f8"}, 2, "--precision must be one of bf16, fp16 (got f8)"},
+      {"gemm_bench",
+       {"--device", "cpu", "--sizes", "8", "--iters", "1", "--warmup", "0", "--kernels", "convert",
+        "--dtypes", "bf16,f16"},
+       0, "gemm_bench: --dtypes bf16,f16 is deprecated: write --precision bf16,fp16"},
+      {"gemm_bench", {"--threads", "0"}, 2, "--threads must be at least 1 (got 0)"},
+      {"gemm_bench", {"--device", "cpu", "--sizes", "8", "--iters", "1", "--warmup", "0", "--kernels",
+                      "blas", "--threads", "1"}, 0, ""},
+      {"train_step_bench", {"--tf32"}, 2, "train_step_bench: --tf32 is deprecated: write --precision tf32"},
+      {"train_step_bench", {"--tf32"}, 2, "--precision tf32 needs a CUDA device"},
+      {"loader_bench",
+       {"--dataset", "synthetic", "--synthetic-size", "64", "--batch-size", "8", "--batches", "2",
+        "--warmup-batches", "0", "--repeats", "1", "--workers", "0"},
+       0, "loader_bench: --dataset synthetic is deprecated: write --format synthetic"},
+      {"loader_bench", {"--dataset", "mnist-idx", "--batches", "0"}, 2,
+       "loader_bench: --dataset mnist-idx is deprecated: write --format idx"},
+      {"loader_bench", {"--format", "mnist-idx", "--batches", "0"}, 2,
+       "loader_bench: --format mnist-idx is deprecated: write --format idx"},
+      {"loader_bench", {"--dataset", "cifar"}, 2, "--format must be one of idx, imagefolder, synthetic"},
+      // --json FILE in every app: the path is checked before any work.
+      {"loader_bench", {"--format", "synthetic", "--json", "/"}, 2, "--json /"},
+      {"train_step_bench", {"--json", "/"}, 2, "--json /"},
+      {"conv_bench", {"--json", "/"}, 2, "--json /"},
+      {"loader_bench", {"--format", "synthetic", "--json", kScratch, "--csv", kScratch}, 2,
+       "name the same file"},
+      // --version: every app, exit 0, nothing on stderr (Version.EveryAppPrintsItsNameAndKilnsVersion
+      // checks stdout).
+      {"mnist_train", {"--version"}, 0, ""},
+      {"resnet_bench", {"--version"}, 0, ""},
+      {"comm_bench", {"--version"}, 0, ""},
+      {"loader_bench", {"--version"}, 0, ""},
+      {"train_step_bench", {"--version"}, 0, ""},
+      {"gemm_bench", {"--version"}, 0, ""},
+      {"conv_bench", {"--version"}, 0, ""},
+      {"idx_to_imagefolder", {"--version"}, 0, ""},
+      {"checkpoint_tool", {"--version"}, 0, ""},
+      {"checkpoint_tool", {"--help"}, 0, ""},
+      {"checkpoint_tool", {"-h"}, 0, ""},
+      {"checkpoint_tool", {}, 2, "usage: checkpoint_tool info FILE"},
+      {"checkpoint_tool", {"frobnicate", "x"}, 2, "usage: checkpoint_tool"},
+      {"checkpoint_tool", {"get", "/nonexistent-kiln.ckpt", "w", "--head", "-2"}, 2,
+       "--head must be a whole number, at least -1 (got -2)"},
+      {"checkpoint_tool", {"info", "/nonexistent-kiln.ckpt"}, 2, "/nonexistent-kiln.ckpt"},
 
       // ---- output paths: special files, one file for two outputs, unwritable places ----
       {"mnist_train", {"--checkpoint", "/dev/null"}, 2,
@@ -482,5 +544,18 @@ std::string row_name(const ::testing::TestParamInfo<size_t>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Apps, BadInvocations, ::testing::Range<size_t>(0, rows().size()),
                          row_name);
+
+// `<app> --version` prints "<app> (Kiln) <version>" on stdout (apps/common/version.h).
+TEST(Version, EveryAppPrintsItsNameAndKilnsVersion) {
+  for (const char* app : {"mnist_train", "resnet_bench", "comm_bench", "loader_bench",
+                          "train_step_bench", "gemm_bench", "conv_bench", "idx_to_imagefolder",
+                          "checkpoint_tool"}) {
+    const kiln::testing::RunResult r =
+        kiln::testing::run_command(quoted(app_path(app)) + " --version 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << app;
+    EXPECT_EQ(r.output.rfind(std::string(app) + " (Kiln) " + KILN_VERSION, 0), 0u)
+        << app << ": " << r.output;
+  }
+}
 
 }  // namespace
