@@ -5,8 +5,9 @@
 //   lacks or adds, whole lists of another length and a list in another order are refused on
 //   every rank with the same message (naming the flags and the ranks, ranges of ranks grouped),
 //   within seconds (each rank's timeout is cut to 10 s, so a hang fails the test instead of
-//   stalling it); ranks past `members` take no part; the encoding's round trip and its refusal
-//   of foreign bytes.
+//   stalling it); ranks past `members` take no part; the same verdicts over NCCL (bytes staged
+//   through the GPUs; the sim tree runs it); the encoding's round trip and its refusal of
+//   foreign bytes.
 //   any_rank:
 //   1. any_rank on 3 ranks for every combination of flags: true everywhere iff any rank's is.
 //   2. Two ranks each check their own gradients (before any averaging), and only rank 1 gets
@@ -33,6 +34,10 @@
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/sgd.h"
 #include "engine/parallel.h"
+#if KILN_WITH_NCCL
+#include "comm/nccl_transport.h"
+#include "support/cuda_skip.h"
+#endif
 
 namespace kiln::comm {
 namespace {
@@ -153,6 +158,44 @@ TEST(CheckRanksAgree, RanksPastMembersTakeNoPart) {
   EXPECT_EQ(got[1], got[0]);
   EXPECT_EQ(got[2], "");
 }
+
+#if KILN_WITH_NCCL
+// Over NCCL, ranks as threads on cuda:0 and cuda:1 (the CUDA simulator runs it in the sim tree;
+// a real build needs two GPUs): the bytes are staged through each rank's GPU, and every receive
+// is sized exactly, as NCCL requires.
+TEST(CheckRanksAgree, OverNcclTheSameVerdicts) {
+  KILN_SKIP_WITHOUT_CUDA_DEVICES(2);
+  const std::vector<std::function<std::vector<Setting>(int)>> cases = {
+      [](int) { return kRun; },
+      [](int r) { return r == 1 ? with(kRun, "--model", "mlp") : kRun; },
+      [](int r) {
+        std::vector<Setting> s = kRun;
+        if (r == 1) s.push_back({"--bucket-mb", "25"});
+        return s;
+      },
+  };
+  const std::vector<std::string> expected = {
+      "",
+      "ranks disagree on --model: rank 0 cnn, rank 1 mlp; every rank must be started with the "
+      "same flags",
+      "ranks disagree on --bucket-mb: rank 0 (not set), rank 1 25; every rank must be started "
+      "with the same flags",
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<std::string> got(2, "(did not run)");
+    run_nccl_local(2, [&](std::shared_ptr<Transport> t) {
+      t->set_timeout_seconds(30);
+      try {
+        check_ranks_agree(*t, cases[c](t->rank()));
+        got[t->rank()] = "";
+      } catch (const Error& e) {
+        got[t->rank()] = e.what();
+      }
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(got[r], expected[c]) << "case " << c << " rank " << r;
+  }
+}
+#endif
 
 TEST(CheckRanksAgree, EncodingRoundTripsAndRefusesForeignBytes) {
   const std::vector<Setting> s = {{"--model", "cnn"}, {"", ""}, {"a\nb", std::string(3, '\0')}};
