@@ -81,6 +81,46 @@ TEST(FlagChecks, ChoicesListEveryOption) {
             "--x: must be one of fp32, tf32, bf16, fp16 (got BF16)");
 }
 
+TEST(FlagChecks, UnsignedFlagsNeitherWrapNorSaturate) {
+  const CLI::Validator seed = kiln::apps::any_unsigned<uint64_t>();
+  const std::string range = "--x: must be a whole number between 0 and 18446744073709551615";
+  uint64_t v = 0;
+  EXPECT_EQ(verdict<uint64_t>(seed, "18446744073709551615", &v), "");
+  EXPECT_EQ(v, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(verdict<uint64_t>(seed, "0", &v), "");
+  EXPECT_EQ(v, 0u);
+  EXPECT_EQ(verdict<uint64_t>(seed, "-1"), range + " (got -1)");  // strtoull: 2^64 - 1
+  EXPECT_EQ(verdict<uint64_t>(seed, "18446744073709551616"), range + " (got 18446744073709551616)");
+  EXPECT_EQ(verdict<uint64_t>(seed, "99999999999999999999999"), range + " (got 99999999999999999999999)");
+  for (const char* bad : {"+1", " 1", "1.5", "1e3", "0x10", "", "abc"}) {
+    EXPECT_EQ(verdict<uint64_t>(seed, bad), range + " (got " + bad + ")") << bad;
+  }
+  EXPECT_EQ(verdict<uint32_t>(kiln::apps::any_unsigned<uint32_t>(), "4294967296"),
+            "--x: must be a whole number between 0 and 4294967295 (got 4294967296)");
+}
+
+TEST(FlagChecks, AnEmptyPathIsRefusedOnEveryPathFlag) {
+  EXPECT_EQ(verdict<std::string>(kiln::apps::non_empty_path(), ""), "--x: needs a file name");
+  EXPECT_EQ(verdict<std::string>(kiln::apps::non_empty_path(), "out.json"), "");
+  // parse_flags puts the check on the app's path flags by name.
+  CLI::App app{"test app"};
+  std::string json, data;
+  app.add_option("--json", json);
+  app.add_option("--data", data);
+  ::testing::internal::CaptureStderr();
+  const char* empty_json[] = {"app", "--json", ""};
+  EXPECT_EQ(kiln::apps::parse_flags(app, 3, const_cast<char**>(empty_json), "app"), 2);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("app: error: --json needs a file name\n"), std::string::npos) << err;
+  CLI::App app2{"test app"};
+  app2.add_option("--data", data);
+  ::testing::internal::CaptureStderr();
+  const char* empty_data[] = {"app", "--data", ""};
+  EXPECT_EQ(kiln::apps::parse_flags(app2, 3, const_cast<char**>(empty_data), "app"), 2);
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("app: error: --data needs a directory name\n"), std::string::npos) << err;
+}
+
 TEST(FlagChecks, ParseFlagsExitCodes) {
   CLI::App app{"test app"};
   int epochs = 1;
