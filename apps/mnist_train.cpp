@@ -183,11 +183,13 @@ int64_t warmup_steps(const Options& o, int64_t steps_per_epoch) {
 
 // Rank 0, after training: the JSON summary, the closing lines, and the exit code.
 int report_on_rank0(const Options& o, const RunPlan& plan, const Datasets& data,
-                    const std::vector<EpochResult>& results, const DistTraining* dist,
+                    const std::vector<EpochResult>& results,
+                    const std::vector<apps::EpochRecord>& history, const DistTraining* dist,
                     bool replicas_equal, const GradScaler* scaler) {
   const CommSummary traffic = dist != nullptr ? dist->comm_summary() : CommSummary();
   if (!o.json.empty()) {
-    write_json(o.json, summary_json(o, plan, data, results, traffic, replicas_equal, scaler));
+    write_json(o.json,
+               summary_json(o, plan, data, results, history, traffic, replicas_equal, scaler));
   }
   if (!o.quiet) print_closing_lines(o, plan, results, traffic);
   if (!replicas_equal) {
@@ -204,6 +206,9 @@ int report_on_rank0(const Options& o, const RunPlan& plan, const Datasets& data,
 int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainCheckpoint& resumed,
                const std::shared_ptr<comm::Transport>& t) {
   const RankLayout ranks = rank_layout(o, t.get());
+  // A trace's rows: "rank R", and the threads this one starts extend it ("rank R loader worker
+  // 0", "rank R allreduce").
+  trace::set_thread_label("rank " + std::to_string(ranks.rank));
   if (ranks.dist) {
     if (t->device().is_cuda()) device = t->device();  // nccl: this rank's GPU
     share_host_between_ranks(o, app, *t);
@@ -276,6 +281,12 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   // Checkpoints: rank 0 writes them (the replicas are equal); mid-epoch ones every
   // --checkpoint-every optimizer steps, with the epoch's sums over all workers.
   double last_accuracy = resumed.test_accuracy;
+  // The run's finished epochs: the resumed checkpoint's, then this process's (for the
+  // checkpoints and the JSON summary's history).
+  std::vector<apps::EpochRecord> history;
+  for (const apps::EpochRecord& e : resumed.history) {
+    if (e.epoch < plan.start_epoch) history.push_back(e);
+  }
   int current_epoch = plan.start_epoch;
   MidEpochSave mid_epoch;
   mid_epoch.due = [&] { return global_step % o.checkpoint_every == 0; };
@@ -288,6 +299,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     at.global_step = global_step;
     at.workers = ranks.workers;
     at.test_accuracy = last_accuracy;
+    at.history = history;
     if (ranks.rank == 0) save_checkpoint(o, at, state);
   };
   const bool mid_epoch_checkpoints = !o.checkpoint.empty() && o.checkpoint_every > 0;
@@ -315,6 +327,8 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
                   static_cast<long long>(state.scaler->steps()));
     }
     last_accuracy = r.test_accuracy;
+    history.push_back(
+        {epoch, r.train_loss, r.test_loss, r.test_accuracy, r.train_seconds + r.eval_seconds});
     if (ranks.rank == 0 && !o.checkpoint.empty()) {
       SavePoint at;
       at.train_examples = data.train->size();
@@ -322,6 +336,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
       at.global_step = global_step;
       at.workers = ranks.workers;
       at.test_accuracy = r.test_accuracy;
+      at.history = history;
       save_checkpoint(o, at, state);
     }
     if (print) print_epoch_line(o, epoch, r, seconds_since(epoch_start));
@@ -329,7 +344,8 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
 
   const bool replicas_equal = dist ? dist->finish_and_compare_replicas() : true;
   if (ranks.rank != 0) return replicas_equal ? 0 : 1;
-  return report_on_rank0(o, plan, data, results, dist.get(), replicas_equal, state.scaler.get());
+  return report_on_rank0(o, plan, data, results, history, dist.get(), replicas_equal,
+                         state.scaler.get());
 }
 
 // A rank of a run whose ranks are threads (local:N, nccl:N): a rank that fails says so on its

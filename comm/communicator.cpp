@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "comm/algorithms.h"
@@ -11,6 +12,7 @@
 #if KILN_WITH_NCCL
 #include "comm/nccl_transport.h"
 #endif
+#include "engine/trace.h"
 
 namespace kiln::comm {
 
@@ -62,7 +64,12 @@ Communicator::Communicator(std::shared_ptr<Transport> transport, int members,
       options_(options) {
   KILN_CHECK(members_ >= 1 && members_ <= transport_->size(), "Communicator: members = ",
              members_, " is not in [1, ", transport_->size(), "]");
-  worker_ = std::thread([this] { worker_loop(); });
+  // In a trace, the worker's row is "<the owner thread's label> allreduce" ("rank 1 allreduce").
+  const std::string owner = trace::thread_label();
+  worker_ = std::thread([this, owner] {
+    if (!owner.empty()) trace::set_thread_label(owner + " allreduce");
+    worker_loop();
+  });
 }
 
 Communicator::~Communicator() {

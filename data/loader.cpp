@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "data/transforms.h"
 #include "engine/error.h"
@@ -245,9 +246,21 @@ Loader::Loader(const Dataset& dataset, std::shared_ptr<Sampler> sampler, LoaderO
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   }
 #endif
+  // The workers' rows in a trace: "<this thread's label> loader worker i" ("rank 1 loader
+  // worker 0" in a data-parallel run).
+  std::vector<std::string> labels;
+  const std::string owner = trace::thread_label();
+  for (int i = 0; i < options_.workers; ++i) {
+    labels.push_back((owner.empty() ? "" : owner + " ") + "loader worker " + std::to_string(i));
+  }
   // Last: nothing after this may throw (running threads must be joined).
   threads_.reserve(static_cast<size_t>(options_.workers));
-  for (int i = 0; i < options_.workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < options_.workers; ++i) {
+    threads_.emplace_back([this, label = std::move(labels[static_cast<size_t>(i)])] {
+      trace::set_thread_label(label);
+      worker_loop();
+    });
+  }
 }
 
 Loader::~Loader() {
@@ -334,7 +347,11 @@ void Loader::worker_loop() {
     const int64_t epoch = epoch_;
     const std::shared_ptr<const std::vector<int64_t>> order = order_;  // alive while we build
     lock.unlock();
-    std::unique_ptr<Built> built = build(b, gen, *order, epoch, scratch);
+    std::unique_ptr<Built> built;
+    {
+      trace::Scope span("build batch", trace::Phase::Other);
+      built = build(b, gen, *order, epoch, scratch);
+    }
     lock.lock();
     if (gen == gen_ && !stop_) {
       ready_.emplace(b, std::move(built));

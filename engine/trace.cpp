@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstddef>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 
 #include "engine/cuda/context.h"
@@ -45,11 +47,23 @@ int64_t steady_ns() {
       .count();
 }
 
-// 0, 1, 2... for the threads of this process, in the order they first record a span.
+// 0, 1, 2... for the threads of this process, in the order they first record a span (or set
+// a label). Never reused, so a label keyed by it names one thread.
 int this_thread_id() {
   static std::atomic<int> next{0};
   thread_local int id = next.fetch_add(1);
   return id;
+}
+
+// set_thread_label's labels, by thread id: outlive their threads (a trace is written after the
+// loader's and the ranks' threads have ended).
+struct ThreadLabels {
+  std::mutex mu;
+  std::map<int, std::string> by_thread;
+};
+ThreadLabels& thread_labels() {
+  static ThreadLabels* labels = new ThreadLabels();  // never destroyed: threads may outlive main
+  return *labels;
 }
 
 }  // namespace
@@ -201,8 +215,27 @@ nlohmann::json metadata(const char* what, int pid, int tid, const nlohmann::json
 
 }  // namespace
 
+void set_thread_label(const std::string& label) {
+  ThreadLabels& labels = thread_labels();
+  std::lock_guard<std::mutex> lock(labels.mu);
+  labels.by_thread[this_thread_id()] = label;
+}
+
+std::string thread_label() {
+  ThreadLabels& labels = thread_labels();
+  std::lock_guard<std::mutex> lock(labels.mu);
+  auto it = labels.by_thread.find(this_thread_id());
+  return it == labels.by_thread.end() ? std::string() : it->second;
+}
+
 void Tracer::write_chrome_json(const std::string& path, const std::string& what) const {
   const std::vector<Span> all = spans();
+  std::map<int, std::string> labels;
+  {
+    ThreadLabels& l = thread_labels();
+    std::lock_guard<std::mutex> lock(l.mu);
+    labels = l.by_thread;
+  }
   // One process per device (pid 1, 2... in the devices' name order), one row per thread in it.
   std::map<std::string, int> pid_of;
   for (const Span& s : all) pid_of.emplace(s.device.empty() ? "host" : s.device, 0);
@@ -229,11 +262,15 @@ void Tracer::write_chrome_json(const std::string& path, const std::string& what)
     events.push_back(metadata("process_name", pid, -1, {{"name", device}}));
     events.push_back(metadata("process_sort_index", pid, -1, {{"sort_index", pid}}));
   }
-  // Stage rows first, in stage order; then the other threads in the order they started.
+  // Stage rows first, in stage order; then the other threads in the order they started. A
+  // labelled thread's row carries its label.
   for (const auto& [row, stage] : stage_of_row) {
     const auto [pid, thread] = row;
+    const auto label = labels.find(thread);
     const std::string name =
-        stage >= 0 ? "stage " + std::to_string(stage) : "thread " + std::to_string(thread);
+        label != labels.end() ? label->second
+        : stage >= 0          ? "stage " + std::to_string(stage)
+                              : "thread " + std::to_string(thread);
     events.push_back(metadata("thread_name", pid, thread, {{"name", name}}));
     events.push_back(metadata("thread_sort_index", pid, thread,
                               {{"sort_index", stage >= 0 ? stage : 1000 + thread}}));

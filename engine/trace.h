@@ -76,8 +76,9 @@ class Tracer {
   void add(Span span);    // thread-safe
   // Resolved spans sorted by start (CUDA spans turned into times, see Scope), thread-safe.
   std::vector<Span> spans() const;
-  // Chrome trace event format ("X" complete events; process = device, thread rows named
-  // "stage S" when the thread recorded stage spans, else "thread N"; args carry the Ids and
+  // Chrome trace event format ("X" complete events; process = device, thread rows named by
+  // the thread's label (set_thread_label: "rank 0", "rank 1 loader worker 0"), else "stage S"
+  // when the thread recorded stage spans, else "thread N"; args carry the Ids and
   // phase). Opens in https://ui.perfetto.dev and chrome://tracing. Written atomically by
   // write_output_file (engine/output_file.h): a failed write throws kiln::Error (Runtime)
   // naming `what` (the flag that chose the path, "--trace"), the path and the system's reason,
@@ -103,6 +104,13 @@ class Tracer {
   mutable std::vector<std::unique_ptr<detail::OpenSpan>> pending_;
   std::unique_ptr<detail::DeviceAnchors> anchors_;
 };
+
+// Names the calling thread's rows in the Chrome trace: "rank 1" for a data-parallel rank,
+// "rank 1 loader worker 0" for a thread it started. Call it once, as the thread starts (before
+// or after the tracer is enabled); a thread without a label keeps "stage S" / "thread N".
+void set_thread_label(const std::string& label);
+// The calling thread's label ("" when it has none): what a thread it starts extends.
+std::string thread_label();
 
 // RAII span: records [construction, destruction) into Tracer::global() if it is enabled when
 // constructed; costs one atomic load when disabled. On a CUDA device (device.is_cuda()) it

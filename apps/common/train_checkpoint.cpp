@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/philox.h"
@@ -63,6 +65,66 @@ double meta_double(const Checkpoint& c, const std::string& path, const std::stri
   return v;
 }
 
+// "history" and "history_seconds" (train_checkpoint.h): records separated by ';', fields by ','.
+std::string history_text(const std::vector<EpochRecord>& history) {
+  std::string s;
+  for (const EpochRecord& e : history) {
+    if (!s.empty()) s += ';';
+    s += std::to_string(e.epoch) + "," + format_double(e.train_loss) + "," +
+         format_double(e.test_loss) + "," + format_double(e.test_accuracy);
+  }
+  return s;
+}
+
+std::string history_seconds_text(const std::vector<EpochRecord>& history) {
+  std::string s;
+  for (const EpochRecord& e : history) s += (s.empty() ? "" : ";") + format_double(e.seconds);
+  return s;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  std::string item;
+  std::istringstream in(s);
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (s.back() == sep) out.emplace_back();
+  return out;
+}
+
+double history_number(const std::string& path, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0') bad(path, "entry 'history' holds '" + text + "', not a number: the file is damaged");
+  return v;
+}
+
+// An older file has no history: an empty one.
+std::vector<EpochRecord> read_history(const Checkpoint& c, const std::string& path) {
+  std::vector<EpochRecord> history;
+  const auto h = c.meta.find("history");
+  if (h == c.meta.end()) return history;
+  for (const std::string& record : split(h->second, ';')) {
+    const std::vector<std::string> f = split(record, ',');
+    if (f.size() != 4) bad(path, "entry 'history' has a record of " + std::to_string(f.size()) +
+                                     " fields, not 4: the file is damaged");
+    EpochRecord e;
+    e.epoch = static_cast<int64_t>(history_number(path, f[0]));
+    e.train_loss = history_number(path, f[1]);
+    e.test_loss = history_number(path, f[2]);
+    e.test_accuracy = history_number(path, f[3]);
+    history.push_back(e);
+  }
+  const auto secs = c.meta.find("history_seconds");
+  if (secs != c.meta.end()) {
+    const std::vector<std::string> s = split(secs->second, ';');
+    for (size_t i = 0; i < s.size() && i < history.size(); ++i) {
+      history[i].seconds = history_number(path, s[i]);
+    }
+  }
+  return history;
+}
+
 // The entries of `tensors` whose name starts with `prefix`, with the prefix removed.
 std::map<std::string, Tensor> with_prefix_removed(const std::map<std::string, Tensor>& tensors,
                                                   const std::string& prefix) {
@@ -100,6 +162,8 @@ void write_train_checkpoint(const std::string& path, const Module& model, const 
       {"generator_offset", std::to_string(meta.generator_offset)},
       {"lr", format_double(meta.lr)},
       {"test_accuracy", format_double(meta.test_accuracy)},
+      {"history", history_text(meta.history)},
+      {"history_seconds", history_seconds_text(meta.history)},
   };
   write_checkpoint(path, tensors, m);
 }
@@ -133,6 +197,7 @@ TrainCheckpoint read_train_checkpoint(const std::string& path, const std::string
   c.generator_offset = meta_u64(c.file, path, "generator_offset");
   c.lr = meta_double(c.file, path, "lr");
   c.test_accuracy = meta_double(c.file, path, "test_accuracy");
+  c.history = read_history(c.file, path);
   if (c.model != expected_model) {
     bad(path, "holds a '" + c.model + "' model but --model is '" + expected_model +
                   "': pass --model " + c.model + " to resume it");

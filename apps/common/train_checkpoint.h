@@ -25,6 +25,13 @@
 //            seed, generator_offset        the default Philox generator's state at that point
 //            lr, test_accuracy             for people reading the file (informational; the
 //                                          accuracy is the last evaluated epoch's)
+//            history  the run's finished epochs, so that a resumed run reports all of them:
+//                     "epoch,train_loss,test_loss,test_accuracy;..." (epoch 0-based, %.17g);
+//                     absent in older files (an empty history)
+//            history_seconds  each of those epochs' seconds (training + evaluation),
+//                     "s0;s1;...": apart from `history` because it is the one entry a resumed
+//                     run does not reproduce bit for bit (tools/kill_resume.sh and the tests
+//                     compare the files without it)
 //
 // Why this is enough to resume bit for bit (same flags, same thread and rank counts), also in
 // the middle of an epoch: the generator is counter based, so (seed, offset) is its whole state
@@ -38,6 +45,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/optimizer.h"
@@ -45,6 +53,13 @@
 #include "layers/module.h"
 
 namespace kiln::apps {
+
+// One finished epoch of a run (the checkpoint's history).
+struct EpochRecord {
+  int64_t epoch = 0;  // 0-based
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double seconds = 0;  // training + evaluation; of an epoch cut by a resume, the part after it
+};
 
 struct TrainCheckpoint {
   int64_t epoch = 0;           // the epoch to continue (epochs completed when epoch_position is 0)
@@ -61,6 +76,7 @@ struct TrainCheckpoint {
   uint64_t generator_offset = 0;
   double lr = 0;
   double test_accuracy = 0;
+  std::vector<EpochRecord> history;  // the epochs finished before this point, in order
   Checkpoint file;  // the tensors, filled by read_train_checkpoint
 };
 

@@ -56,6 +56,7 @@ void save_checkpoint(const Options& o, const SavePoint& at, const ModelState& s)
   meta.generator_offset = default_generator().offset();
   meta.lr = s.opt->lr();
   meta.test_accuracy = at.test_accuracy;
+  meta.history = at.history;
   write_train_checkpoint(o.checkpoint, *s.model, *s.opt, meta, s.scaler.get());
 }
 

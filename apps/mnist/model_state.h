@@ -43,6 +43,7 @@ struct SavePoint {
   int64_t global_step = 0;      // optimizer steps taken
   int workers = 1;              // data-parallel ranks
   double test_accuracy = 0;     // the last evaluated epoch's (informational)
+  std::vector<EpochRecord> history;  // the run's finished epochs, resumed ones included
 };
 
 // Writes --checkpoint with the default generator's state: after an epoch, `at` is the next

@@ -130,18 +130,21 @@ void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double 
 }
 
 nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Datasets& data,
-                            const std::vector<EpochResult>& results, const CommSummary& traffic,
-                            bool replicas_equal, const GradScaler* scaler) {
+                            const std::vector<EpochResult>& results,
+                            const std::vector<apps::EpochRecord>& history,
+                            const CommSummary& traffic, bool replicas_equal,
+                            const GradScaler* scaler) {
   nlohmann::json j;
   j["precision"] = o.precision;
   if (scaler != nullptr) j["loss_scale"] = loss_scale_json(*scaler);
-  std::vector<double> acc, loss, ips, secs;
+  std::vector<double> acc, loss, test_loss, ips, secs;
   std::vector<int64_t> examples;
   double train_total = 0, wait_total = 0;
   for (const EpochResult& r : results) {
     examples.push_back(r.train_seen);
     acc.push_back(r.test_accuracy);
     loss.push_back(r.train_loss);
+    test_loss.push_back(r.test_loss);
     ips.push_back(r.images_per_sec);
     secs.push_back(r.train_seconds + r.eval_seconds);
     train_total += r.train_seconds;
@@ -167,6 +170,17 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["test_accuracy"] = acc.empty() ? 0.0 : acc.back();
   j["test_accuracy_per_epoch"] = acc;
   j["train_loss_per_epoch"] = loss;
+  j["test_loss"] = test_loss.empty() ? 0.0 : test_loss.back();
+  j["test_loss_per_epoch"] = test_loss;
+  // The whole run, epoch by epoch (epoch 1-based, as the printed lines), the epochs before a
+  // --resume included (their records come from the checkpoint: apps/common/train_checkpoint.h).
+  nlohmann::json run_history = nlohmann::json::array();
+  for (const apps::EpochRecord& e : history) {
+    run_history.push_back({{"epoch", e.epoch + 1}, {"train_loss", e.train_loss},
+                           {"test_loss", e.test_loss}, {"test_accuracy", e.test_accuracy},
+                           {"seconds", e.seconds}});
+  }
+  j["history"] = run_history;
   // Examples each epoch trained on, all workers, a resumed epoch's earlier part included (a
   // DistributedSampler's padding makes it up to ranks - 1 more than train_images).
   j["train_examples_per_epoch"] = examples;

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/common/train_checkpoint.h"
 #include "apps/mnist/datasets.h"
 #include "apps/mnist/dist_training.h"
 #include "apps/mnist/options.h"
@@ -55,9 +56,13 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
 void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double epoch_seconds);
 
 // The summary of the run, for --json. Epoch seconds include evaluation; images/s counts the
-// training loop only, all ranks' images together.
+// training loop only, all ranks' images together. The *_per_epoch fields are this process's
+// epochs (after a --resume, from start_epoch on); "history" is the whole run's (`history`: the
+// resumed checkpoint's epochs, then this process's).
 nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Datasets& data,
-                            const std::vector<EpochResult>& results, const CommSummary& traffic,
+                            const std::vector<EpochResult>& results,
+                            const std::vector<apps::EpochRecord>& history,
+                            const CommSummary& traffic,
                             bool replicas_equal, const GradScaler* scaler = nullptr);
 
 // Writes `j` to `path` (--json) atomically (engine/output_file.h); a failed write is a Runtime

@@ -14,12 +14,17 @@
 //      disk): exit 1, a message naming the file and the errno text, the previous checkpoint
 //      untouched and still resumable, no .tmp left.
 //   5. Usage: --checkpoint-every without --checkpoint, or with --ps-async: exit 2.
+//   6. The run's history (per epoch: train loss, test loss, test accuracy, seconds) travels in
+//      the checkpoint: the JSON summary of a resumed run lists every epoch, the ones before the
+//      resume included, with the values of the uninterrupted run; a file without a history
+//      (an older Kiln's) still resumes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +43,16 @@ std::string quoted(const std::vector<std::string>& args) {
 std::vector<char> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The meta entries of a and b, but for the epochs' seconds (history_seconds: timings, the one
+// entry a resumed run does not reproduce).
+void expect_same_meta(const std::string& a_path, const std::string& b_path) {
+  std::map<std::string, std::string> a = kiln::read_checkpoint(a_path).meta,
+                                      b = kiln::read_checkpoint(b_path).meta;
+  EXPECT_EQ(a.erase("history_seconds"), 1u) << a_path;
+  EXPECT_EQ(b.erase("history_seconds"), 1u) << b_path;
+  EXPECT_EQ(a, b) << "the meta entries of " << a_path << " and " << b_path << " differ";
 }
 
 // Every tensor record of a and b, bit for bit.
@@ -101,7 +116,7 @@ TEST_F(CheckpointTest, KilledMidEpochResumesAtTheSameBatchBitForBit) {
                   path("resumed.json")}));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expect_same_tensors(straight, ckpt);
-  EXPECT_EQ(file_bytes(straight), file_bytes(ckpt)) << "the meta entries differ";
+  expect_same_meta(straight, ckpt);
   const nlohmann::json j = read_json(path("resumed.json"));
   EXPECT_EQ(j["start_position"], 180);
   EXPECT_EQ(j["train_examples_per_epoch"][0], 600);
@@ -144,7 +159,7 @@ TEST_F(CheckpointTest, OldFormatEpochEndCheckpointStillResumes) {
   // Rewrite it as an older Kiln wrote it: format kiln-train/1, none of the position entries.
   kiln::Checkpoint c = kiln::read_checkpoint(old);
   for (const char* key : {"epoch_position", "global_step", "epoch_steps", "epoch_loss_sum",
-                          "epoch_seen", "workers"}) {
+                          "epoch_seen", "workers", "history", "history_seconds"}) {
     ASSERT_EQ(c.meta.erase(key), 1u) << key;
   }
   c.meta["format"] = "kiln-train/1";
@@ -176,6 +191,48 @@ TEST_F(CheckpointTest, FailedWriteExitsOneAndKeepsThePreviousCheckpoint) {
   // And it still resumes.
   const RunResult again = run_mnist_train(flags(300, {"--epochs", "2", "--resume", ckpt}));
   EXPECT_EQ(again.exit_code, 0) << again.output;
+}
+
+TEST_F(CheckpointTest, JsonSummaryOfAResumedRunHasTheWholeHistory) {
+  SKIP_WITHOUT_MNIST();
+  const std::string ckpt = path("run.ckpt"), straight = path("straight.json"),
+                    resumed = path("resumed.json"), old = path("old.ckpt"),
+                    from_old = path("from_old.json");
+  ASSERT_EQ(run_mnist_train(flags(300, {"--epochs", "3", "--json", straight})).exit_code, 0);
+  ASSERT_EQ(run_mnist_train(flags(300, {"--epochs", "2", "--checkpoint", ckpt})).exit_code, 0);
+  fs::copy_file(ckpt, old);
+  const RunResult r =
+      run_mnist_train(flags(300, {"--epochs", "3", "--resume", ckpt, "--json", resumed}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json a = read_json(straight), b = read_json(resumed);
+  ASSERT_EQ(a["history"].size(), 3u) << a.dump(2);
+  ASSERT_EQ(b["history"].size(), 3u) << b.dump(2);  // epochs 1 and 2 from the checkpoint
+  EXPECT_EQ(b["test_accuracy_per_epoch"].size(), 1u);  // this process ran epoch 3 alone
+  for (size_t e = 0; e < 3; ++e) {
+    SCOPED_TRACE(e);
+    EXPECT_EQ(b["history"][e]["epoch"], e + 1);
+    for (const char* field : {"train_loss", "test_loss", "test_accuracy"}) {
+      EXPECT_EQ(b["history"][e][field], a["history"][e][field]) << field;  // bit for bit
+    }
+    EXPECT_GT(b["history"][e]["seconds"].get<double>(), 0.0);
+    EXPECT_GT(b["history"][e]["test_loss"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(b["test_loss"], a["test_loss"]);
+  EXPECT_EQ(b["test_loss_per_epoch"][0], a["history"][2]["test_loss"]);
+
+  // A checkpoint without a history (written by an older Kiln) resumes; the history then
+  // starts where this run did.
+  kiln::Checkpoint c = kiln::read_checkpoint(old);
+  ASSERT_EQ(c.meta.erase("history"), 1u);
+  ASSERT_EQ(c.meta.erase("history_seconds"), 1u);
+  kiln::write_checkpoint(old, c.tensors, c.meta);
+  const RunResult o =
+      run_mnist_train(flags(300, {"--epochs", "3", "--resume", old, "--json", from_old}));
+  ASSERT_EQ(o.exit_code, 0) << o.output;
+  const nlohmann::json h = read_json(from_old)["history"];
+  ASSERT_EQ(h.size(), 1u) << h.dump(2);
+  EXPECT_EQ(h[0]["epoch"], 3);
+  EXPECT_EQ(h[0]["test_accuracy"], a["history"][2]["test_accuracy"]);
 }
 
 TEST_F(CheckpointTest, CheckpointEveryUsageErrors) {

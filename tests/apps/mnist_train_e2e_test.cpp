@@ -295,4 +295,26 @@ TEST_F(MnistTrainTest, TraceOfDataParallelRunHasEachReplicasBuckets) {
   EXPECT_TRUE(buckets.count({0, 0}) > 0 && buckets.count({1, 0}) > 0) << buckets.size();
 }
 
+// The rows of a data-parallel trace are named by rank and role (engine/trace.h
+// set_thread_label): each rank's thread, its loader worker and its allreduce thread.
+TEST_F(MnistTrainTest, TraceRowsAreNamedByRankAndRole) {
+  SKIP_WITHOUT_MNIST();
+  const std::string trace = path("trace.json");
+  RunResult r = run_mnist_train({"--data", mnist_dir(), "--quiet", "--limit-train", "256",
+                                 "--limit-test", "100", "--batch-size", "64", "--epochs", "1",
+                                 "--dist", "local:2", "--threads", "1", "--workers", "1",
+                                 "--trace", trace});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> rows;
+  const nlohmann::json doc = read_json(trace);
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") rows.insert(e["args"]["name"].get<std::string>());
+  }
+  for (const char* row : {"rank 0", "rank 1", "rank 0 loader worker 0", "rank 1 loader worker 0",
+                          "rank 0 allreduce", "rank 1 allreduce"}) {
+    EXPECT_EQ(rows.count(row), 1u) << row;
+  }
+  for (const std::string& row : rows) EXPECT_NE(row.rfind("thread ", 0), 0u) << row;
+}
+
 }  // namespace

@@ -256,5 +256,39 @@ TEST(StageUtilisation, TheoreticalBubble) {
   EXPECT_THROW(theoretical_bubble(0, 8), Error);
 }
 
+// A thread's label names its rows ("rank 1"); a thread without one keeps "thread N". The label
+// is kept after the thread ends (a trace is written after the ranks' threads have finished).
+TEST_F(TraceTest, LabelledThreadsNameTheirRows) {
+  std::string seen_inside;
+  std::thread labelled([&] {
+    set_thread_label("rank 1");
+    seen_inside = thread_label();
+    Scope s("forward", Phase::Forward);
+  });
+  labelled.join();
+  std::thread unlabelled([] { Scope s("backward", Phase::Backward); });
+  unlabelled.join();
+  EXPECT_EQ(seen_inside, "rank 1");
+  EXPECT_EQ(thread_label(), "");  // this thread has none
+
+  const std::string path = temp_path("labels.json");
+  Tracer::global().write_chrome_json(path);
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::filesystem::remove(path);
+  std::map<int, std::string> thread_names;
+  std::map<std::string, int> tid_of_span;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      thread_names[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+    }
+    if (e["ph"] == "X") tid_of_span[e["name"].get<std::string>()] = e["tid"].get<int>();
+  }
+  ASSERT_EQ(tid_of_span.size(), 2u);
+  EXPECT_EQ(thread_names[tid_of_span["forward"]], "rank 1");
+  EXPECT_EQ(thread_names[tid_of_span["backward"]],
+            "thread " + std::to_string(tid_of_span["backward"]));
+}
+
 }  // namespace
 }  // namespace kiln::trace
