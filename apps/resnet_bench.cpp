@@ -579,7 +579,7 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--repeats", o.repeats, "timed repeats of --steps each (the tutorial used 10)")->check(in_range(1, 100000));
   app.add_option("--threads-per-stage", o.threads_per_stage,
                  "CPU threads of each stage and of the single device (default: cores / stages)")
-      ->check(in_range(1, 1024))->always_capture_default(false);
+      ->check(in_range(1, 1024))->always_capture_default(false)->default_str("");
   app.add_option("--dp", o.dp, "hybrid: replicas of the pipeline (threads); under mpirun, one "
                  "replica per process")->check(in_range(1, 64));
   app.add_option("--csv", o.csv, "write one row per setup");

@@ -1,5 +1,5 @@
 // sweep.h: comm_bench's default mode. For every size from --min-bytes to --max-bytes (times
-// --step-factor) and every algorithm of --algorithms, on every member rank: measure (measure.h),
+// --step-factor) and every algorithm of --allreduce, on every member rank: measure (measure.h),
 // then rank 0 prints a table row, a CSV row and a JSON row, and at the end a summary: ring vs
 // native busbw at >= 16 MiB (our target: >= 0.9 with 2 ranks) and the bytes each rank
 // sent against the ring's model 2(N-1)K/N.
