@@ -25,7 +25,10 @@
 // linear warm-up over --warmup-epochs (Goyal et al. 2017). Each worker evaluates its slice of the
 // test set and the counts are summed; rank 0 alone prints, writes the JSON and the checkpoints;
 // at the end every rank compares its weights with rank 0's, bit for bit, and says so. An error
-// on one rank stops all of them (local: run_local; mpi: abort).
+// on one rank stops all of them (local: run_local; mpi: abort). Ranks started with different
+// flags, models or data sizes stop before any work, every one with exit 2, rank 0 naming what
+// differs (comm/agreement.h); several processes under mpirun or srun without --dist are refused
+// the same way (apps/common/launcher.h).
 //
 // What a run does, in order: parse flags (CLI11), choose the device and the thread budget,
 // seed the Philox generator (initialisation and dropout draw from it), load MNIST, then per
