@@ -55,23 +55,31 @@ const std::string kMnist = std::string(KILN_SOURCE_DIR) + "/datasets/mnist";
 const std::string kScratch = ::testing::TempDir() + "kiln_bad_invocations_out";
 
 // ---- output paths: fixtures ----
-// Things an output must never replace, made when the table is built (idempotent: the test
-// processes run side by side): a regular file "file" and its hard link "link", a FIFO "fifo",
-// a directory "dir", and "data/train-images-idx3-ubyte", an input of the apps that read MNIST.
-std::string out_fixture(const std::string& name) {
-  static const std::string dir = [] {
-    const std::string d = ::testing::TempDir() + "kiln_bad_invocations_paths";
+// Things an output must never replace, made when the table is built, in a folder of this
+// process's own (a row that failed in another run, or another build tree's run, cannot have
+// replaced them), removed at exit: a regular file "file" and its hard link "link", a FIFO
+// "fifo", a directory "dir", and "data/train-images-idx3-ubyte", an input of the apps that
+// read MNIST.
+struct OutFixtures {
+  std::string dir = ::testing::TempDir() + "kiln_bad_invocations_paths_" +
+                    std::to_string(::getpid());
+  OutFixtures() {
+    std::filesystem::create_directories(dir + "/dir");
+    std::filesystem::create_directories(dir + "/data");
+    std::ofstream(dir + "/file") << "old\n";
+    std::ofstream(dir + "/data/train-images-idx3-ubyte") << "stands for an IDX file\n";
+    std::filesystem::create_hard_link(dir + "/file", dir + "/link");
+    ::mkfifo((dir + "/fifo").c_str(), 0644);
+  }
+  ~OutFixtures() {
     std::error_code ec;
-    std::filesystem::create_directories(d + "/dir", ec);
-    std::filesystem::create_directories(d + "/data", ec);
-    if (!std::filesystem::exists(d + "/file")) std::ofstream(d + "/file") << "old\n";
-    const std::string idx = d + "/data/train-images-idx3-ubyte";
-    if (!std::filesystem::exists(idx)) std::ofstream(idx) << "stands for an IDX file\n";
-    std::filesystem::create_hard_link(d + "/file", d + "/link", ec);  // EEXIST: made already
-    ::mkfifo((d + "/fifo").c_str(), 0644);                            // likewise
-    return d;
-  }();
-  return dir + "/" + name;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+std::string out_fixture(const std::string& name) {
+  static const OutFixtures fixtures;
+  return fixtures.dir + "/" + name;
 }
 
 // ---- data: fixtures ----
@@ -425,7 +433,9 @@ const std::vector<Row>& rows() {
       {"checkpoint_tool", {"info", "/nonexistent-kiln.ckpt"}, 2, "/nonexistent-kiln.ckpt"},
 
       // ---- output paths: special files, one file for two outputs, unwritable places ----
-      {"mnist_train", {"--checkpoint", "/dev/null"}, 2,
+      // A row naming a device also carries a flag that fails later (bad --data, one device):
+      // were the path check gone, the app would stop there instead of replacing /dev/null.
+      {"mnist_train", {"--checkpoint", "/dev/null", "--data", "/nonexistent-kiln-dir"}, 2,
        "--checkpoint /dev/null is a character device, not a regular file"},
       {"mnist_train", {"--trace", out_fixture("fifo")}, 2, "is a FIFO (named pipe), not a regular file"},
       {"mnist_train", {"--json", out_fixture("dir")}, 2, "dir: Is a directory: give the path of a file"},
@@ -442,27 +452,34 @@ const std::vector<Row>& rows() {
        "--json kiln-run.ckpt is the input --resume kiln-run.ckpt"},
       {"mnist_train", {"--data", out_fixture("data"), "--json", out_fixture("data/train-images-idx3-ubyte")},
        2, "is the input --data"},
-      {"resnet_bench", {"--json", "/dev/null"}, 2, "--json /dev/null is a character device"},
-      {"resnet_bench", {"--trace", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
-      {"resnet_bench", {"--csv", out_fixture("dir")}, 2, "Is a directory"},
-      {"resnet_bench", {"--json", "/nonexistent-kiln-dir/r.json"}, 2, "does not exist: create it first"},
-      {"resnet_bench", {"--json", "kiln-same.out", "--trace", "kiln-same.out"}, 2,
+      {"resnet_bench", {"--json", "/dev/null", "--devices", "cpu:0"}, 2,
+       "--json /dev/null is a character device"},
+      {"resnet_bench", {"--trace", out_fixture("fifo"), "--devices", "cpu:0"}, 2, "is a FIFO (named pipe)"},
+      {"resnet_bench", {"--csv", out_fixture("dir"), "--devices", "cpu:0"}, 2, "Is a directory"},
+      {"resnet_bench", {"--json", "/nonexistent-kiln-dir/r.json", "--devices", "cpu:0"}, 2,
+       "does not exist: create it first"},
+      {"resnet_bench", {"--json", "kiln-same.out", "--trace", "kiln-same.out", "--devices", "cpu:0"}, 2,
        "--json kiln-same.out and --trace kiln-same.out name the same file"},
       {"comm_bench", {"--csv", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
       {"comm_bench", {"--json", out_fixture("dir")}, 2, "Is a directory"},
       {"comm_bench", {"--json", out_fixture("file") + "/c.json"}, 2, "Not a directory"},
       {"comm_bench", {"--csv", "kiln-same.out", "--json", "kiln-same.out"}, 2,
        "--csv kiln-same.out and --json kiln-same.out name the same file"},
-      {"loader_bench", {"--csv", "/dev/null"}, 2, "--csv /dev/null is a character device"},
+      {"loader_bench", {"--csv", "/dev/null", "--data", "/nonexistent-kiln-dir"}, 2,
+       "--csv /dev/null is a character device"},
       {"loader_bench", {"--csv", out_fixture("dir")}, 2, "Is a directory"},
       {"loader_bench", {"--csv", "/nonexistent-kiln-dir/l.csv"}, 2, "does not exist: create it first"},
       {"loader_bench", {"--data", out_fixture("data"), "--csv", out_fixture("data/train-images-idx3-ubyte")},
        2, "is the input --data"},
-      {"gemm_bench", {"--json", "/dev/null"}, 2, "--json /dev/null is a character device"},
-      {"gemm_bench", {"--json", out_fixture("fifo")}, 2, "is a FIFO (named pipe)"},
-      {"gemm_bench", {"--json", "/nonexistent-kiln-dir/g.json"}, 2, "does not exist: create it first"},
+      {"gemm_bench", {"--json", "/dev/null", "--device", "cpu", "--sizes", "1000000"}, 2,
+       "--json /dev/null is a character device"},
+      {"gemm_bench", {"--json", out_fixture("fifo"), "--device", "cpu", "--sizes", "1000000"}, 2,
+       "is a FIFO (named pipe)"},
+      {"gemm_bench", {"--json", "/nonexistent-kiln-dir/g.json", "--device", "cpu", "--sizes", "1000000"},
+       2, "does not exist: create it first"},
       {"idx_to_imagefolder", {"--out", out_fixture("file")}, 2, "is a file, not a directory"},
-      {"idx_to_imagefolder", {"--out", "/dev/null"}, 2, "is a character device, not a directory"},
+      {"idx_to_imagefolder", {"--out", "/dev/null", "--data", "/nonexistent-kiln-dir"}, 2,
+       "is a character device, not a directory"},
       {"idx_to_imagefolder", {"--out", out_fixture("file") + "/png"}, 2, "is not a directory"},
 
       // ---- data: empty or inconsistent sets, damaged images, unreachable paths ----
