@@ -58,6 +58,7 @@
 //   train_loop.h     one training epoch, one evaluation pass (EpochResult, StepFn)
 //   schedule.h       --lr-schedule (step, cosine, onecycle, cyclic) and --recipe
 //   dist_flags.h     --dist and the data-parallel flags: parsing and usage checks
+//   rank_settings.h  what the ranks must share (flags, model, set sizes), compared at start
 //   dist_training.h  one rank's data parallelism: layout, server ranks, the synchronous or
 //                    asynchronous step, sums over the workers, the end-of-run replica check
 //   run_report.h     the printed lines and the JSON summary
@@ -92,6 +93,7 @@
 #include "apps/mnist/flags.h"
 #include "apps/mnist/model_state.h"
 #include "apps/mnist/options.h"
+#include "apps/mnist/rank_settings.h"
 #include "apps/mnist/run_report.h"
 #include "apps/mnist/schedule.h"
 #include "apps/mnist/train_loop.h"

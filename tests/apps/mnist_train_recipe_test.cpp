@@ -26,7 +26,7 @@ TEST_F(MnistTrainTest, FastRecipeOnASubsetLearns) {
                                  "6000", "--limit-test", "2000", "--epochs", "1", "--json", json});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("recipe fast: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("s of training (evaluation excluded) over 1 epochs"), std::string::npos)
+  EXPECT_NE(r.output.find("s of training (evaluation excluded) over 1 epoch"), std::string::npos)
       << r.output;
   const nlohmann::json j = read_json(json);
   EXPECT_EQ(j["recipe"], "fast");
