@@ -31,6 +31,7 @@
 
 #include "support/file_bytes.h"
 #include "support/run_command.h"
+#include "support/tiny_mnist.h"
 
 namespace {
 
@@ -43,24 +44,6 @@ std::string quoted(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
-}
-
-void put_be32(std::ofstream& out, uint32_t v) {
-  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                     static_cast<char>(v >> 8), static_cast<char>(v)};
-  out.write(b, 4);
-}
-
-// An IDX images file and labels file of n 28x28 examples: a fixed pattern, labels 0..9 in turn.
-void write_split(const fs::path& dir, const std::string& prefix, uint32_t n) {
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  for (uint32_t v : {2051u, n, 28u, 28u}) put_be32(images, v);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (uint32_t p = 0; p < 28 * 28; ++p) images.put(static_cast<char>((p * 7 + i * 13) % 256));
-  }
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  for (uint32_t v : {2049u, n}) put_be32(labels, v);
-  for (uint32_t i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
 }
 
 std::string text_of(const std::string& path) {
@@ -76,8 +59,8 @@ class OutputSafety : public ::testing::Test {
            ("kiln_output_safety_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "data");
-    write_split(dir_ / "data", "train", 64);
-    write_split(dir_ / "data", "t10k", 32);
+    kiln::testing::write_tiny_mnist_split(dir_ / "data", "train", 64);
+    kiln::testing::write_tiny_mnist_split(dir_ / "data", "t10k", 32);
   }
   void TearDown() override {
     std::error_code ec;

@@ -25,6 +25,7 @@
 #include "engine/cuda/context.h"
 #include "support/cuda_skip.h"
 #include "support/run_command.h"
+#include "support/tiny_mnist.h"
 
 namespace fs = std::filesystem;
 
@@ -43,28 +44,6 @@ constexpr bool kAddressSanitizer = true;
 constexpr bool kAddressSanitizer = false;
 #endif
 
-void put_be32(std::ofstream& out, uint32_t v) {
-  const char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
-                     static_cast<char>(v >> 8), static_cast<char>(v)};
-  out.write(b, 4);
-}
-
-// An IDX images file and labels file of n 28x28 examples: a fixed pattern, labels 0..9 in turn.
-void write_split(const fs::path& dir, const std::string& prefix, uint32_t n) {
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  put_be32(images, 2051);
-  put_be32(images, n);
-  put_be32(images, 28);
-  put_be32(images, 28);
-  for (uint32_t i = 0; i < n; ++i) {
-    for (uint32_t p = 0; p < 28 * 28; ++p) images.put(static_cast<char>((p * 7 + i * 13) % 256));
-  }
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  put_be32(labels, 2049);
-  put_be32(labels, n);
-  for (uint32_t i = 0; i < n; ++i) labels.put(static_cast<char>(i % 10));
-}
-
 RunResult run(const std::string& env, const std::string& program,
               const std::vector<std::string>& args) {
   std::string cmd = env + " '" + program + "'";
@@ -82,8 +61,8 @@ class SyncDebugE2e : public ::testing::Test {
            ("kiln_sync_debug_" + std::string(info->name()) + "_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    write_split(dir_, "train", 2304);
-    write_split(dir_, "t10k", 256);
+    kiln::testing::write_tiny_mnist_split(dir_, "train", 2304);
+    kiln::testing::write_tiny_mnist_split(dir_, "t10k", 256);
   }
   void TearDown() override {
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
