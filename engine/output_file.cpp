@@ -66,20 +66,9 @@ void write_output_file(const std::string& what, const std::string& path, std::st
     const int err = errno;
     fail("creating a new file in its directory", err, false);
   }
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    // A short write is retried for the rest: on a full disk (or at the file-size limit) the
-    // retry fails with ENOSPC (EFBIG), the error reported.
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = w < 0 ? errno : EIO;
-      ::close(fd);
-      fail("writing", err, true);
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
+  if (const int err = write_all(fd, bytes); err != 0) {
+    ::close(fd);
+    fail("writing", err, true);
   }
   // close() reports the errors of file systems that write back late (NFS: close(2), NOTES).
   if (::close(fd) != 0) {
@@ -90,6 +79,19 @@ void write_output_file(const std::string& what, const std::string& path, std::st
     const int err = errno;
     fail("renaming the new file over it", err, true);
   }
+}
+
+int write_all(int fd, std::string_view bytes) {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : EIO;
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  return 0;
 }
 
 void ignore_file_size_signal() { std::signal(SIGXFSZ, SIG_IGN); }

@@ -41,6 +41,11 @@ void write_output_file(const std::string& what, const std::string& path, std::st
 // SIGXFSZ (signal(SIGXFSZ, SIG_IGN); POSIX setrlimit(2), write(2)). Idempotent.
 void ignore_file_size_signal();
 
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR: 0, or the errno of the write
+// that failed (at a full disk or the file-size limit the retry after a short write fails with
+// ENOSPC or EFBIG, the reason to report).
+int write_all(int fd, std::string_view bytes);
+
 // "--csv rows.csv: <step> failed: <strerror of err>": the message of an output that failed while
 // it was being written in place (a CSV file that grows row by row).
 std::string output_failure(const std::string& what, const std::string& path,

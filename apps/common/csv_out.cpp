@@ -38,20 +38,8 @@ void CsvOut::row(const std::string& line) {
 }
 
 void CsvOut::write_line(const std::string& line, const char* what) {
-  const std::string text = line + "\n";
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    // A short write is retried for the rest: at a full disk or the file-size limit the retry
-    // fails with ENOSPC or EFBIG, the reason reported.
-    const ssize_t w = ::write(fd_, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = w < 0 ? errno : EIO;
-      throw Error(output_failure("--csv", path_, what, err));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
+  if (const int err = write_all(fd_, line + "\n"); err != 0) {
+    throw Error(output_failure("--csv", path_, what, err));
   }
 }
 
