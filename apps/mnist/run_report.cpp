@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "apps/common/mixed_precision.h"
