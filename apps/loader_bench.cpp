@@ -595,8 +595,7 @@ int main(int argc, char** argv) {
         inputs.push_back({"--data", (std::filesystem::path(idx_dir) / name).string()});
       }
     }
-    apps::check_output_paths({{"--csv", o.csv}}, inputs);
-    apps::check_output_paths({{"--csv", o.csv}, {"--json", o.json}});  // two names, one file?
+    apps::check_output_paths({{"--csv", o.csv}, {"--json", o.json}}, inputs);
     nlohmann::json rows = nlohmann::json::array();
     const int rc = o.mode == "throughput" ? run_throughput(o, rows)
                    : o.mode == "train"    ? run_train(o, rows)
