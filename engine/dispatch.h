@@ -1,58 +1,75 @@
-// dispatch.h: small helpers shared by the op files (not part of the public API).
+// dispatch.h: how an op calls its kernel pair. Every kernel has twins of one name and one
+// signature, one in kiln::cpu and one in kiln::cuda, whose first parameter is their backend's
+// tag (cpu::Backend or cuda::Backend). An op calls
+//
+//   run_kernel("leaky_relu", x.device(), x.dtype(), [&](auto backend, auto tag) {
+//     using T = typename decltype(tag)::type;
+//     leaky_relu_forward(backend, x.data<T>(), y.data<T>(), x.numel(), T(negative_slope));
+//   });
+//
+// run_kernel picks the backend from the device (under a cuda::DeviceGuard for a CUDA device)
+// and T from the dtype (f32 or f64, dispatch_floating); the unqualified call then finds
+// cpu::leaky_relu_forward or cuda::leaky_relu_forward by the type of `backend`
+// (argument-dependent lookup: the namespace of an argument's type is searched). Because the
+// call is unqualified, the twins' other arguments must let the compiler deduce T (pass T(...)
+// for scalars); a kernel that is not a template works the same way.
+//
+// In a build without a CUDA backend a CUDA tensor gets no_cuda_backend(op): the CUDA branch sits
+// in the discarded arm of `if constexpr`, so the lambda is never compiled for cuda::Backend and
+// the CUDA twins (declared in every build) need no definition.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
 #include <string>
+#include <type_traits>
 
+#include "engine/backend.h"
 #include "engine/build_config.h"
 #include "engine/cuda/context.h"
+#include "engine/device.h"
+#include "engine/dtype.h"
 #include "engine/error.h"
-#include "engine/tensor.h"
 
 namespace kiln {
 
-// What an op says on a CUDA tensor until the CUDA backend is built in.
+// What an op says on a CUDA tensor when the CUDA backend is not built in.
 [[noreturn]] inline void no_cuda_backend(const char* op) {
   throw Error(std::string(op) + ": this build of Kiln has no CUDA backend; use --device cpu");
 }
 
-// The device switch of an op: runs on_cpu() for a tensor on the CPU, and on_cuda() under a
-// cuda::DeviceGuard for one on a CUDA device. The dtype switch (dispatch_floating) goes inside:
-//
-//   on_device("relu_backward", g.device(),
-//       [&] { dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) { cpu::... }); },
-//       [&] { dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) { cuda::... }); });
-//
-// In a build without a CUDA backend a CUDA tensor gets no_cuda_backend(op). There on_cuda() sits
-// in the discarded branch of `if constexpr`, so it is never compiled into a call: no code is
-// emitted for it, and the CUDA kernels it names (declared in every build) need no definition.
-template <typename OnCpu, typename OnCuda>
-void on_device(const char* op, Device device, OnCpu&& on_cpu, OnCuda&& on_cuda) {
+// Calls fn(cpu::Backend{}) for a CPU device, fn(cuda::Backend{}) under a DeviceGuard for a CUDA
+// one. For kernels that are not templated on a floating dtype (copies, integer data, 16-bit
+// inputs); run_kernel below adds the dtype.
+template <typename Fn>
+void on_device(const char* op, Device device, Fn&& fn) {
   if (device.type == DeviceType::CPU) {
-    on_cpu();
+    fn(cpu::Backend{});
     return;
   }
   if constexpr (kWithCuda) {
     cuda::DeviceGuard guard(device.index);
-    on_cuda();
+    fn(cuda::Backend{});
   } else {
     no_cuda_backend(op);
   }
 }
 
-// (outer, len, inner) view of `shape` around dim d: the layout every dim-wise kernel uses.
-struct DimSplit {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-inline DimSplit split_at(const Shape& shape, int64_t d) {
-  DimSplit s;
-  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
-    if (i < d) s.outer *= shape[static_cast<size_t>(i)];
-    else if (i == d) s.len = shape[static_cast<size_t>(i)];
-    else s.inner *= shape[static_cast<size_t>(i)];
-  }
-  return s;
+// The older form, two lambdas that differ only in cpu:: vs cuda::; call sites are moving to the
+// one-lambda forms above and below, and this goes when the last one has.
+template <typename OnCpu, typename OnCuda>
+void on_device(const char* op, Device device, OnCpu&& on_cpu, OnCuda&& on_cuda) {
+  on_device(op, device, [&](auto backend) {
+    if constexpr (std::is_same_v<decltype(backend), cpu::Backend>) on_cpu();
+    else on_cuda();
+  });
+}
+
+// Calls fn(backend, TypeTag<T>{}) with the backend of `device` and T the element type of
+// `dtype` (float or double; other dtypes are an error naming `op`).
+template <typename Fn>
+void run_kernel(const char* op, Device device, DType dtype, Fn&& fn) {
+  on_device(op, device, [&](auto backend) {
+    dispatch_floating(dtype, op, [&](auto tag) { fn(backend, tag); });
+  });
 }
 
 }  // namespace kiln

@@ -62,21 +62,6 @@ KILN_HOST_DEVICE inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out)
   return ((i + 1) * in + out - 1) / out;
 }
 
-// ---- Activations (layers/leaky_relu.h) -------------------------------------------------------
-
-// LeakyReLU of one element: x where x > 0, slope * x elsewhere.
-template <typename T>
-KILN_HOST_DEVICE inline T leaky_relu_of(T x, T slope) {
-  return x > T(0) ? x : x * slope;
-}
-
-// Its backward for one element: the upstream gradient g where x > 0, g * slope elsewhere
-// (x == 0 takes the slope, as PyTorch does).
-template <typename T>
-KILN_HOST_DEVICE inline T leaky_relu_grad_of(T x, T g, T slope) {
-  return x > T(0) ? g : g * slope;
-}
-
 // ---- Loss scaling (engine/optim/grad_scaler.h) -----------------------------------------------
 
 // Whether x is inf or NaN: its exponent bits are all ones. Integer code, so the CPU loop

@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
+#include "engine/dim_split.h"
 #include "engine/dispatch.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"

@@ -31,19 +31,10 @@ struct LeakyReluBackward : Node {
     const Tensor& x = saved[0];
     check_same_device(x, grad_out, "leaky_relu_backward");
     Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    const char* op = "leaky_relu_backward";
-    on_device(op, x.device(), [&] {
-      dispatch_floating(x.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::leaky_relu_backward_cpu<T>(x.data<T>(), grad_out.data<T>(), gx.data<T>(),
-                                        x.numel(), T(negative_slope));
-      });
-    }, [&] {
-      dispatch_floating(x.dtype(), op, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::leaky_relu_backward_cuda<T>(x.data<T>(), grad_out.data<T>(), gx.data<T>(),
-                                          x.numel(), T(negative_slope));
-      });
+    run_kernel("leaky_relu_backward", x.device(), x.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      leaky_relu_backward(backend, x.data<T>(), grad_out.data<T>(), gx.data<T>(), x.numel(),
+                          T(negative_slope));
     });
     return {gx};
   }
@@ -56,16 +47,9 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_CHECK(x.defined(), "leaky_relu: the input is undefined");
   KILN_CHECK(is_floating(x.dtype()), "leaky_relu: expected an f32 or f64 tensor, got ", x.str());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  on_device("leaky_relu", x.device(), [&] {
-    dispatch_floating(x.dtype(), "leaky_relu", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::leaky_relu_forward_cpu<T>(x.data<T>(), y.data<T>(), x.numel(), T(negative_slope));
-    });
-  }, [&] {
-    dispatch_floating(x.dtype(), "leaky_relu", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::leaky_relu_forward_cuda<T>(x.data<T>(), y.data<T>(), x.numel(), T(negative_slope));
-    });
+  run_kernel("leaky_relu", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    leaky_relu_forward(backend, x.data<T>(), y.data<T>(), x.numel(), T(negative_slope));
   });
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<LeakyReluBackward>();

@@ -10,7 +10,6 @@
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/launch.h"
-#include "engine/host_device.h"
 #include "layers/leaky_relu_kernels.h"
 
 namespace kiln::cuda {
@@ -45,21 +44,21 @@ __global__ void leaky_relu_backward_kernel(const T* __restrict__ x, const T* __r
 }  // namespace
 
 template <typename T>
-void leaky_relu_forward_cuda(const T* x, T* y, int64_t n, T slope) {
+void leaky_relu_forward(Backend, const T* x, T* y, int64_t n, T slope) {
   if (n == 0) return;
   launch(leaky_relu_forward_kernel<T>, config_for(n), x, y, n, slope);
 }
 
 template <typename T>
-void leaky_relu_backward_cuda(const T* x, const T* gy, T* gx, int64_t n, T slope) {
+void leaky_relu_backward(Backend, const T* x, const T* gy, T* gx, int64_t n, T slope) {
   if (n == 0) return;
   launch(leaky_relu_backward_kernel<T>, config_for(n), x, gy, gx, n, slope);
 }
 
-template void leaky_relu_forward_cuda<float>(const float*, float*, int64_t, float);
-template void leaky_relu_forward_cuda<double>(const double*, double*, int64_t, double);
-template void leaky_relu_backward_cuda<float>(const float*, const float*, float*, int64_t, float);
-template void leaky_relu_backward_cuda<double>(const double*, const double*, double*, int64_t,
+template void leaky_relu_forward<float>(Backend, const float*, float*, int64_t, float);
+template void leaky_relu_forward<double>(Backend, const double*, double*, int64_t, double);
+template void leaky_relu_backward<float>(Backend, const float*, const float*, float*, int64_t, float);
+template void leaky_relu_backward<double>(Backend, const double*, const double*, double*, int64_t,
                                                double);
 
 }  // namespace kiln::cuda

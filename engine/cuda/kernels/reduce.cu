@@ -1,6 +1,6 @@
 // reduce.cu: CUDA kernels of the dim-wise reductions: sum_dim, its adjoint expand_dim, and
 // argmax_dim, the twins of the cpu:: ones. Every tensor is viewed as (outer, len, inner) around
-// the reduced dim (dispatch.h: split_at), and we reduce over len.
+// the reduced dim (engine/dim_split.h), and we reduce over len.
 //
 // Parallelisation depends on where the reduced elements lie in memory:
 //  - inner == 1 ("rows": the reduced elements are contiguous). Short rows (len <= 1024): one
