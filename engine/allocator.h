@@ -6,7 +6,7 @@
 // This is the CPU twin of the CUDA caching allocator. Statistics feed `peak_memory_bytes`.
 //
 // Why the cache stays bounded over a long run (a training run's resident memory is flat from
-// the second epoch on; tests/engine/allocator_test.cpp, tests/soak/):
+// the second epoch on; the Allocator tests of tests/engine/tensor_test.cpp, tests/soak/):
 //   - Blocks of 128 KiB and more are mmap'ed and munmap'ed by the pool itself, not taken from
 //     malloc. glibc's malloc raises its mmap threshold to the size of every mmap'ed chunk it
 //     frees (up to 32 MiB, mallopt(3) M_MMAP_THRESHOLD), so after release_cached() the next

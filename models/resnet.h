@@ -1,6 +1,6 @@
 // resnet.h: the ResNet family (He, Zhang, Ren, Sun, "Deep Residual Learning for Image
 // Recognition", CVPR 2016, https://arxiv.org/abs/1512.03385), laid out exactly like
-// torchvision's models/resnet.py, so a torchvision state_dict loads key for key.
+// torchvision/models/resnet.py, so a torchvision state_dict loads key for key.
 //
 //   x (N, 3, H, W)                                    H, W >= 32
 //   stem:   conv1 7x7/2 (3 -> 64), bn1, relu, maxpool 3x3/2 pad 1       -> (N, 64, H/4, W/4)

@@ -1,4 +1,4 @@
-// resnet_test.cpp: models/resnet against torchvision 0.14 (PyTorch 1.13): names, shapes and
+// resnet_test.cpp: models/resnet.h against torchvision 0.14 (PyTorch 1.13): names, shapes and
 // parameter counts; one train step (forward, loss, backward, running statistics) and an eval
 // forward of ResNet-18 and of a narrow Bottleneck ResNet compared with torchvision's, under
 // both kernel implementations (Impl::Hand and Impl::Vendor); load_torchvision_weights() and
