@@ -7,7 +7,8 @@
 #                the standard header of each standard name it uses (tools/check_includes.py);
 #                every header compiles alone with clang 16 and libc++ without its transitive
 #                includes (tools/check_headers_alone.sh); the GPU bundle alone configures Kiln,
-#                the machine's /usr hidden (tools/check_bundle_configure.sh).
+#                the machine's /usr hidden (tools/check_bundle_configure.sh); every repository
+#                path that a comment or a doc names exists (tools/check_comment_refs.py).
 #   build/       the default build (Release). Where nvcc is installed it includes the real CUDA
 #                backend, compiled and linked for sm_90 even without a GPU, so nvcc errors never
 #                land. Runs every test; CUDA tests (label gpu) skip, saying why, without a GPU.
@@ -54,6 +55,10 @@ if has lint; then
   "$root/tools/check_headers_alone.sh"
   echo "== test.sh: lint: the GPU bundle alone configures Kiln, /usr hidden (tools/check_bundle_configure.sh)"
   "$root/tools/check_bundle_configure.sh"
+  # A comment that names a file which moved misleads its next reader: the paths, FILE.EXT:NAME
+  # references and Markdown links of comments and docs must resolve (a second, no build needed).
+  echo "== test.sh: lint: the files that comments and docs name exist (tools/check_comment_refs.py)"
+  python3 "$root/tools/check_comment_refs.py" --quiet
 fi
 "$root/datasets/fetch_mnist.sh"
 
