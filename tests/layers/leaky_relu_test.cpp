@@ -1,6 +1,7 @@
 // leaky_relu_test.cpp: what the parity table (tests/parity) does not cover for LeakyReLU: the
 // rule element by element (signs, zero, the default slope), the module, and the errors.
-// Gradient checks, CPU vs CUDA and the PyTorch fixture are rows of tests/parity/parity_cases.cpp.
+// Gradient checks and CPU vs CUDA are rows of tests/parity/parity_layers.cpp; the PyTorch fixture
+// is compared in tests/layers/pytorch_parity_test.cpp.
 #include "layers/leaky_relu.h"
 
 #include <gtest/gtest.h>

@@ -29,21 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/autograd.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
-#include "engine/philox.h"
-#include "layers/batchnorm2d.h"
-#include "layers/conv2d.h"
-#include "layers/dropout.h"
-#include "layers/layout.h"
-#include "layers/linear.h"
-#include "layers/loss.h"
-#include "layers/pool2d.h"
 #include "support/gradcheck.h"
-#if KILN_WITH_CUDA
-#include "layers/conv2d_kernels.h"
-#endif
 
 namespace kiln::parity {
 

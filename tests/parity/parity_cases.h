@@ -12,14 +12,15 @@
 //                   that runs in f32 is in it without asking (cases_in)
 //   kAutocastCuda   the same on cuda:0, for the rows that name it       (parity_cuda_test)
 //
-// Adding a layer's tests = adding rows to parity_cases.cpp, e.g.
+// Adding a layer's tests = adding rows to parity_layers.cpp (a mylayer_rows(rows) function that
+// add_layer_rows calls; the engine ops' rows are in parity_cases.cpp), e.g.
 //
-//   add(Case("mylayer_2x3x5x5_k3")                      // the test's name (letters, digits, _)
-//           .in(uniform({2, 3, 5, 5}))                    // x in [-1, 1), requires grad
-//           .in(uniform({3}, 0.5, 1.5))                   // a parameter
-//           .fn([](const Inputs& v) { return Outputs{mylayer(v[0], v[1], 3)}; })
-//           .tol(DTol::rel(2e-5, 1e-12))                  // forward and backward, per dtype
-//           .suites(kGradcheck | kDevice));
+//   rows.push_back(Case("mylayer_2x3x5x5_k3")           // the test's name (letters, digits, _)
+//                      .in(uniform({2, 3, 5, 5}))         // x in [-1, 1), requires grad
+//                      .in(uniform({3}, 0.5, 1.5))        // a parameter
+//                      .fn([](const Inputs& v) { return Outputs{mylayer(v[0], v[1], 3)}; })
+//                      .tol(DTol::rel(2e-5, 1e-12))       // forward and backward, per dtype
+//                      .suites(kGradcheck | kDevice));
 //
 // fn returns the outputs: the first is differentiated (the harness backpropagates a fixed
 // random dy through it), every output is compared (running statistics, indices, a generator's
