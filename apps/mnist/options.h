@@ -1,7 +1,8 @@
-// options.h: what mnist_train's flags hold, with the defaults and the measurements behind them.
+// options.h: what mnist_train's flags hold, with the defaults and why they were chosen.
 //
 // mnist_train.cpp declares the flags (add_flags) and fills one Options; every other file of
-// apps/mnist/ reads it. Defaults that were chosen by measuring say so here, with the numbers.
+// apps/mnist/ reads it. A default chosen by measuring says why here and names the doc that holds
+// the measurement and the command that reproduces it.
 #pragma once
 
 #include <cstdint>
@@ -10,31 +11,24 @@
 namespace kiln::apps::mnist {
 
 // The default epoch count: the smallest that stays >= 99.0% test accuracy with every other
-// flag at its default. Measured (2 threads): seed 1: 97.93, 98.80, 98.74, 98.92, 99.00, 99.05%
-// after epochs 1..6, then 99.02, 99.04; seed 2: 99.13% after 6. More epochs buy no margin:
-// with StepLR 0.7 the learning rates sum to at most 3.3 epochs' worth (gamma 0.8 and batch 64
-// gave the same plateau, 99.0-99.1%), so 6 epochs is where the curve has flattened.
+// flag at its default. More epochs buy no margin: StepLR's rates (x0.7 per epoch) add up to at
+// most 3.3 epochs at the first one's, so by 6 the curve has flattened (the accuracies per epoch
+// and seed: docs/training_recipes.md, "Does it cut the epochs by 10x?").
 constexpr int kDefaultEpochs = 6;
 
-// The default number of loader worker threads: 1. Measured on this 2-core machine (default
-// CNN, --limit-train 10000 --epochs 1, 2 OpenMP threads, 3 interleaved runs each, while other
-// jobs kept the load average near 7): train img/s workers 0: 222, 212, 664; workers 1: 239,
-// 309, 260; workers 2: 244, 663, 351 -- the spread comes from the machine, not the loader.
-// What the loader costs is in loader_wait_fraction: IDX 0.02-0.15% of the training loop with
-// 0 workers, 0.15-0.18% with 1, 0.08-1.2% with 2; --format imagefolder (PNG decoding) 0.95%
-// with 0 workers, 0.54% with 1, 0.95% with 2. So for MNIST on 2 cores the choice is worth
-// under 1%: one worker takes the decoding off the training thread (it matters with PNGs and on
-// a GPU, where a step is milliseconds) without adding a third busy thread to two cores.
-// (With --dist, share_host_between_ranks in dist_training.cpp may lower it to 0.)
+// The default number of loader worker threads: 1. For MNIST on 2 cores 0, 1 or 2 workers cost
+// the training loop under 1% (docs/data_loading.md, "mnist_train's default: one worker"), so
+// the default serves the other cases: one worker takes batch building (PNG decoding with
+// --format imagefolder) off the training thread, which matters on a GPU, where a step is
+// milliseconds, without adding a third busy thread to two cores. (With --dist,
+// share_host_between_ranks in dist_training.cpp may lower it to 0.)
 constexpr int kDefaultWorkers = 1;
 
 // The default gradient bucket: 1 MiB, not DataParallel's 25 MiB. The MNIST CNN's gradients are
 // 4.8 MB, 98% of them fc1's weight, so with 25 MiB they travel as ONE bucket, launched when
-// backward is over: nothing overlaps (overlap_fraction 0.01-0.03). With 1 MiB fc1's weight goes
-// alone as soon as backward has produced it, while conv2's backward (most of the work) runs:
-// overlap_fraction 0.69-0.83. Measured, mpirun -np 2 --threads 1 --limit-train 10000 on this
-// 2-core machine (busy, so read ratios): 1 MiB 1662-1790 img/s, 25 MiB 902-1672 img/s, against
-// 720-1064 img/s for --dist none; the local transport showed no clear difference.
+// backward is over: nothing overlaps. With 1 MiB fc1's weight goes alone as soon as backward
+// has produced it, while conv2's backward (most of the work) runs (the overlap and the speed,
+// measured: docs/data_parallel.md, "mnist_train's bucket: 1 MiB").
 constexpr double kDefaultBucketMb = 1;
 
 struct Options {
