@@ -5,8 +5,8 @@
 // "Rectifier Nonlinearities Improve Neural Network Acoustic Models" (ICML 2013),
 // https://ai.stanford.edu/~amaas/papers/relu_hybrid_icml2013_final.pdf; the same function as
 // PyTorch's torch.nn.LeakyReLU (default slope 0.01, and slope at x == 0 in backward).
-// x: any shape, f32 or f64, on the CPU or a CUDA device. The element rule is
-// leaky_relu_of in engine/host_device.h; the kernels are in leaky_relu_kernels.h.
+// x: any shape, f32 or f64, on the CPU or a CUDA device. The element rule (leaky_relu_of) and
+// the kernels that apply it are in layers/leaky_relu_kernels.h.
 #pragma once
 
 #include <string>

@@ -29,6 +29,9 @@ What is a reference, and when it resolves:
     must occur in one of those files as a word; LINE must not be past its end. A line number is
     also reported as a warning, since it moves whenever the lines above it change: name the
     function instead. Warnings do not fail the check.
+  * A name next to a path from the root: NAME in PATH, NAME of PATH, NAME from PATH, NAME (PATH
+    ...), where NAME is in backticks or is an identifier with a _ or a :: in it (dropout_keep in
+    engine/host_device.h, `Loader` (data/loader.h)): NAME must occur in that file as a word.
   * In Markdown, links too: [text](target), [text]: target and src="target", relative to the
     .md file's folder (a target starting with / from the root); web addresses and #anchors are
     not checked, and the #anchor part of a target is dropped.
@@ -84,6 +87,11 @@ _ext = "|".join(REF_EXTENSIONS)
 # FILE.EXT:NAME or FILE.EXT:LINE, perhaps after folders (not from the root: PATH_RE has those).
 NAMED_RE = re.compile(r"(?<![\w./$%-])((?:[\w-]+/)*[\w-]+\.(?:" + _ext + r")):"
                       r"(\d+|[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*)(?![\w.-])")
+# NAME in PATH, NAME of PATH, NAME from PATH, NAME (PATH: NAME in backticks (`Loader`,
+# `sgemm_kernel()`), or bare with a _ or :: in it (dropout_keep, Tensor::item()).
+NAME_NEAR_PATH_RE = re.compile(
+    r"(?:`([A-Za-z_]\w*(?:::~?[A-Za-z_]\w*)*)(?:\(\))?`|(?<![\w.:/-])([A-Za-z_]\w*(?:_\w+|::~?[A-Za-z_]\w*)+)"
+    r"(?:\(\))?)\s+(?:(?:in|of|from)\s+|\()`?(?:\./)?((?:%s)/%s*)" % (_top, _path_char))
 # A component that stands for a name: TARGET, NAME, NAME.md.
 PLACEHOLDER_RE = re.compile(r"^(?!README\.)[A-Z][A-Z0-9_]*(?:\.\w+)?$")
 MD_LINK_RE = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -413,7 +421,7 @@ class Checker:
                 return []
         return found
 
-    def check_line(self, src, lineno, text, markdown):
+    def check_line(self, src, lineno, text, markdown, following=""):
         where = "%s:%d" % (src, lineno)
         if markdown:
             spans = []
@@ -436,6 +444,15 @@ class Checker:
                 continue
             shown = path
             self.check_target(where, shown, self.resolve_root_path(path), suffix)
+        # A NAME in PATH that continues on the next line is read here, where it starts.
+        joined = text + " " + re.sub(r"^\s*\*?\s*", "", following)
+        for m in NAME_NEAR_PATH_RE.finditer(joined):
+            if m.start() >= len(text):
+                break
+            path = clean_path(m.group(3))
+            name = m.group(1) or m.group(2)
+            if path in self.tree.file_set:  # a path that does not resolve is reported above
+                self.check_target(where, path, [path], name.replace("~", ""))
         for m in NAMED_RE.finditer(text):
             if any(a <= m.start() < b for a, b in taken):
                 continue
@@ -492,8 +509,10 @@ def main(argv):
         if pieces is None:
             continue
         scanned += 1
-        for lineno, part in pieces:
-            checker.check_line(rel, lineno, part, rel.endswith(".md"))
+        for k, (lineno, part) in enumerate(pieces):
+            # The comment's next line, for a NAME in PATH that wraps.
+            following = pieces[k + 1][1] if k + 1 < len(pieces) and pieces[k + 1][0] == lineno + 1 else ""
+            checker.check_line(rel, lineno, part, rel.endswith(".md"), following)
     if not quiet:
         for line in checker.warnings:
             print(line)

@@ -2,7 +2,8 @@
 # check_comment_refs_test.sh: tools/check_comment_refs.py fails when it should. It runs on a small
 # tree made here (not a git work tree, so every file of it is read), with one good and one broken
 # reference of each kind: a path from the root, a pattern, {a,b} alternatives, a built program,
-# FILE.EXT:NAME, FILE.EXT:LINE (past the end, and within it: a warning only), a Markdown link; in
+# FILE.EXT:NAME, FILE.EXT:LINE (past the end, and within it: a warning only), a name next to a
+# path (NAME in PATH, `NAME` (PATH)), a Markdown link; in
 # C++ // and /* */ comments, a Python comment and docstring, a shell comment, a CMake comment and
 # Markdown. What is not a comment (string literals, code, here-documents) and what is made at run
 # time (build trees, datasets/mnist) must not be reported. Each broken reference must be reported
@@ -54,6 +55,8 @@ cat >"$tree/engine/ops.h" <<'EOF'
 const char* not_a_comment = "engine/in_a_string.h";  // broken: apps/gone_train
 // broken: gemm.cu:sgemm_gone_kernel and gone.cu:sgemm_tiled_kernel
 // a line number: gemm.cu:3 (a warning), and past the end: gemm.cu:11
+// good: sgemm_tiled_kernel in engine/cuda/gemm.cu; broken: sgemm_gone_kernel in
+// engine/cuda/gemm.cu, `GoneClass` (layers/conv2d.h)
 EOF
 cat >"$tree/tools/run.py" <<'EOF'
 """run.py: good: tools/run.py. Broken: tools/gone.py."""
@@ -92,6 +95,8 @@ expect "engine/ops.h:8: 'gemm.cu' has no 'sgemm_gone_kernel'"
 expect "engine/ops.h:8: 'gone.cu' does not exist"
 expect "engine/ops.h:9: warning: 'gemm.cu:3' names a line number, which moves whenever the lines above it change: name the function instead"
 expect "engine/ops.h:9: 'gemm.cu' has no line 11 (10 lines)"
+expect "engine/ops.h:10: 'engine/cuda/gemm.cu' has no 'sgemm_gone_kernel'"
+expect "engine/ops.h:11: 'layers/conv2d.h' has no 'GoneClass'"
 expect "tools/run.py:1: 'tools/gone.py' does not exist"
 expect "tools/run.py:2: 'tools/gone_too.py' does not exist"
 expect "tools/run.sh:2: 'tools/gone.sh' does not exist"
@@ -100,16 +105,17 @@ expect "CMakeLists.txt:1: 'engine/gone.cmake' does not exist"
 expect "docs/guide.md:4: '../engine/gone_link.h' does not exist"
 expect "docs/guide.md:4: 'docs/gone.md' does not exist"
 reported=$(grep -c -e "does not exist" -e "has no" <<<"$out")
-[[ $reported -eq 14 ]] || fail "$reported broken references reported, want 14 (no more: strings, code, here-documents, build trees and run-time data are not references)"
+[[ $reported -eq 16 ]] || fail "$reported broken references reported, want 16 (no more: strings, code, here-documents, build trees and run-time data are not references)"
 [[ $out == *"in_a_"* || $out == *"build/"* || $out == *"datasets/"* || $out == *"NAME"* ]] &&
   fail "something that is not a reference was reported"
-grep -qE "^check_comment_refs.py: [0-9]+ references checked in the comments and docs of 10 files: 14 broken, 2 line-number warnings$" <<<"$out" ||
-  fail "no summary line of 14 broken references in 10 files"
+grep -qE "^check_comment_refs.py: [0-9]+ references checked in the comments and docs of 10 files: 16 broken, 2 line-number warnings$" <<<"$out" ||
+  fail "no summary line of 16 broken references in 10 files"
 
 # ---- fixed: every reference resolves -----------------------------------------------------------
 sed -i -e 's/engine\/gone\.h/engine\/ops.h/; s/layers\/pool\*/layers\/conv*/; s/_gone\.cpp/_cpu.cpp/' \
        -e 's/apps\/gone_train/apps\/mnist_train/; s/sgemm_gone_kernel/sgemm_tiled_kernel/' \
-       -e 's/gone\.cu:/gemm.cu:/; s/gemm\.cu:11/gemm.cu:10/' "$tree/engine/ops.h"
+       -e 's/gone\.cu:/gemm.cu:/; s/gemm\.cu:11/gemm.cu:10/; s/sgemm_gone_kernel in/sgemm_tiled_kernel in/' \
+       -e 's/`GoneClass`/`conv2d`/' "$tree/engine/ops.h"
 sed -i 's/gone\(_too\)\{0,1\}\.py/run.py/' "$tree/tools/run.py"
 sed -i 's/gone\.sh/run.sh/; s/gone_function/ops/' "$tree/tools/run.sh"
 sed -i 's/engine\/gone\.cmake/engine\/ops.h/' "$tree/CMakeLists.txt"
