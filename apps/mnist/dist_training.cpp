@@ -60,8 +60,7 @@ void share_host_between_ranks(Options& o, const CLI::App& app, const comm::Trans
   }
   // When this host's ranks already keep every core busy, a loader thread per rank only
   // competes with them: build batches in the training loop instead (an MNIST IDX batch is a
-  // memcpy). Measured, 2 MPI ranks x 1 thread on 2 cores, 30k images: 1,671 img/s with one
-  // worker per rank, 1,949 with none.
+  // memcpy; the speeds with and without: docs/data_parallel.md, "Threads").
   if (app.count("--workers") == 0 && !t.device().is_cuda() &&
       o.threads * t.local_size() >= hardware_threads()) {
     o.workers = 0;
