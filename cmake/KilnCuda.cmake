@@ -10,8 +10,9 @@
 #                enables it when find_package(Kiln) runs at directory scope).
 #   simulator    as C++ (LANGUAGE CXX, -xc++) by the host compiler: engine/cuda/runtime.h then
 #                includes the simulator's runtime (engine/cuda/sim/runtime.h) and kernels run
-#                on CPU fibers, in the simulated runtime compiled into Kiln::engine. Multiply-
-#                adds are contracted as nvcc contracts them (fp_options below).
+#                on CPU fibers, in the simulated runtime (Kiln::cudasim, which Kiln::engine
+#                links in a simulator build). Multiply-adds are contracted as nvcc contracts
+#                them (fp_options below).
 #   CPU only     not at all: the files are left out (a status message says so in a project
 #                using an installed Kiln), and KILN_WITH_CUDA is not defined, so the sources
 #                that call the kernels keep them behind `#if KILN_WITH_CUDA` as Kiln's layers do.

@@ -4,7 +4,8 @@
 #   cmake --install <build dir> --prefix <prefix>
 #
 # installs
-#   <prefix>/lib/libkiln_*.a                  the libraries (static)
+#   <prefix>/lib/libkiln_*.a                  the libraries (static; libkiln_cudasim.a in a
+#                                             simulator build)
 #   <prefix>/include/kiln/{engine,layers,data,comm,models}/...   every .h / .cuh, so a program
 #                                             includes "engine/tensor.h" as Kiln's sources do
 #   <prefix>/lib/cmake/Kiln/                  KilnConfig.cmake, KilnConfigVersion.cmake,
@@ -24,6 +25,13 @@ foreach(name engine layers data comm models pipeline)
   set_target_properties(kiln_${name} PROPERTIES EXPORT_NAME ${name})
   list(APPEND kiln_exported kiln_${name})
 endforeach()
+# The CUDA simulator (simulator builds only): Kiln::engine links it, so a program using an
+# installed simulator build links it too, through the engine.
+if(TARGET kiln_cudasim)
+  add_library(Kiln::cudasim ALIAS kiln_cudasim)
+  set_target_properties(kiln_cudasim PROPERTIES EXPORT_NAME cudasim)
+  list(APPEND kiln_exported kiln_cudasim)
+endif()
 
 install(TARGETS ${kiln_exported} EXPORT KilnTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

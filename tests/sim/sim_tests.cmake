@@ -1,7 +1,8 @@
 # Tests of the CUDA simulator (engine/cuda/sim), label `sim`: the runtime API and kernels.
-kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_engine)
-kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_engine)
-kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_engine)
+# They link kiln_cudasim alone (WITHOUT_ENGINE), so the simulator is tested as its own library.
+kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for
@@ -17,26 +18,28 @@ kiln_test_run(sim_runtime_test_no_device COMMAND sim_runtime_test --gtest_filter
 
 # The simulator's NCCL (engine/cuda/sim/nccl.h), ranks as threads; the three-rank cases need a
 # third device, so they run once more with four.
-kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 kiln_test_run(sim_nccl_test_4_devices
   COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup
   LABELS sim ENVIRONMENT KILN_SIM_DEVICES=4)
 # The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
+# These two also check the errors as Kiln reports them (KILN_CUBLAS_CHECK, KILN_CUDNN_CHECK and
+# the engine's handles: engine/cuda/blas.cpp, dnn.cpp), so they link the engine.
 kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
 
 # The warp matrix functions (nvcuda::wmma, sim/mma.h) and the 16-bit float types (sim/fp16.h).
-kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # Static shared memory (KILN_SHARED), and correctly synchronised kernels that ThreadSanitizer
 # must not report (build-tsan).
-kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_engine)
-kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # Race detection: each case is a kernel with one data race; under ThreadSanitizer the test
 # passes only if TSan reports it, naming the kernel and both GPU threads. Elsewhere: skipped.
 add_executable(sim_race_detection sim_race_detection.cpp)
-target_link_libraries(sim_race_detection PRIVATE kiln_engine)
+target_link_libraries(sim_race_detection PRIVATE kiln_cudasim)
 set(tsan_environment)
 set(tsan_report)
 if(KILN_SANITIZE MATCHES "thread")

@@ -1,6 +1,9 @@
 // sim/api.h: the host side of the simulated CUDA runtime (included by sim/runtime.h).
 //
 // Same names, signatures and error codes as the real runtime for the subset Kiln uses.
+// Semantics follow the CUDA Runtime API reference, its "Error Handling", "Device
+// Management", "Memory Management", "Stream Management" and "Event Management" sections:
+// https://docs.nvidia.com/cuda/cuda-runtime-api/
 // Implemented in device.cpp (errors, devices, streams, events) and memory.cpp (memory).
 // Differences from a GPU, in one place:
 //   - Device memory is host memory (64-byte aligned). Every allocation is registered with its

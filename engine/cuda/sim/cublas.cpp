@@ -1,6 +1,7 @@
 // sim/cublas.cpp: the simulated cuBLAS subset (sim/cublas.h): handles, math mode, SGEMM, DGEMM
 // and GemmEx (16-bit or FP32 inputs, FP32 accumulation). Each call checks its arguments the way
-// the cuBLAS documentation lists them ("cuBLAS Library", cublas<t>gemm and cublasGemmEx:
+// the cuBLAS documentation lists them ("cuBLAS Library", https://docs.nvidia.com/cuda/cublas/,
+// cublas<t>gemm and cublasGemmEx:
 // CUBLAS_STATUS_INVALID_VALUE for negative sizes, a bad operation, lda/ldb/ldc below their
 // minimum, null alpha/beta; CUBLAS_STATUS_NOT_SUPPORTED for a type combination GemmEx does not
 // offer) and, beyond cuBLAS, that every matrix it will touch lies inside one live allocation of

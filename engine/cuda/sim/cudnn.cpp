@@ -1,8 +1,9 @@
 // sim/cudnn.cpp: the simulated cuDNN subset (sim/cudnn.h), part one: error strings, handles
 // and descriptors, and the registry of live ones (sim/cudnn_objects.h). The algorithm queries
 // and the computing calls are in sim/cudnn_calls.cpp. Every call checks its arguments first, as
-// the cuDNN API reference lists them (null or unset descriptors, negative dimensions, layouts
-// and data types outside the subset).
+// the cuDNN API reference lists them
+// (https://docs.nvidia.com/deeplearning/cudnn/api/): null or unset descriptors, negative
+// dimensions, layouts and data types outside the subset.
 #include "engine/cuda/sim/cudnn.h"
 
 #include <cstdint>

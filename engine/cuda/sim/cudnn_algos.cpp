@@ -1,4 +1,6 @@
 // sim/cudnn_algos.cpp: the simulated cuDNN's algorithm model (see cudnn_algos.h).
+// cuDNN's algorithm lists as its API reference documents them
+// (https://docs.nvidia.com/deeplearning/cudnn/api/, "cudnn_cnn").
 #include "engine/cuda/sim/cudnn_algos.h"
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 // sim/cudnn_algos.h: the convolution algorithms the simulated cuDNN offers: what
 // cudnnGetConvolution*Algorithm_v7 and cudnnFindConvolution*AlgorithmEx report, and what running
 // one of them requires (workspace) and changes (TF32 rounding).
+// Follows the cuDNN API reference's cudnnConvolution*Algo_t and cudnnMathType_t
+// (https://docs.nvidia.com/deeplearning/cudnn/api/, "cudnn_cnn" and "cudnn_ops").
 //
 // A model, not cuDNN's behaviour on any one GPU. It keeps the documented shape of the answers:
 //   - every algorithm of the pass is listed, with a status: CUDNN_STATUS_NOT_SUPPORTED where cuDNN

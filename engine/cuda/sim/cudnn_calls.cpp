@@ -1,6 +1,7 @@
 // sim/cudnn_calls.cpp: the simulated cuDNN subset (sim/cudnn.h), part two: the algorithm
 // queries and the computing calls (handles and descriptors: sim/cudnn.cpp). Every call checks
-// its arguments first, as the cuDNN API reference lists them (null or unset descriptors,
+// its arguments first, as the cuDNN API reference lists them
+// (https://docs.nvidia.com/deeplearning/cudnn/api/) (null or unset descriptors,
 // shapes that disagree, data types that differ: CUDNN_STATUS_BAD_PARAM; outside the subset:
 // CUDNN_STATUS_NOT_SUPPORTED), and, beyond cuDNN, that every tensor it will touch lies inside
 // one live allocation of the handle's device. Then it copies what the work needs (shapes,

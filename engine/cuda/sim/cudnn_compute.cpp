@@ -2,6 +2,7 @@
 // are lowered per image to im2col + one GEMM (OpenBLAS), the textbook scheme of cuDNN's GEMM
 // algorithm; every algorithm the simulated cuDNN offers computes through it, so only the
 // summation order distinguishes it from the CPU's convolution (docs/cuda_simulator.md).
+// cuDNN API reference: https://docs.nvidia.com/deeplearning/cudnn/api/.
 #include "engine/cuda/sim/cudnn_compute.h"
 
 #include <cblas.h>

@@ -1,6 +1,9 @@
 // sim/cudnn_compute.h: the host arithmetic behind the simulated cuDNN calls (sim/cudnn_calls.cpp
 // checks the arguments and queues these on the handle's stream). Plain NCHW / KCRS buffers;
 // every function computes out = alpha op(...) + beta out and never reads out when beta is 0.
+// The results of cudnnConvolutionForward, cudnnConvolutionBackwardData/Filter/Bias and
+// cudnnAddTensor as the cuDNN API reference defines them
+// (https://docs.nvidia.com/deeplearning/cudnn/api/).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // the objects behind cuDNN's opaque handles, the registry of live ones that turns a null,
 // destroyed or foreign handle into CUDNN_STATUS_BAD_PARAM rather than a use after free, and the
 // data-type helpers. Internal to the simulator.
+// cuDNN's handle and descriptor rules: https://docs.nvidia.com/deeplearning/cudnn/api/.
 #pragma once
 
 #include <cstddef>

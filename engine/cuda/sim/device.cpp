@@ -1,5 +1,11 @@
 // sim/device.cpp: errors and devices of the simulated CUDA runtime (streams and events:
 // streams.cpp).
+//
+// Models the CUDA Runtime API's "Error Handling" (the last error, sticky errors after a device
+// fault, cudaGetErrorName/String) and "Device Management" sections (the current device per
+// host thread, device count and properties, peer access):
+// https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__ERROR.html
+// https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html
 #include <cstdlib>
 #include <cstring>
 #include <mutex>

@@ -1,4 +1,5 @@
 // sim/fiber.cpp: context switching and fiber stacks (see fiber.h).
+// Models no CUDA API (the mechanism under the simulated GPU threads).
 #include "engine/cuda/sim/fiber.h"
 
 #include <sys/mman.h>

@@ -1,4 +1,6 @@
 // sim/fiber.h: fibers, the user-space threads that simulated GPU threads run on (internal).
+// Models no CUDA API: the mechanism under scheduler.cpp, which gives each GPU thread of a block
+// its own stack so that it can stop at a barrier and resume there.
 //
 // A fiber is a stack plus a saved register set. fiber_switch(from, to) saves the running
 // context into `from` and resumes `to`; nothing else is involved (no kernel call, no signal

@@ -1,5 +1,7 @@
 // sim/fp16.h: __half and __nv_bfloat16, the CUDA simulator's stand-in for the part of
 // <cuda_fp16.h> and <cuda_bf16.h> that Kiln's kernels use (included by sim/mma.h).
+// Follows the CUDA Math API's "Half Precision" and "Bfloat16 Precision" intrinsics
+// (https://docs.nvidia.com/cuda/cuda-math-api/).
 //
 // Both are 16 raw bits, as in CUDA (a struct whose one member is an unsigned short, so the
 // size, alignment and bit layout match and device buffers of uint16_t bit patterns can be read

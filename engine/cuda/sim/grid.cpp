@@ -6,6 +6,10 @@
 // run_kernel validates the launch on the host thread, then queues the grid. Pool size:
 // env KILN_SIM_THREADS, default the number of hardware threads; a small grid runs on the
 // launching thread alone (waking the pool costs more than it saves).
+//
+// Models the Programming Guide's "Thread Hierarchy" (a grid of independent blocks) and
+// "Execution Configuration" (the launch limits):
+// https://docs.nvidia.com/cuda/cuda-c-programming-guide/
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>

@@ -1,4 +1,5 @@
 // sim/internal.h: what the simulator's .cpp files share with each other (not for kernels).
+// Models no CUDA API itself: the device, stream and memory state behind api.h's calls.
 #pragma once
 
 #include <cstddef>

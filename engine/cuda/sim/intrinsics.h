@@ -1,5 +1,8 @@
 // sim/intrinsics.h: CUDA's device math functions and bit intrinsics on the CPU (included by
 // sim/runtime.h).
+// Follows the CUDA Math API (https://docs.nvidia.com/cuda/cuda-math-api/) and the
+// Programming Guide's "Intrinsic Functions":
+// https://docs.nvidia.com/cuda/cuda-c-programming-guide/
 //
 // The standard math functions (expf, logf, sqrtf, fminf, tanhf, powf, ...) come from <math.h>,
 // which in C++ also puts the float overloads (sqrt(float), exp(float), abs(float)) in the

@@ -4,6 +4,11 @@
 //   __syncthreads (+ _count/_and/_or), __syncwarp, __shfl*_sync, __ballot_sync, __any_sync,
 //   __all_sync, __activemask, atomics, __threadfence, kiln::sim::dynamic_shared_memory()
 //
+// Semantics from the CUDA C++ Programming Guide
+// (https://docs.nvidia.com/cuda/cuda-c-programming-guide/), sections "Built-in Variables",
+// "Synchronization Functions", "Warp Vote Functions", "Warp Shuffle Functions", "Atomic
+// Functions" and "Memory Fence Functions".
+//
 // How they work: each GPU thread of a block is a fiber (a user-space context with its own
 // stack) on one OS thread, and the fiber scheduler (scheduler.cpp) runs the fibers one after
 // another. A fiber runs until it reaches a barrier (__syncthreads, or a warp operation), where

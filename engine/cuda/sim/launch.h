@@ -1,5 +1,7 @@
 // sim/launch.h: runs a kernel launch on the CPU (what `kernel<<<grid, block, shared, stream>>>`
 // does on a GPU). Called by kiln::cuda::launch (engine/cuda/launch.h) under the simulator.
+// Follows the Programming Guide's "Execution Configuration" and its limits per compute
+// capability (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#execution-configuration).
 //
 //   kiln::sim::launch(grid, block, shared_bytes, stream, my_kernel<float>, args...);
 //

@@ -1,4 +1,6 @@
 // sim/library.cpp: the helpers the simulated vendor libraries share (see library.h).
+// Models no library call itself (cuBLAS: https://docs.nvidia.com/cuda/cublas/; cuDNN:
+// https://docs.nvidia.com/deeplearning/cudnn/api/).
 #include "engine/cuda/sim/library.h"
 
 #include <cmath>

@@ -1,5 +1,7 @@
 // sim/library.h: what the simulated vendor libraries (sim/cublas.cpp, sim/cudnn*.cpp) share:
 // the reason for the last failed call, the device-memory range checks, TF32 rounding.
+// TF32 rounds a float to 10 mantissa bits, to nearest, as cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32
+// and cuDNN's CUDNN_TENSOR_OP_MATH do for float inputs (https://docs.nvidia.com/cuda/cublas/).
 #pragma once
 
 #include <cstddef>

@@ -7,6 +7,10 @@
 // whose device range leaves its allocation, or a memset on another device's memory returns
 // cudaErrorInvalidValue instead of corrupting the heap, and kernel launches check their pointer
 // arguments against it (launch.h).
+//
+// Models the CUDA Runtime API's "Memory Management" section (cudaMalloc, cudaFree,
+// cudaMallocHost, cudaMemcpy*, cudaMemset*, cudaMemGetInfo):
+// https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html.
 #include <cstdlib>
 #include <cstring>
 #include <functional>

@@ -1,6 +1,8 @@
 // sim/nccl.cpp: the simulated NCCL API (sim/nccl.h): unique ids, communicator handles, the
 // argument checks every call makes at once, and groups. The rendezvous itself and the data
 // movement are nccl_clique.cpp's.
+// Follows the NCCL user guide and API (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/),
+// "Communicator Creation and Management" and "Group Calls".
 //
 // A call (or a whole group, at its outermost ncclGroupEnd) is issued in two steps on the
 // calling thread: Clique::issue stamps its ops with their match numbers, then enqueue()

@@ -1,5 +1,7 @@
 // sim/nccl_clique.cpp: the rendezvous of a simulated NCCL communicator and the data movement
 // of its operations (see nccl_clique.h).
+// The collectives' results as the NCCL user guide defines them
+// (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/collectives.html).
 //
 // Reductions combine the ranks' inputs in rank order 0, 1, ..., n-1, each step rounded to the
 // element type (f16, bf16: computed in f32 and rounded to nearest even by the engine's rule,

@@ -1,5 +1,7 @@
 // sim/nccl_clique.h: where the ranks of a simulated NCCL communicator meet (internal to the
 // simulator; the API is sim/nccl.h, implemented in nccl.cpp).
+// The matching rules are NCCL's (user guide, "Collective Operations" and "Point-to-point
+// communication": https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage.html).
 //
 // A Clique is the state the ranks of one communicator share. Matching is decided on the host
 // thread that issues the calls, in issue order, as NCCL requires every rank to issue its

@@ -10,6 +10,9 @@
 //   - the math intrinsics and bit tricks: __expf, rsqrtf, min/max, __popc (sim/intrinsics.h).
 // Kernels are launched with kiln::sim::launch (sim/launch.h), which runs every thread of a
 // block as a fiber on one OS thread and the blocks of a grid on a small thread pool.
+// The language follows the CUDA C++ Programming Guide
+// (https://docs.nvidia.com/cuda/cuda-c-programming-guide/),
+// the host API the CUDA Runtime API reference (https://docs.nvidia.com/cuda/cuda-runtime-api/).
 #pragma once
 
 #include <cstddef>

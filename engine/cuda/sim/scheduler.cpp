@@ -1,4 +1,7 @@
 // sim/scheduler.cpp: one thread block = one fiber per GPU thread, run by a tiny scheduler.
+// Models the Programming Guide's "SIMT Architecture" with independent thread scheduling (lanes
+// of a warp progress separately and meet only at barriers and warp operations):
+// https://docs.nvidia.com/cuda/cuda-c-programming-guide/#simt-architecture
 //
 // The schedule, warp by warp (the order a GPU's warp scheduler might also pick):
 //   for each warp w (in order, or shuffled):

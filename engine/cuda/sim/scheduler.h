@@ -1,4 +1,6 @@
 // sim/scheduler.h: runs one thread block on the calling OS thread (internal; scheduler.cpp).
+// The block's threads progress as the Programming Guide's "SIMT Architecture" allows
+// (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#simt-architecture).
 #pragma once
 
 #include <cstddef>

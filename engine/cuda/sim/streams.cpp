@@ -1,4 +1,7 @@
 // sim/streams.cpp: streams and events of the simulated CUDA runtime, asynchronous as on a GPU.
+// Models the CUDA Runtime API's "Stream Management" and "Event Management" sections
+// (https://docs.nvidia.com/cuda/cuda-runtime-api/) and the Programming Guide's "Asynchronous
+// Concurrent Execution" (https://docs.nvidia.com/cuda/cuda-c-programming-guide/).
 //
 // Every stream is a FIFO queue served by its own worker thread (started on first use). Kernel
 // launches, async copies and memsets, event records, waits and the host-computed work of the

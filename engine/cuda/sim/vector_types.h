@@ -1,6 +1,8 @@
 // sim/vector_types.h: the CUDA simulator's dim3, uint3 and small vector types (float4, int2,
 // ...), CUDA's vector_types.h and the make_* helpers of vector_functions.h. Included by
 // sim/runtime.h, and by sim/kernel.h, whose builtins (threadIdx, blockDim, ...) are of them.
+// Follows the Programming Guide's "Built-in Vector Types"
+// (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#built-in-vector-types).
 #pragma once
 
 // Same members, sizes and alignment as CUDA's vector_types.h, so 16-byte loads stay legal.
