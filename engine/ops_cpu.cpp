@@ -60,7 +60,8 @@ void binary_loop(Broadcast kind, const T* a, const T* b, T* out, int64_t n, int6
 }
 
 template <typename T>
-void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row) {
+void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n,
+            int64_t row) {
   switch (op) {
     case BinaryOp::Add: return binary_loop<BinaryOp::Add>(kind, a, b, out, n, row);
     case BinaryOp::Sub: return binary_loop<BinaryOp::Sub>(kind, a, b, out, n, row);
@@ -71,7 +72,7 @@ void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t
 }
 
 template <typename T>
-void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
   auto run = [&](auto f) {
 #pragma omp parallel for if (n > kParallelGrain)
     for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
@@ -88,13 +89,13 @@ void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
 }
 
 template <typename T>
-void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n) {
+void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n) {
 #pragma omp parallel for simd if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) grad_x[i] = y[i] > T(0) ? grad_y[i] : T(0);
 }
 
 template <typename T>
-void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
+void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
   // Each output element is owned by one thread, and summed in a fixed order: reproducible.
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o) {
@@ -107,7 +108,8 @@ void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
 }
 
 template <typename T>
-void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale) {
+void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
+                T scale) {
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t l = 0; l < len; ++l)
@@ -115,7 +117,7 @@ void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T
 }
 
 template <typename T>
-void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner) {
+void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner) {
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
       int64_t best = 0;
@@ -170,7 +172,7 @@ void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0
 }
 
 template <typename T>
-void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+void softmax(Backend, const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
@@ -192,8 +194,8 @@ void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool l
 }
 
 template <typename T>
-void softmax_backward(const T* gy, const T* y, T* gx, int64_t outer, int64_t len, int64_t inner,
-                      bool log) {
+void softmax_backward(Backend, const T* gy, const T* y, T* gx, int64_t outer, int64_t len,
+                      int64_t inner, bool log) {
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
@@ -213,7 +215,7 @@ void softmax_backward(const T* gy, const T* y, T* gx, int64_t outer, int64_t len
 // One pass over the gradient: divide, and OR together "this result is not finite". The
 // reduction is a plain integer OR, so the loop vectorises (and splits across threads when big).
 template <typename T>
-void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf) {
+void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf) {
   int32_t bad = 0;
 #pragma omp parallel for simd reduction(| : bad) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) bad |= static_cast<int32_t>(unscale_elem(g[i], scale));
@@ -221,16 +223,18 @@ void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf) {
 }
 
 #define KILN_INSTANTIATE(T)                                                                    \
-  template void binary<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t);      \
-  template void unary<T>(UnaryOp, const T*, T*, int64_t, T);                                   \
-  template void relu_backward<T>(const T*, const T*, T*, int64_t);                             \
-  template void sum_dim<T>(const T*, T*, int64_t, int64_t, int64_t);                           \
-  template void expand_dim<T>(const T*, T*, int64_t, int64_t, int64_t, T);                     \
-  template void argmax_dim<T>(const T*, int64_t*, int64_t, int64_t, int64_t);                  \
+  template void binary<T>(Backend, BinaryOp, Broadcast, const T*, const T*, T*, int64_t,       \
+                          int64_t);                                                            \
+  template void unary<T>(Backend, UnaryOp, const T*, T*, int64_t, T);                          \
+  template void relu_backward<T>(Backend, const T*, const T*, T*, int64_t);                    \
+  template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);                  \
+  template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);            \
+  template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);         \
   template void transpose<T>(const T*, T*, const int64_t*, int64_t, int64_t, int64_t);         \
-  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool);                     \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);  \
-  template void unscale_and_check<T>(T*, int64_t, T, int32_t*);
+  template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);            \
+  template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t, int64_t, \
+                                    bool);                                                     \
+  template void unscale_and_check<T>(Backend, T*, int64_t, T, int32_t*);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

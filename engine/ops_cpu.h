@@ -1,40 +1,41 @@
 // ops_cpu.h: CPU kernels of the core ops (engine/ops_cpu.cpp). Raw pointers, contiguous
 // buffers, templated on the element type (float, double). The CUDA twins are declared in
-// engine/ops_cuda.h (namespace kiln::cuda, same names and arguments, device pointers).
+// engine/ops_cuda.h (namespace kiln::cuda, same names and arguments, device pointers); the
+// first argument, the backend's tag, lets an op call either unqualified (engine/dispatch.h).
 #pragma once
 
 #include <cstdint>
 
-namespace kiln::cpu {
+#include "engine/backend.h"
+#include "engine/elementwise_ops.h"
 
-// AddRelu is max(a + b, 0): ResNet's residual join, fused so the sum is written once.
-enum class BinaryOp { Add, Sub, Mul, Div, AddRelu };
-enum class UnaryOp { Neg, Exp, Log, Square, Relu, AddScalar, MulScalar };
-// How the second operand of a binary op is broadcast over the first (see ops.h).
-enum class Broadcast { Same, Scalar, Row };
+namespace kiln::cpu {
 
 // out[i] = a[i] op b[j(i)], a and out have n elements; b has n (Same), 1 (Scalar) or
 // `row` elements (Row: b is repeated every `row` elements of a).
 template <typename T>
-void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row);
+void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n,
+            int64_t row);
 
 // out[i] = f(x[i]); `scalar` is the operand of AddScalar / MulScalar.
 template <typename T>
-void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar);
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar);
 
 // grad_x[i] = grad_y[i] if y[i] > 0 else 0.
 template <typename T>
-void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n);
+void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n);
 
 // x viewed as (outer, len, inner); out is (outer, inner) = sum over len.
 template <typename T>
-void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
+void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
 // The adjoint of sum_dim: out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale.
 template <typename T>
-void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale);
+void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
+                T scale);
 // out (outer, inner) = argmax over len of x (outer, len, inner).
 template <typename T>
-void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner);
+void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len,
+                int64_t inner);
 
 // C (M,N) = op(A) op(B) through BLAS; op(A) is (M,K), op(B) is (K,N).
 template <typename T>
@@ -47,16 +48,16 @@ void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0
 
 // Softmax / log-softmax of x (outer, len, inner) over len.
 template <typename T>
-void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log);
+void softmax(Backend, const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log);
 // Backward of softmax (log=false: y is softmax) or log-softmax (log=true: y is log-softmax).
 template <typename T>
-void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int64_t len,
-                      int64_t inner, bool log);
+void softmax_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t outer,
+                      int64_t len, int64_t inner, bool log);
 
 // Loss scaling's fused unscale-and-check (engine/optim/grad_scaler.h): g[i] = g[i] / scale for
 // i < n (unscale_elem, engine/host_device.h), and *found_inf = 1 if any result is inf or NaN
 // (otherwise *found_inf is left as it was, so one flag can collect many buffers). g is (n).
 template <typename T>
-void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf);
+void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf);
 
 }  // namespace kiln::cpu

@@ -1,9 +1,10 @@
 // ops_cuda.h: CUDA kernels of the core ops, the twins of engine/ops_cpu.h.
 //
-// Same names, same arguments, same meaning as kiln::cpu::..., but every pointer is device
-// memory of the current device, and the work is queued on cuda::current_stream() (the call
-// returns before the kernel has run; later work on the same stream sees its result). The
-// caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
+// Same names, same arguments, same meaning as kiln::cpu::... (the first argument is
+// cuda::Backend instead of cpu::Backend, so an op calls either unqualified: engine/dispatch.h),
+// but every pointer is device memory of the current device, and the work is queued on
+// cuda::current_stream() (the call returns before the kernel has run; later work on the same
+// stream sees its result). The caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
 // Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,gemm_lowp,transpose,softmax}.cu,
 // and unscale_and_check in optim.cu beside the optimizers' updates; each file opens with how
 // its kernels divide the work among threads.
@@ -11,40 +12,40 @@
 
 #include <cstdint>
 
+#include "engine/backend.h"
 #include "engine/dtype.h"
+#include "engine/elementwise_ops.h"
 #include "engine/impl.h"
-#include "engine/ops_cpu.h"
 
 namespace kiln::cuda {
-
-using cpu::BinaryOp;
-using cpu::Broadcast;
-using cpu::UnaryOp;
 
 // out[i] = a[i] op b[j(i)], a and out have n elements; b has n (Same), 1 (Scalar) or
 // `row` elements (Row: b is repeated every `row` elements of a).
 template <typename T>
-void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row);
+void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n,
+            int64_t row);
 
 // out[i] = f(x[i]); `scalar` is the operand of AddScalar / MulScalar.
 template <typename T>
-void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar);
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar);
 
 // grad_x[i] = grad_y[i] if y[i] > 0 else 0.
 template <typename T>
-void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n);
+void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n);
 
 // x viewed as (outer, len, inner); out is (outer, inner) = sum over len. Deterministic: the
 // same inputs give the same bits on every run (a fixed reduction tree, no atomics).
 template <typename T>
-void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
+void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
 // The adjoint of sum_dim: out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale.
 template <typename T>
-void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale);
+void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
+                T scale);
 // out (outer, inner) = argmax over len of x (outer, len, inner); ties go to the lowest index,
 // as on the CPU.
 template <typename T>
-void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner);
+void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len,
+                int64_t inner);
 
 // C (M,N) = op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). With beta == 0,
 // C is not read (it may hold garbage). Impl (cuda_kernel_impl()): Hand = our GEMM below,
@@ -94,16 +95,16 @@ void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0
 
 // Softmax / log-softmax of x (outer, len, inner) over len.
 template <typename T>
-void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log);
+void softmax(Backend, const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log);
 // Backward of softmax (log=false: y is softmax) or log-softmax (log=true: y is log-softmax).
 template <typename T>
-void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int64_t len,
-                      int64_t inner, bool log);
+void softmax_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t outer,
+                      int64_t len, int64_t inner, bool log);
 
 // Loss scaling's fused unscale-and-check: g[i] = g[i] / scale, and *found_inf = 1 (a DEVICE
 // int32) if any result is inf or NaN, else *found_inf untouched: the caller zeroes the flag once,
 // runs this over every gradient of the device, and reads the flag once.
 template <typename T>
-void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf);
+void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf);
 
 }  // namespace kiln::cuda

@@ -5,15 +5,12 @@
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
+#include "engine/elementwise_ops.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
 #include "engine/ops_cuda.h"
 
 namespace kiln {
-
-using cpu::BinaryOp;
-using cpu::Broadcast;
-using cpu::UnaryOp;
 
 namespace {
 
@@ -50,18 +47,10 @@ Tensor reduce_to(const Tensor& g, const Shape& b_shape, Broadcast kind) {
 
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, Broadcast kind) {
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  on_device(binary_name(op), a.device(), [&] {
-    dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
-                     kind == Broadcast::Row ? b.numel() : 1);
-    });
-  }, [&] {
-    dispatch_floating(a.dtype(), binary_name(op), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::binary<T>(op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
-                      kind == Broadcast::Row ? b.numel() : 1);
-    });
+  run_kernel(binary_name(op), a.device(), a.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    binary(backend, op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
+           kind == Broadcast::Row ? b.numel() : 1);
   });
   return out;
 }
@@ -120,16 +109,9 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* name) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  on_device(name, x.device(), [&] {
-    dispatch_floating(x.dtype(), name, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
-    });
-  }, [&] {
-    dispatch_floating(x.dtype(), name, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::unary<T>(op, x.data<T>(), out.data<T>(), x.numel(), static_cast<T>(scalar));
-    });
+  run_kernel(name, x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    unary(backend, op, x.data<T>(), out.data<T>(), x.numel(), T(scalar));
   });
   return out;
 }
@@ -138,16 +120,9 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* nam
 Tensor relu_backward(const Tensor& g, const Tensor& y) {
   check_same_device(g, y, "relu_backward");
   Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
-  on_device("relu_backward", g.device(), [&] {
-    dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-    });
-  }, [&] {
-    dispatch_floating(g.dtype(), "relu_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::relu_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
-    });
+  run_kernel("relu_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    relu_backward(backend, g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
   });
   return gx;
 }

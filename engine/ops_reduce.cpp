@@ -30,16 +30,9 @@ Tensor sum_one_dim(const Tensor& x, int64_t d) {
   out_shape[static_cast<size_t>(d)] = 1;
   Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
   DimSplit s = split_at(x.shape(), d);
-  on_device("sum", x.device(), [&] {
-    dispatch_floating(x.dtype(), "sum", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
-    });
-  }, [&] {
-    dispatch_floating(x.dtype(), "sum", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::sum_dim<T>(x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
-    });
+  run_kernel("sum", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    sum_dim(backend, x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
   });
   return out;
 }
@@ -48,18 +41,9 @@ Tensor sum_one_dim(const Tensor& x, int64_t d) {
 Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double scale) {
   Tensor out = Tensor::empty(shape, g.dtype(), g.device());
   DimSplit s = split_at(shape, d);
-  on_device("sum_backward", g.device(), [&] {
-    dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
-                         static_cast<T>(scale));
-    });
-  }, [&] {
-    dispatch_floating(g.dtype(), "sum_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::expand_dim<T>(g.data<T>(), out.data<T>(), s.outer, s.len, s.inner,
-                          static_cast<T>(scale));
-    });
+  run_kernel("sum_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    expand_dim(backend, g.data<T>(), out.data<T>(), s.outer, s.len, s.inner, T(scale));
   });
   return out;
 }
@@ -142,16 +126,9 @@ Tensor argmax(const Tensor& a, int64_t dim) {
   out_shape.erase(out_shape.begin() + d);
   Tensor out = Tensor::empty(out_shape, DType::I64, a.device());
   DimSplit s = split_at(a.shape(), d);
-  on_device("argmax", a.device(), [&] {
-    dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
-    });
-  }, [&] {
-    dispatch_floating(a.dtype(), "argmax", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::argmax_dim<T>(a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
-    });
+  run_kernel("argmax", a.device(), a.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    argmax_dim(backend, a.data<T>(), out.data<int64_t>(), s.outer, s.len, s.inner);
   });
   return out;
 }

@@ -24,19 +24,11 @@ struct SoftmaxBackward : Node {
     const Tensor& y = saved[0];
     Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
     DimSplit s = split_at(g.shape(), dim);
-    on_device(name(), g.device(), [&] {
-      dispatch_floating(g.dtype(), name(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::softmax_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), s.outer, s.len,
-                                 s.inner, log);
-      });
-    }, [&] {
-      check_same_device(g, y, name());
-      dispatch_floating(g.dtype(), name(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::softmax_backward<T>(g.data<T>(), y.data<T>(), gx.data<T>(), s.outer, s.len,
-                                  s.inner, log);
-      });
+    check_same_device(g, y, name());
+    run_kernel(name(), g.device(), g.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      softmax_backward(backend, g.data<T>(), y.data<T>(), gx.data<T>(), s.outer, s.len, s.inner,
+                       log);
     });
     return {gx};
   }
@@ -47,16 +39,9 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   int64_t d = wrap_dim(dim, x.dim(), op);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   DimSplit s = split_at(x.shape(), d);
-  on_device(op, x.device(), [&] {
-    dispatch_floating(x.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::softmax<T>(x.data<T>(), y.data<T>(), s.outer, s.len, s.inner, log);
-    });
-  }, [&] {
-    dispatch_floating(x.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::softmax<T>(x.data<T>(), y.data<T>(), s.outer, s.len, s.inner, log);
-    });
+  run_kernel(op, x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax(backend, x.data<T>(), y.data<T>(), s.outer, s.len, s.inner, log);
   });
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<SoftmaxBackward>(d, log);

@@ -15,8 +15,6 @@
 
 namespace kiln {
 
-using cpu::BatchNormMode;
-
 namespace {
 
 constexpr const char* kOp = "batch_norm2d";
@@ -55,26 +53,24 @@ struct BatchNorm2dBackward : Node {
     if (next[0]) gx = Tensor::empty(x.shape(), x.dtype(), x.device());
     if (next[1]) gw = Tensor::empty({c}, x.dtype(), x.device());
     if (next[2]) gb = Tensor::empty({c}, x.dtype(), x.device());
-    on_device("batch_norm2d_backward", x.device(), [&] {
-      dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-        auto kernel = blocked ? cpu::batch_norm2d_backward_blocked_cpu<T>
-                              : cpu::batch_norm2d_backward_cpu<T>;
-        kernel(mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(), invstd.data<T>(),
-               ptr(weight), ptr(bias), relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
-      });
-    }, [&] {
-      // k, a, d of grad_x per channel, from the reduction kernel to the element-wise one.
-      Tensor coef = gx.defined() ? Tensor::empty({3 * c}, x.dtype(), x.device()) : Tensor();
-      dispatch_floating(x.dtype(), "batch_norm2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-        cuda::batch_norm2d_backward_cuda<T>(mode, grad_out.data<T>(), x.data<T>(),
-                                            mean.data<T>(), invstd.data<T>(), ptr(weight),
-                                            ptr(relu_y), ptr(gx), ptr(gw), ptr(gb), ptr(coef),
-                                            n, c, hw);
-      });
+    // The CUDA kernels' workspace: k, a, d of grad_x per channel, from the reduction kernel to
+    // the element-wise one.
+    Tensor coef;
+    if (x.device().is_cuda() && gx.defined()) coef = Tensor::empty({3 * c}, x.dtype(), x.device());
+    run_kernel("batch_norm2d_backward", x.device(), x.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      if constexpr (is_cpu_v<decltype(backend)>) {
+        if (blocked) {
+          batch_norm2d_backward_blocked(backend, mode, grad_out.data<T>(), x.data<T>(),
+                                        mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias),
+                                        relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+          return;
+        }
+      }
+      batch_norm2d_backward(backend, mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(),
+                            invstd.data<T>(), ptr(weight), ptr(bias), relu, ptr(relu_y), ptr(gx),
+                            ptr(gw), ptr(gb), ptr(coef), n, c, hw);
     });
     return {gx, gw, gb};
   }
@@ -116,48 +112,39 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor invstd = Tensor::empty({c}, x.dtype(), x.device());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const bool relu = activation == BatchNormActivation::Relu;
-  on_device(kOp, x.device(), [&] {
-    dispatch_floating(x.dtype(), kOp, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      if (batch_stats) {
-        Tensor var = Tensor::empty({c}, x.dtype(), x.device());
-        (blocked ? cpu::batch_norm2d_stats_blocked_cpu<T> : cpu::batch_norm2d_stats_cpu<T>)(
-            x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
-        cpu::batch_norm2d_invstd_cpu<T>(var.data<T>(), invstd.data<T>(), c, eps);
-        // The running statistics are state, not part of the graph: written in place.
-        if (update_running)
-          cpu::batch_norm2d_update_running_cpu<T>(mean.data<T>(), var.data<T>(),
-                                                  running_mean.data<T>(),
-                                                  running_var.data<T>(), c, m, momentum);
-      } else {
-        mean.copy_(running_mean);
-        cpu::batch_norm2d_invstd_cpu<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
+  run_kernel(kOp, x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    // Only the CPU has kernels for the channel-blocked layout (a CUDA input was unblocked above).
+    bool use_blocked = false;
+    if constexpr (is_cpu_v<decltype(backend)>) use_blocked = blocked;
+    if (batch_stats) {
+      Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+      if constexpr (is_cpu_v<decltype(backend)>) {
+        if (use_blocked)
+          batch_norm2d_stats_blocked(backend, x.data<T>(), mean.data<T>(), var.data<T>(), n, c,
+                                     hw);
       }
-      (blocked ? cpu::batch_norm2d_forward_blocked_cpu<T> : cpu::batch_norm2d_forward_cpu<T>)(
-          x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias), y.data<T>(), n,
-          c, hw, relu);
-    });
-  }, [&] {
-    // The same steps as the CPU branch, on x's device (batchnorm2d_cuda.cu).
-    dispatch_floating(x.dtype(), kOp, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      if (batch_stats) {
-        Tensor var = Tensor::empty({c}, x.dtype(), x.device());
-        cuda::batch_norm2d_stats_cuda<T>(x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
-        cuda::batch_norm2d_invstd_cuda<T>(var.data<T>(), invstd.data<T>(), c, eps);
-        if (update_running)
-          cuda::batch_norm2d_update_running_cuda<T>(mean.data<T>(), var.data<T>(),
-                                                    running_mean.data<T>(),
-                                                    running_var.data<T>(), c, m, momentum);
-      } else {
-        mean.copy_(running_mean);
-        cuda::batch_norm2d_invstd_cuda<T>(running_var.data<T>(), invstd.data<T>(), c, eps);
-      }
-      cuda::batch_norm2d_forward_cuda<T>(x.data<T>(), mean.data<T>(), invstd.data<T>(),
-                                         ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
-    });
+      if (!use_blocked)
+        batch_norm2d_stats(backend, x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
+      batch_norm2d_invstd(backend, var.data<T>(), invstd.data<T>(), c, eps);
+      // The running statistics are state, not part of the graph: written in place.
+      if (update_running)
+        batch_norm2d_update_running(backend, mean.data<T>(), var.data<T>(),
+                                    running_mean.data<T>(), running_var.data<T>(), c, m,
+                                    momentum);
+    } else {
+      mean.copy_(running_mean);
+      batch_norm2d_invstd(backend, running_var.data<T>(), invstd.data<T>(), c, eps);
+    }
+    if constexpr (is_cpu_v<decltype(backend)>) {
+      if (use_blocked)
+        batch_norm2d_forward_blocked(backend, x.data<T>(), mean.data<T>(), invstd.data<T>(),
+                                     ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
+    }
+    if (!use_blocked)
+      batch_norm2d_forward(backend, x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight),
+                           ptr(bias), y.data<T>(), n, c, hw, relu);
   });
 
   if (any_requires_grad({&x, &weight, &bias})) {

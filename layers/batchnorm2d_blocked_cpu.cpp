@@ -43,7 +43,7 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
   const int64_t cblocks = c / L;
   const double m = static_cast<double>(n * hw);
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
-  // Per channel: grad_x = k * grad_y - a * (x - mean) + d (see batch_norm2d_backward_cpu).
+  // Per channel: grad_x = k * grad_y - a * (x - mean) + d (see batch_norm2d_backward in batchnorm2d_cpu.cpp).
   std::vector<T> k_coef(static_cast<size_t>(c)), a_coef(static_cast<size_t>(c)),
       d_coef(static_cast<size_t>(c));
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
@@ -116,8 +116,8 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
 }  // namespace
 
 template <typename T>
-void batch_norm2d_stats_blocked_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c,
-                                    int64_t hw) {
+void batch_norm2d_stats_blocked(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c,
+                                int64_t hw) {
   const int64_t cblocks = c / L;
   const double m = static_cast<double>(n * hw);
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
@@ -154,9 +154,9 @@ void batch_norm2d_stats_blocked_cpu(const T* x, T* mean, T* var, int64_t n, int6
 }
 
 template <typename T>
-void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                                      const T* bias, T* y, int64_t n, int64_t c, int64_t hw,
-                                      bool relu) {
+void batch_norm2d_forward_blocked(Backend, const T* x, const T* mean, const T* invstd,
+                                  const T* weight, const T* bias, T* y, int64_t n, int64_t c,
+                                  int64_t hw, bool relu) {
   const int64_t cblocks = c / L;
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t b = 0; b < n; ++b) {
@@ -185,10 +185,10 @@ void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd
 }
 
 template <typename T>
-void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
-                                       const T* mean, const T* invstd, const T* weight,
-                                       const T* bias, bool relu, T* grad_x, T* grad_weight,
-                                       T* grad_bias, int64_t n, int64_t c, int64_t hw) {
+void batch_norm2d_backward_blocked(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                                   const T* mean, const T* invstd, const T* weight,
+                                   const T* bias, bool relu, T* grad_x, T* grad_weight,
+                                   T* grad_bias, int64_t n, int64_t c, int64_t hw) {
   if (relu)
     backward_blocked<true>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                            grad_bias, n, c, hw);
@@ -198,15 +198,15 @@ void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, cons
 }
 
 #define KILN_INSTANTIATE_BN_BLOCKED(T)                                                        \
-  template void batch_norm2d_stats_blocked_cpu<T>(const T*, T*, T*, int64_t, int64_t,         \
-                                                  int64_t);                                   \
-  template void batch_norm2d_forward_blocked_cpu<T>(const T*, const T*, const T*, const T*,   \
-                                                    const T*, T*, int64_t, int64_t, int64_t,  \
-                                                    bool);                                    \
-  template void batch_norm2d_backward_blocked_cpu<T>(BatchNormMode, const T*, const T*,       \
-                                                     const T*, const T*, const T*, const T*,  \
-                                                     bool, T*, T*, T*, int64_t, int64_t,      \
-                                                     int64_t);
+  template void batch_norm2d_stats_blocked<T>(Backend, const T*, T*, T*, int64_t, int64_t,    \
+                                              int64_t);                                       \
+  template void batch_norm2d_forward_blocked<T>(Backend, const T*, const T*, const T*,        \
+                                                const T*, const T*, T*, int64_t, int64_t,     \
+                                                int64_t, bool);                               \
+  template void batch_norm2d_backward_blocked<T>(Backend, BatchNormMode, const T*, const T*,  \
+                                                 const T*, const T*, const T*, const T*,      \
+                                                 bool, T*, T*, T*, int64_t, int64_t,          \
+                                                 int64_t);
 KILN_INSTANTIATE_BN_BLOCKED(float)
 KILN_INSTANTIATE_BN_BLOCKED(double)
 #undef KILN_INSTANTIATE_BN_BLOCKED

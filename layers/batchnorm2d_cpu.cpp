@@ -17,7 +17,7 @@ constexpr int64_t kParallelMinElements = 1 << 15;
 }  // namespace
 
 template <typename T>
-void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
+void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
   const double m = static_cast<double>(n * hw);
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t ch = 0; ch < c; ++ch) {
@@ -45,14 +45,14 @@ void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, i
 }
 
 template <typename T>
-void batch_norm2d_invstd_cpu(const T* var, T* invstd, int64_t c, double eps) {
+void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps) {
   for (int64_t ch = 0; ch < c; ++ch)
     invstd[ch] = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var[ch]) + eps));
 }
 
 template <typename T>
-void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mean,
-                                     T* running_var, int64_t c, int64_t m, double momentum) {
+void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
+                                 T* running_var, int64_t c, int64_t m, double momentum) {
   const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
   for (int64_t ch = 0; ch < c; ++ch) {
     running_mean[ch] = static_cast<T>((1 - momentum) * running_mean[ch] + momentum * mean[ch]);
@@ -62,8 +62,8 @@ void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mea
 }
 
 template <typename T>
-void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
+void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
+                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
   // y = x * scale + shift with scale = invstd * weight, shift = bias - mean * scale.
 #pragma omp parallel for collapse(2) schedule(static) if (n * c * hw >= kParallelMinElements)
   for (int64_t b = 0; b < n; ++b) {
@@ -142,10 +142,10 @@ void backward_nchw(BatchNormMode mode, const T* grad_y, const T* x, const T* mea
 }  // namespace
 
 template <typename T>
-void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, const T* bias, bool relu,
-                               T* grad_x, T* grad_weight, T* grad_bias, int64_t n, int64_t c,
-                               int64_t hw) {
+void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                           const T* mean, const T* invstd, const T* weight, const T* bias,
+                           bool relu, const T* /*relu_y*/, T* grad_x, T* grad_weight,
+                           T* grad_bias, T* /*coef*/, int64_t n, int64_t c, int64_t hw) {
   if (relu)
     backward_nchw<true>(mode, grad_y, x, mean, invstd, weight, bias, grad_x, grad_weight,
                         grad_bias, n, c, hw);
@@ -154,16 +154,16 @@ void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, 
                          grad_bias, n, c, hw);
 }
 
-#define KILN_INSTANTIATE_BN(T)                                                                \
-  template void batch_norm2d_invstd_cpu<T>(const T*, T*, int64_t, double);                    \
-  template void batch_norm2d_update_running_cpu<T>(const T*, const T*, T*, T*, int64_t,       \
-                                                   int64_t, double);                          \
-  template void batch_norm2d_stats_cpu<T>(const T*, T*, T*, int64_t, int64_t, int64_t);       \
-  template void batch_norm2d_forward_cpu<T>(const T*, const T*, const T*, const T*, const T*, \
-                                            T*, int64_t, int64_t, int64_t, bool);             \
-  template void batch_norm2d_backward_cpu<T>(BatchNormMode, const T*, const T*, const T*,     \
-                                             const T*, const T*, const T*, bool, T*, T*, T*,  \
-                                             int64_t, int64_t, int64_t);
+#define KILN_INSTANTIATE_BN(T)                                                                 \
+  template void batch_norm2d_invstd<T>(Backend, const T*, T*, int64_t, double);                \
+  template void batch_norm2d_update_running<T>(Backend, const T*, const T*, T*, T*, int64_t,   \
+                                               int64_t, double);                               \
+  template void batch_norm2d_stats<T>(Backend, const T*, T*, T*, int64_t, int64_t, int64_t);   \
+  template void batch_norm2d_forward<T>(Backend, const T*, const T*, const T*, const T*,        \
+                                        const T*, T*, int64_t, int64_t, int64_t, bool);        \
+  template void batch_norm2d_backward<T>(Backend, BatchNormMode, const T*, const T*, const T*, \
+                                         const T*, const T*, const T*, bool, const T*, T*, T*, \
+                                         T*, T*, int64_t, int64_t, int64_t);
 KILN_INSTANTIATE_BN(float)
 KILN_INSTANTIATE_BN(double)
 #undef KILN_INSTANTIATE_BN

@@ -145,7 +145,7 @@ __device__ __forceinline__ T masked_grad(const T* __restrict__ grad_y, const T* 
 // grid = C blocks, block = kReduceThreads. For channel ch = blockIdx.x: the sums
 // sum(grad_y) (= grad_bias) and sum(grad_y * xhat) (= grad_weight), written where wanted, and
 // when grad_x is wanted the constants of grad_x = k * grad_y - a * (x - mean) + d into
-// coef[ch], coef[C + ch], coef[2C + ch] (see batch_norm2d_backward_cpu for their derivation).
+// coef[ch], coef[C + ch], coef[2C + ch] (see the CPU batch_norm2d_backward for their derivation).
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_kernel(
     BatchNormMode mode, const T* __restrict__ grad_y, const T* __restrict__ x,
@@ -207,7 +207,7 @@ __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
 // ---- Host wrappers (declared in batchnorm2d_kernels.h) --------------------------------------
 
 template <typename T>
-void batch_norm2d_stats_cuda(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
+void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
   if (c == 0) return;  // a grid of 0 blocks is an invalid launch
   launch(batch_norm2d_stats_kernel<T>,
          LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, current_stream()},
@@ -215,7 +215,7 @@ void batch_norm2d_stats_cuda(const T* x, T* mean, T* var, int64_t n, int64_t c, 
 }
 
 template <typename T>
-void batch_norm2d_invstd_cuda(const T* var, T* invstd, int64_t c, double eps) {
+void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps) {
   if (c == 0) return;
   launch(batch_norm2d_invstd_kernel<T>,
          LaunchConfig{dim3(blocks_for(c, kElementThreads)), dim3(kElementThreads), 0,
@@ -224,8 +224,8 @@ void batch_norm2d_invstd_cuda(const T* var, T* invstd, int64_t c, double eps) {
 }
 
 template <typename T>
-void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_mean,
-                                      T* running_var, int64_t c, int64_t m, double momentum) {
+void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
+                                 T* running_var, int64_t c, int64_t m, double momentum) {
   if (c == 0) return;
   const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
   launch(batch_norm2d_update_running_kernel<T>,
@@ -235,8 +235,8 @@ void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_me
 }
 
 template <typename T>
-void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
-                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
+void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
+                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
   const int64_t total = n * c * hw;
   if (total == 0) return;
   launch(batch_norm2d_forward_kernel<T>,
@@ -245,11 +245,13 @@ void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const
 }
 
 template <typename T>
-void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                                const T* invstd, const T* weight, const T* relu_y, T* grad_x,
-                                T* grad_weight, T* grad_bias, T* coef, int64_t n, int64_t c,
-                                int64_t hw) {
-  KILN_CHECK(!grad_x || coef, "batch_norm2d_backward_cuda: grad_x needs the (3 * C) workspace");
+void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                           const T* mean, const T* invstd, const T* weight, const T* /*bias*/,
+                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
+                           T* coef, int64_t n, int64_t c, int64_t hw) {
+  KILN_CHECK(!grad_x || coef, "batch_norm2d_backward: grad_x needs the (3 * C) workspace");
+  KILN_CHECK(!relu || relu_y, "batch_norm2d_backward: a fused ReLU needs the forward's output");
+  if (!relu) relu_y = nullptr;  // the kernels take a null relu_y for "no mask"
   if (c == 0) return;
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
   cudaStream_t stream = current_stream();
@@ -265,15 +267,15 @@ void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x,
 }
 
 #define KILN_INSTANTIATE_BN_CUDA(T)                                                            \
-  template void batch_norm2d_stats_cuda<T>(const T*, T*, T*, int64_t, int64_t, int64_t);       \
-  template void batch_norm2d_invstd_cuda<T>(const T*, T*, int64_t, double);                    \
-  template void batch_norm2d_update_running_cuda<T>(const T*, const T*, T*, T*, int64_t,       \
-                                                    int64_t, double);                          \
-  template void batch_norm2d_forward_cuda<T>(const T*, const T*, const T*, const T*, const T*, \
-                                             T*, int64_t, int64_t, int64_t, bool);             \
-  template void batch_norm2d_backward_cuda<T>(BatchNormMode, const T*, const T*, const T*,     \
-                                              const T*, const T*, const T*, T*, T*, T*, T*,    \
-                                              int64_t, int64_t, int64_t);
+  template void batch_norm2d_stats<T>(Backend, const T*, T*, T*, int64_t, int64_t, int64_t);   \
+  template void batch_norm2d_invstd<T>(Backend, const T*, T*, int64_t, double);                \
+  template void batch_norm2d_update_running<T>(Backend, const T*, const T*, T*, T*, int64_t,   \
+                                               int64_t, double);                               \
+  template void batch_norm2d_forward<T>(Backend, const T*, const T*, const T*, const T*,        \
+                                        const T*, T*, int64_t, int64_t, int64_t, bool);        \
+  template void batch_norm2d_backward<T>(Backend, BatchNormMode, const T*, const T*, const T*, \
+                                         const T*, const T*, const T*, bool, const T*, T*, T*, \
+                                         T*, T*, int64_t, int64_t, int64_t);
 KILN_INSTANTIATE_BN_CUDA(float)
 KILN_INSTANTIATE_BN_CUDA(double)
 #undef KILN_INSTANTIATE_BN_CUDA

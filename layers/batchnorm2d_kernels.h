@@ -24,9 +24,15 @@
 #include <cmath>
 #include <cstdint>
 
-namespace kiln::cpu {
+#include "engine/backend.h"
+
+namespace kiln {
 
 enum class BatchNormMode { Train, Eval };
+
+}  // namespace kiln
+
+namespace kiln::cpu {
 
 // The forward's per-channel affine map y = x * scale + shift, defined once. The CPU backward of
 // a fused ReLU recomputes its mask, y > 0, from x with it instead of reading the output back:
@@ -63,48 +69,51 @@ inline T relu_masked(T grad_y, T x, T scale, T shift) {
 
 // x is (N, C, HW); mean and var are (C), written: the batch mean and biased variance.
 template <typename T>
-void batch_norm2d_stats_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
 
 // var, invstd are (C): invstd = 1 / sqrt(var + eps).
 template <typename T>
-void batch_norm2d_invstd_cpu(const T* var, T* invstd, int64_t c, double eps);
+void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps);
 
 // mean, var (biased, over m values), running_mean, running_var are (C); the running
 // statistics move towards the batch's by `momentum`, the variance made unbiased (m / (m - 1)).
 template <typename T>
-void batch_norm2d_update_running_cpu(const T* mean, const T* var, T* running_mean,
-                                     T* running_var, int64_t c, int64_t m, double momentum);
+void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
+                                 T* running_var, int64_t c, int64_t m, double momentum);
 
 // x, y are (N, C, HW); mean, invstd are (C); weight, bias are (C) or null (no affine: 1, 0).
 // relu: y = max(y, 0).
 template <typename T>
-void batch_norm2d_forward_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                              const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
+void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
+                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
 
 // grad_y, x are (N, C, HW); mean, invstd, weight are (C) (weight null: 1). Outputs may each
 // be null when that gradient is not needed: grad_x (N, C, HW), grad_weight (C), grad_bias (C).
-// bias: (C) or null, as in the forward; relu: the forward had a fused ReLU.
+// relu: the forward had a fused ReLU, whose mask (output > 0) each twin finds its own way:
+// this one recomputes it from x with bias ((C) or null, as in the forward; see bn_affine) and
+// ignores relu_y; the CUDA one reads relu_y, the forward's output. coef: the CUDA twin's
+// workspace (below); null here.
 template <typename T>
-void batch_norm2d_backward_cpu(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                               const T* invstd, const T* weight, const T* bias, bool relu,
-                               T* grad_x, T* grad_weight, T* grad_bias, int64_t n, int64_t c,
-                               int64_t hw);
+void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                           const T* mean, const T* invstd, const T* weight, const T* bias,
+                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
+                           T* coef, int64_t n, int64_t c, int64_t hw);
 
 // The same three kernels for x, y, grad_y, grad_x in the channel-blocked layout of
 // layers/layout.h, (N, C/16, HW, 16); c is the number of channels (a multiple of 16).
-// Definitions: layers/batchnorm2d_blocked_cpu.cpp.
+// Definitions: layers/batchnorm2d_blocked_cpu.cpp. CPU only: the op unblocks a CUDA input first.
 template <typename T>
-void batch_norm2d_stats_blocked_cpu(const T* x, T* mean, T* var, int64_t n, int64_t c,
-                                    int64_t hw);
+void batch_norm2d_stats_blocked(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c,
+                                int64_t hw);
 template <typename T>
-void batch_norm2d_forward_blocked_cpu(const T* x, const T* mean, const T* invstd, const T* weight,
-                                      const T* bias, T* y, int64_t n, int64_t c, int64_t hw,
-                                      bool relu);
+void batch_norm2d_forward_blocked(Backend, const T* x, const T* mean, const T* invstd,
+                                  const T* weight, const T* bias, T* y, int64_t n, int64_t c,
+                                  int64_t hw, bool relu);
 template <typename T>
-void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, const T* x,
-                                       const T* mean, const T* invstd, const T* weight,
-                                       const T* bias, bool relu, T* grad_x, T* grad_weight,
-                                       T* grad_bias, int64_t n, int64_t c, int64_t hw);
+void batch_norm2d_backward_blocked(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                                   const T* mean, const T* invstd, const T* weight,
+                                   const T* bias, bool relu, T* grad_x, T* grad_weight,
+                                   T* grad_bias, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cpu
 
@@ -115,29 +124,28 @@ void batch_norm2d_backward_blocked_cpu(BatchNormMode mode, const T* grad_y, cons
 // reduction runs in a fixed order (one block per channel, a fixed tree): deterministic.
 namespace kiln::cuda {
 
-using cpu::BatchNormMode;
+template <typename T>
+void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
 
 template <typename T>
-void batch_norm2d_stats_cuda(const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps);
 
 template <typename T>
-void batch_norm2d_invstd_cuda(const T* var, T* invstd, int64_t c, double eps);
+void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
+                                 T* running_var, int64_t c, int64_t m, double momentum);
 
 template <typename T>
-void batch_norm2d_update_running_cuda(const T* mean, const T* var, T* running_mean,
-                                      T* running_var, int64_t c, int64_t m, double momentum);
+void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
+                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
 
+// As the CPU twin, but the fused ReLU's mask is read from relu_y (the forward's output, (N, C,
+// HW); non-null when relu), and bias is not read. coef: a (3 * C) device workspace the op
+// allocates when grad_x is wanted (null otherwise): the per-channel constants k, a, d of
+// grad_x, computed by the reduction kernel and read by the element-wise one.
 template <typename T>
-void batch_norm2d_forward_cuda(const T* x, const T* mean, const T* invstd, const T* weight,
-                               const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
-
-// As batch_norm2d_backward_cpu, plus `coef`: a (3 * C) device workspace the op allocates when
-// grad_x is wanted (null otherwise): the per-channel constants k, a, d of grad_x, computed by
-// the reduction kernel and read by the element-wise one.
-template <typename T>
-void batch_norm2d_backward_cuda(BatchNormMode mode, const T* grad_y, const T* x, const T* mean,
-                                const T* invstd, const T* weight, const T* relu_y, T* grad_x,
-                                T* grad_weight, T* grad_bias, T* coef, int64_t n, int64_t c,
-                                int64_t hw);
+void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
+                           const T* mean, const T* invstd, const T* weight, const T* bias,
+                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
+                           T* coef, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cuda

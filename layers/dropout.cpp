@@ -22,6 +22,8 @@ void check_p(double p) {
                 ErrorKind::Usage);
 }
 
+}  // namespace
+
 // ---- CPU kernels --------------------------------------------------------------------------
 // One Philox call yields 4 numbers, so the loops run over groups of 4 elements: group j holds
 // elements 4j..4j+3 and uses counter base + j, exactly what philox_u32(seed, base, i) reads,
@@ -30,16 +32,19 @@ void check_p(double p) {
 // the branch predictor cannot learn (the branchy loop was 5x slower), and x * 0 keeps NaN/Inf
 // visible as PyTorch's input * mask does.
 
+namespace cpu {
+
 // x, y are (count <= 4): y[k] = x[k] * (keep(k) ? scale : 0), with the 4 numbers of one counter.
 template <typename T>
-inline void mask_group(const T* x, T* y, int64_t count, const PhiloxOut& r, float p, T scale) {
+static inline void mask_group(const T* x, T* y, int64_t count, const PhiloxOut& r, float p,
+                              T scale) {
   for (int64_t k = 0; k < count; ++k) y[k] = x[k] * (dropout_keep(r.v[k], p) ? scale : T(0));
 }
 
 // x, y are (n): y[i] = keep(i) ? x[i] * scale : 0.
 template <typename T>
-void dropout_forward_cpu(const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                         uint64_t base) {
+void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
+                     uint64_t base) {
   const int64_t full = n / 4;  // complete groups; the last n % 4 elements form a partial one
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < full; ++j)
@@ -52,10 +57,23 @@ void dropout_forward_cpu(const T* x, T* y, int64_t n, float p, T scale, uint64_t
 
 // gy, gx are (n): gx[i] = keep(i) ? gy[i] * scale : 0 (the same mask, recomputed).
 template <typename T>
-void dropout_backward_cpu(const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                          uint64_t base) {
-  dropout_forward_cpu<T>(gy, gx, n, p, scale, seed, base);
+void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
+                      uint64_t base) {
+  dropout_forward(Backend{}, gy, gx, n, p, scale, seed, base);
 }
+
+template void dropout_forward<float>(Backend, const float*, float*, int64_t, float, float,
+                                     uint64_t, uint64_t);
+template void dropout_forward<double>(Backend, const double*, double*, int64_t, float, double,
+                                      uint64_t, uint64_t);
+template void dropout_backward<float>(Backend, const float*, float*, int64_t, float, float,
+                                      uint64_t, uint64_t);
+template void dropout_backward<double>(Backend, const double*, double*, int64_t, float, double,
+                                       uint64_t, uint64_t);
+
+}  // namespace cpu
+
+namespace {
 
 enum class Pass { Forward, Backward };
 
@@ -64,24 +82,12 @@ Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale, uint64_t s
                   uint64_t base) {
   const char* op = pass == Pass::Forward ? "dropout" : "dropout_backward";
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
-  on_device(op, in.device(), [&] {
-    dispatch_floating(in.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if (pass == Pass::Backward)
-        dropout_backward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
-      else
-        dropout_forward_cpu<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
-    });
-  }, [&] {
-    dispatch_floating(in.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if (pass == Pass::Backward)
-        cuda::dropout_backward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
-                                       seed, base);
-      else
-        cuda::dropout_forward_cuda<T>(in.data<T>(), out.data<T>(), in.numel(), p, T(scale),
-                                      seed, base);
-    });
+  run_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    if (pass == Pass::Backward)
+      dropout_backward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+    else
+      dropout_forward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
   });
   return out;
 }

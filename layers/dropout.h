@@ -13,11 +13,12 @@
 #include <string>
 
 #include "engine/philox.h"
+#include "layers/dropout_kernels.h"  // dropout_keep(bits, p)
 #include "layers/module.h"
 
 namespace kiln {
 
-// The mask bit of element i: the keep rule (engine/host_device.h) on its Philox bits.
+// The mask bit of element i: the keep rule (layers/dropout_kernels.h) on its Philox bits.
 KILN_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t base, uint64_t i, float p) {
   return dropout_keep(philox_u32(seed, base, i), p);
 }

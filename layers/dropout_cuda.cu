@@ -55,24 +55,24 @@ void apply_mask(const T* in, T* out, int64_t n, float p, T scale, uint64_t seed,
 }  // namespace
 
 template <typename T>
-void dropout_forward_cuda(const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                          uint64_t base) {
+void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
+                     uint64_t base) {
   apply_mask(x, y, n, p, scale, seed, base);
 }
 
 template <typename T>
-void dropout_backward_cuda(const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                           uint64_t base) {
+void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
+                      uint64_t base) {
   apply_mask(gy, gx, n, p, scale, seed, base);
 }
 
-template void dropout_forward_cuda<float>(const float*, float*, int64_t, float, float, uint64_t,
-                                          uint64_t);
-template void dropout_forward_cuda<double>(const double*, double*, int64_t, float, double,
-                                           uint64_t, uint64_t);
-template void dropout_backward_cuda<float>(const float*, float*, int64_t, float, float,
-                                           uint64_t, uint64_t);
-template void dropout_backward_cuda<double>(const double*, double*, int64_t, float, double,
-                                            uint64_t, uint64_t);
+template void dropout_forward<float>(Backend, const float*, float*, int64_t, float, float,
+                                     uint64_t, uint64_t);
+template void dropout_forward<double>(Backend, const double*, double*, int64_t, float, double,
+                                      uint64_t, uint64_t);
+template void dropout_backward<float>(Backend, const float*, float*, int64_t, float, float,
+                                      uint64_t, uint64_t);
+template void dropout_backward<double>(Backend, const double*, double*, int64_t, float, double,
+                                       uint64_t, uint64_t);
 
 }  // namespace kiln::cuda

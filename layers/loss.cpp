@@ -86,8 +86,8 @@ void resolve_target_checks(bool wait, cuda::SyncSite site) {
 void resolve_target_checks(bool, cuda::SyncSite) {}
 #endif
 
-// The incoming gradient of a scalar loss as the CUDA kernels read it: a device scalar of the
-// loss's dtype on the loss's device (converted only when the caller seeded backward otherwise).
+// The incoming gradient of a scalar loss as the kernels read it: a scalar of the loss's dtype on
+// the loss's device (converted only when the caller seeded backward otherwise).
 Tensor scalar_grad_like(const Tensor& g, const Tensor& like) {
   Tensor s = g;
   if (s.dtype() != like.dtype()) s = s.to(like.dtype());
@@ -102,21 +102,14 @@ struct CrossEntropyBackward : Node {
     const Tensor& probs = saved[0];
     const Tensor& targets = saved[1];
     Tensor grad = Tensor::empty(probs.shape(), probs.dtype(), probs.device());
-    on_device("cross_entropy_backward", probs.device(), [&] {
-      dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::cross_entropy_backward<T>(probs.data<T>(), targets.data<int64_t>(), grad.data<T>(),
-                                       probs.size(0), probs.size(1), static_cast<T>(g.item()));
-      });
-    }, [&] {
-      const Tensor gl = scalar_grad_like(g, probs);
-      dispatch_floating(probs.dtype(), "cross_entropy_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::cross_entropy_backward_cuda<T>(probs.data<T>(), targets.data<int64_t>(),
-                                             grad.data<T>(), probs.size(0), probs.size(1),
-                                             gl.data<T>());
-      });
-    });
+    const Tensor gl = scalar_grad_like(g, probs);
+    run_kernel("cross_entropy_backward", probs.device(), probs.dtype(),
+               [&](auto backend, auto tag) {
+                 using T = typename decltype(tag)::type;
+                 cross_entropy_backward(backend, probs.data<T>(), targets.data<int64_t>(),
+                                        grad.data<T>(), probs.size(0), probs.size(1),
+                                        gl.data<T>());
+               });
     return {grad, Tensor()};
   }
 };
@@ -135,34 +128,28 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   if (logits.device().is_cuda()) {  // earlier calls' bad targets, as far as known: never waits
     resolve_target_checks(/*wait=*/false, cuda::SyncSite());
   }
+  const bool on_cpu = logits.device().type == DeviceType::CPU;
   Tensor probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
-  Tensor out;  // the loss, a scalar
-  int64_t bad = -1;
-  on_device("cross_entropy", logits.device(), [&] {
-    double loss = 0;
-    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      loss = cpu::cross_entropy_forward<T>(logits.data<T>(), targets.data<int64_t>(),
-                                           probs.data<T>(), n, c, &bad);
-    });
-    out = Tensor::full({}, loss, logits.dtype(), logits.device());
-  }, [&] {
-    // The loss is computed and kept on the device (NaN for a bad target); the first bad row (or
-    // -1) comes back to the host asynchronously, and is read by a later call (see above).
-    out = Tensor::empty({}, logits.dtype(), logits.device());
-    Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
-    Tensor row_loss = Tensor::empty({n}, DType::F64, logits.device());  // workspace
-    dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::cross_entropy_forward_cuda<T>(logits.data<T>(), targets.data<int64_t>(),
-                                          probs.data<T>(), out.data<T>(), bad_row.data<int64_t>(),
-                                          row_loss.data<double>(), n, c);
-    });
+  Tensor out = Tensor::empty({}, logits.dtype(), logits.device());  // the loss, a scalar
+  Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
+  Tensor row_loss;  // the CUDA kernels' workspace
+  if (!on_cpu) row_loss = Tensor::empty({n}, DType::F64, logits.device());
+  run_kernel("cross_entropy", logits.device(), logits.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    cross_entropy_forward(backend, logits.data<T>(), targets.data<int64_t>(), probs.data<T>(),
+                          out.data<T>(), bad_row.data<int64_t>(),
+                          row_loss.defined() ? row_loss.data<double>() : nullptr, n, c);
+  });
+  if (on_cpu) {
+    const int64_t bad = bad_row.data<int64_t>()[0];
+    if (bad >= 0) throw_bad_target(targets, bad, c, "");
+  } else {
+    // On a GPU the loss stays on the device (NaN for a bad target); the first bad row (or -1)
+    // comes back to the host asynchronously, and is read by a later call (see above).
 #if KILN_WITH_CUDA
     defer_target_check(bad_row, targets, c);
 #endif
-  });
-  if (bad >= 0) throw_bad_target(targets, bad, c, "");
+  }
   if (any_requires_grad({&logits})) {
     auto node = std::make_shared<CrossEntropyBackward>();
     node->saved = {probs, targets.detach()};
@@ -190,8 +177,8 @@ struct MseLossBackward : Node {
     dispatch_floating(a.dtype(), "mse_loss_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
       auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      cuda::mse_loss_backward_cuda<T>(a.data<T>(), b.data<T>(), gl.data<T>(), ptr(ga), ptr(gb),
-                                      a.numel());
+      mse_loss_backward(cuda::Backend{}, a.data<T>(), b.data<T>(), gl.data<T>(), ptr(ga), ptr(gb),
+                        a.numel());
     });
     return {ga, gb};
   }
@@ -208,8 +195,8 @@ Tensor mse_loss_cuda(const Tensor& a, const Tensor& b) {
       Tensor::empty({cuda::mse_loss_workspace_size(n)}, DType::F64, a.device());  // workspace
   dispatch_floating(a.dtype(), "mse_loss", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cuda::mse_loss_forward_cuda<T>(a.data<T>(), b.data<T>(), out.data<T>(),
-                                   partials.data<double>(), n);
+    mse_loss_forward(cuda::Backend{}, a.data<T>(), b.data<T>(), out.data<T>(),
+                     partials.data<double>(), n);
   });
   if (any_requires_grad({&a, &b})) {
     auto node = std::make_shared<MseLossBackward>();

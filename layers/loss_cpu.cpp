@@ -7,8 +7,8 @@
 namespace kiln::cpu {
 
 template <typename T>
-double cross_entropy_forward(const T* logits, const int64_t* targets, T* probs, int64_t n,
-                             int64_t c, int64_t* bad_index) {
+void cross_entropy_forward(Backend, const T* logits, const int64_t* targets, T* probs, T* loss,
+                           int64_t* bad_row, double* /*row_loss*/, int64_t n, int64_t c) {
   double total = 0;
   int64_t bad = -1;
 #pragma omp parallel for reduction(+ : total) if (n * c > (1 << 14))
@@ -32,14 +32,14 @@ double cross_entropy_forward(const T* logits, const int64_t* targets, T* probs, 
     // -log softmax[t] = log(sum) + mx - row[t]
     total += static_cast<double>(std::log(sum) + mx - row[t]);
   }
-  *bad_index = bad;
-  return total / static_cast<double>(n);
+  *bad_row = bad;
+  *loss = static_cast<T>(total / static_cast<double>(n));
 }
 
 template <typename T>
-void cross_entropy_backward(const T* probs, const int64_t* targets, T* grad_logits, int64_t n,
-                            int64_t c, T grad_loss) {
-  T scale = grad_loss / static_cast<T>(n);
+void cross_entropy_backward(Backend, const T* probs, const int64_t* targets, T* grad_logits,
+                            int64_t n, int64_t c, const T* grad_loss) {
+  T scale = *grad_loss / static_cast<T>(n);
 #pragma omp parallel for if (n * c > (1 << 14))
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < c; ++j) {
@@ -49,13 +49,13 @@ void cross_entropy_backward(const T* probs, const int64_t* targets, T* grad_logi
   }
 }
 
-template double cross_entropy_forward<float>(const float*, const int64_t*, float*, int64_t,
-                                             int64_t, int64_t*);
-template double cross_entropy_forward<double>(const double*, const int64_t*, double*, int64_t,
-                                              int64_t, int64_t*);
-template void cross_entropy_backward<float>(const float*, const int64_t*, float*, int64_t,
-                                            int64_t, float);
-template void cross_entropy_backward<double>(const double*, const int64_t*, double*, int64_t,
-                                             int64_t, double);
+template void cross_entropy_forward<float>(Backend, const float*, const int64_t*, float*, float*,
+                                           int64_t*, double*, int64_t, int64_t);
+template void cross_entropy_forward<double>(Backend, const double*, const int64_t*, double*,
+                                            double*, int64_t*, double*, int64_t, int64_t);
+template void cross_entropy_backward<float>(Backend, const float*, const int64_t*, float*, int64_t,
+                                            int64_t, const float*);
+template void cross_entropy_backward<double>(Backend, const double*, const int64_t*, double*,
+                                             int64_t, int64_t, const double*);
 
 }  // namespace kiln::cpu

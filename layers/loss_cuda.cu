@@ -201,8 +201,8 @@ __global__ void mse_loss_backward_kernel(const T* __restrict__ a, const T* __res
 // ---- Host wrappers (declared in loss_kernels.h) ---------------------------------------------
 
 template <typename T>
-void cross_entropy_forward_cuda(const T* logits, const int64_t* targets, T* probs, T* loss,
-                                int64_t* bad_row, double* row_loss, int64_t n, int64_t c) {
+void cross_entropy_forward(Backend, const T* logits, const int64_t* targets, T* probs, T* loss,
+                           int64_t* bad_row, double* row_loss, int64_t n, int64_t c) {
   cudaStream_t stream = current_stream();
   if (n > 0)
     launch(cross_entropy_rows_kernel<T>,
@@ -213,8 +213,8 @@ void cross_entropy_forward_cuda(const T* logits, const int64_t* targets, T* prob
 }
 
 template <typename T>
-void cross_entropy_backward_cuda(const T* probs, const int64_t* targets, T* grad_logits,
-                                 int64_t n, int64_t c, const T* grad_loss) {
+void cross_entropy_backward(Backend, const T* probs, const int64_t* targets, T* grad_logits,
+                            int64_t n, int64_t c, const T* grad_loss) {
   if (n * c == 0) return;
   launch(cross_entropy_backward_kernel<T>,
          LaunchConfig{dim3(capped_blocks(n * c)), dim3(kThreads), 0, current_stream()}, probs,
@@ -224,7 +224,7 @@ void cross_entropy_backward_cuda(const T* probs, const int64_t* targets, T* grad
 int64_t mse_loss_workspace_size(int64_t n) { return capped_blocks(n); }
 
 template <typename T>
-void mse_loss_forward_cuda(const T* a, const T* b, T* loss, double* partials, int64_t n) {
+void mse_loss_forward(Backend, const T* a, const T* b, T* loss, double* partials, int64_t n) {
   cudaStream_t stream = current_stream();
   const unsigned blocks = capped_blocks(n);  // == mse_loss_workspace_size(n)
   launch(mse_loss_partial_kernel<T>, LaunchConfig{dim3(blocks), dim3(kThreads), 0, stream}, a,
@@ -234,8 +234,8 @@ void mse_loss_forward_cuda(const T* a, const T* b, T* loss, double* partials, in
 }
 
 template <typename T>
-void mse_loss_backward_cuda(const T* a, const T* b, const T* grad_loss, T* grad_a, T* grad_b,
-                            int64_t n) {
+void mse_loss_backward(Backend, const T* a, const T* b, const T* grad_loss, T* grad_a, T* grad_b,
+                       int64_t n) {
   if (n == 0 || (!grad_a && !grad_b)) return;
   launch(mse_loss_backward_kernel<T>,
          LaunchConfig{dim3(capped_blocks(n)), dim3(kThreads), 0, current_stream()}, a, b,
@@ -243,12 +243,12 @@ void mse_loss_backward_cuda(const T* a, const T* b, const T* grad_loss, T* grad_
 }
 
 #define KILN_INSTANTIATE_LOSS_CUDA(T)                                                        \
-  template void cross_entropy_forward_cuda<T>(const T*, const int64_t*, T*, T*, int64_t*,    \
-                                              double*, int64_t, int64_t);                    \
-  template void cross_entropy_backward_cuda<T>(const T*, const int64_t*, T*, int64_t,        \
-                                               int64_t, const T*);                           \
-  template void mse_loss_forward_cuda<T>(const T*, const T*, T*, double*, int64_t);          \
-  template void mse_loss_backward_cuda<T>(const T*, const T*, const T*, T*, T*, int64_t);
+  template void cross_entropy_forward<T>(Backend, const T*, const int64_t*, T*, T*, int64_t*, \
+                                         double*, int64_t, int64_t);                         \
+  template void cross_entropy_backward<T>(Backend, const T*, const int64_t*, T*, int64_t,     \
+                                          int64_t, const T*);                                \
+  template void mse_loss_forward<T>(Backend, const T*, const T*, T*, double*, int64_t);      \
+  template void mse_loss_backward<T>(Backend, const T*, const T*, const T*, T*, T*, int64_t);
 KILN_INSTANTIATE_LOSS_CUDA(float)
 KILN_INSTANTIATE_LOSS_CUDA(double)
 #undef KILN_INSTANTIATE_LOSS_CUDA

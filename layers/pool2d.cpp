@@ -16,8 +16,6 @@
 
 namespace kiln {
 
-using cpu::Pool2dGeometry;
-
 namespace {
 
 // Pooling parameters are usage errors (they come from model code or flags).
@@ -77,16 +75,9 @@ std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry&
              " elements is too large for int32 indices");
   Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device());
   Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device());
-  on_device("max_pool2d", x4.device(), [&] {
-    dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::max_pool2d_forward_cpu<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
-    });
-  }, [&] {
-    dispatch_floating(x4.dtype(), "max_pool2d", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::max_pool2d_forward_cuda<T>(x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
-    });
+  run_kernel("max_pool2d", x4.device(), x4.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    max_pool2d_forward(backend, x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
   });
   return {y, idx};
 }
@@ -98,19 +89,12 @@ struct MaxPool2dBackward : Node {
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& idx = saved[0];  // (N, C, OH, OW) int32
     Tensor gx = Tensor::empty(in_shape(g), grad_out.dtype(), grad_out.device());
-    on_device("max_pool2d_backward", grad_out.device(), [&] {
-      dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::max_pool2d_backward_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(), gx.data<T>(),
-                                        g);
-      });
-    }, [&] {
-      dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::max_pool2d_backward_cuda<T>(grad_out.data<T>(), idx.data<int32_t>(), gx.data<T>(),
-                                          g);
-      });
-    });
+    run_kernel("max_pool2d_backward", grad_out.device(), grad_out.dtype(),
+               [&](auto backend, auto tag) {
+                 using T = typename decltype(tag)::type;
+                 max_pool2d_backward(backend, grad_out.data<T>(), idx.data<int32_t>(),
+                                     gx.data<T>(), g);
+               });
     return {gx};
   }
 };
@@ -146,34 +130,18 @@ Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeo
   const char* op = kind == AvgKind::Window ? (backward ? "avg_pool2d_backward" : "avg_pool2d")
                    : (backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d");
   Tensor out = Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device());
-  on_device(op, in.device(), [&] {
-    dispatch_floating(in.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* src = in.data<T>();
-      T* dst = out.data<T>();
-      if (kind == AvgKind::Window && !backward)
-        cpu::avg_pool2d_forward_cpu<T>(src, dst, g, include_pad);
-      else if (kind == AvgKind::Window)
-        cpu::avg_pool2d_backward_cpu<T>(src, dst, g, include_pad);
-      else if (!backward)
-        cpu::adaptive_avg_pool2d_forward_cpu<T>(src, dst, g);
-      else
-        cpu::adaptive_avg_pool2d_backward_cpu<T>(src, dst, g);
-    });
-  }, [&] {
-    dispatch_floating(in.dtype(), op, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* src = in.data<T>();
-      T* dst = out.data<T>();
-      if (kind == AvgKind::Window && !backward)
-        cuda::avg_pool2d_forward_cuda<T>(src, dst, g, include_pad);
-      else if (kind == AvgKind::Window)
-        cuda::avg_pool2d_backward_cuda<T>(src, dst, g, include_pad);
-      else if (!backward)
-        cuda::adaptive_avg_pool2d_forward_cuda<T>(src, dst, g);
-      else
-        cuda::adaptive_avg_pool2d_backward_cuda<T>(src, dst, g);
-    });
+  run_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* src = in.data<T>();
+    T* dst = out.data<T>();
+    if (kind == AvgKind::Window && !backward)
+      avg_pool2d_forward(backend, src, dst, g, include_pad);
+    else if (kind == AvgKind::Window)
+      avg_pool2d_backward(backend, src, dst, g, include_pad);
+    else if (!backward)
+      adaptive_avg_pool2d_forward(backend, src, dst, g);
+    else
+      adaptive_avg_pool2d_backward(backend, src, dst, g);
   });
   return out;
 }
@@ -223,8 +191,8 @@ struct MaxPool2dBlockedBackward : Node {
                               grad_out.dtype(), grad_out.device());
     dispatch_floating(grad_out.dtype(), "max_pool2d_backward", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      cpu::max_pool2d_backward_blocked_cpu<T>(grad_out.data<T>(), idx.data<int32_t>(),
-                                              gx.data<T>(), g);
+      max_pool2d_backward_blocked(cpu::Backend{}, grad_out.data<T>(), idx.data<int32_t>(),
+                                  gx.data<T>(), g);
     });
     return {gx};
   }
@@ -244,7 +212,7 @@ Tensor max_pool2d_blocked(const Tensor& x, int64_t kernel_size, int64_t stride,
   Tensor idx = Tensor::empty(out, DType::I32, x.device());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    cpu::max_pool2d_forward_blocked_cpu<T>(x.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+    max_pool2d_forward_blocked(cpu::Backend{}, x.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
   });
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<MaxPool2dBlockedBackward>();

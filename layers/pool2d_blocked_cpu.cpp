@@ -20,7 +20,7 @@ constexpr int64_t kParallelMinElements = 1 << 15;
 }  // namespace
 
 template <typename T>
-void max_pool2d_forward_blocked_cpu(const T* x, T* y, int32_t* indices,
+void max_pool2d_forward_blocked(Backend, const T* x, T* y, int32_t* indices,
                                     const Pool2dGeometry& g) {
   const int64_t cblocks = g.c / L;
   const int64_t in_plane = g.in_h * g.in_w * L, out_plane = g.out_h * g.out_w * L;
@@ -68,7 +68,7 @@ void max_pool2d_forward_blocked_cpu(const T* x, T* y, int32_t* indices,
 }
 
 template <typename T>
-void max_pool2d_backward_blocked_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
+void max_pool2d_backward_blocked(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
                                      const Pool2dGeometry& g) {
   const int64_t cblocks = g.c / L;
   const int64_t in_plane = g.in_h * g.in_w * L, out_plane = g.out_h * g.out_w * L;
@@ -88,9 +88,9 @@ void max_pool2d_backward_blocked_cpu(const T* grad_y, const int32_t* indices, T*
 }
 
 #define KILN_INSTANTIATE_POOL_BLOCKED(T)                                                    \
-  template void max_pool2d_forward_blocked_cpu<T>(const T*, T*, int32_t*,                   \
+  template void max_pool2d_forward_blocked<T>(Backend, const T*, T*, int32_t*,                   \
                                                   const Pool2dGeometry&);                   \
-  template void max_pool2d_backward_blocked_cpu<T>(const T*, const int32_t*, T*,            \
+  template void max_pool2d_backward_blocked<T>(Backend, const T*, const int32_t*, T*,            \
                                                    const Pool2dGeometry&);
 KILN_INSTANTIATE_POOL_BLOCKED(float)
 KILN_INSTANTIATE_POOL_BLOCKED(double)

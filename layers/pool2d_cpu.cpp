@@ -103,7 +103,7 @@ void max_pool_plane_2x2(const T* xp, T* yp, int32_t* ip, const Pool2dGeometry& g
 }  // namespace
 
 template <typename T>
-void max_pool2d_forward_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g) {
+void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
   const bool fast = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 &&
                     g.pad_h == 0 && g.pad_w == 0;
@@ -121,7 +121,7 @@ void max_pool2d_forward_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeom
 }
 
 template <typename T>
-void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
+void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
                              const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
@@ -139,7 +139,7 @@ void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
 // The windows and divisors are avg_window / avg_count (engine/host_device.h), shared with CUDA.
 
 template <typename T>
-void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
@@ -160,7 +160,7 @@ void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool coun
 }
 
 template <typename T>
-void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
                              bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
@@ -185,7 +185,7 @@ void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g
 // ---- Adaptive average pooling -------------------------------------------------------------
 
 template <typename T>
-void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
@@ -206,7 +206,7 @@ void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g) 
 }
 
 template <typename T>
-void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
@@ -228,13 +228,13 @@ void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGe
 
 // The only instantiations: float for training, double for gradient checks.
 #define KILN_INSTANTIATE_POOL(T)                                                              \
-  template void max_pool2d_forward_cpu<T>(const T*, T*, int32_t*, const Pool2dGeometry&);     \
-  template void max_pool2d_backward_cpu<T>(const T*, const int32_t*, T*,                      \
+  template void max_pool2d_forward<T>(Backend, const T*, T*, int32_t*, const Pool2dGeometry&);     \
+  template void max_pool2d_backward<T>(Backend, const T*, const int32_t*, T*,                      \
                                            const Pool2dGeometry&);                            \
-  template void avg_pool2d_forward_cpu<T>(const T*, T*, const Pool2dGeometry&, bool);         \
-  template void avg_pool2d_backward_cpu<T>(const T*, T*, const Pool2dGeometry&, bool);        \
-  template void adaptive_avg_pool2d_forward_cpu<T>(const T*, T*, const Pool2dGeometry&);      \
-  template void adaptive_avg_pool2d_backward_cpu<T>(const T*, T*, const Pool2dGeometry&);
+  template void avg_pool2d_forward<T>(Backend, const T*, T*, const Pool2dGeometry&, bool);         \
+  template void avg_pool2d_backward<T>(Backend, const T*, T*, const Pool2dGeometry&, bool);        \
+  template void adaptive_avg_pool2d_forward<T>(Backend, const T*, T*, const Pool2dGeometry&);      \
+  template void adaptive_avg_pool2d_backward<T>(Backend, const T*, T*, const Pool2dGeometry&);
 KILN_INSTANTIATE_POOL(float)
 KILN_INSTANTIATE_POOL(double)
 #undef KILN_INSTANTIATE_POOL

@@ -248,14 +248,14 @@ int64_t out_numel(const PoolDims& d) { return static_cast<int64_t>(d.planes) * d
 }  // namespace
 
 template <typename T>
-void max_pool2d_forward_cuda(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g) {
+void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2dGeometry& g) {
   const PoolDims d = pool_dims("max_pool2d", g);
   if (out_numel(d) == 0) return;
   launch(max_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, indices, d);
 }
 
 template <typename T>
-void max_pool2d_backward_cuda(const T* grad_y, const int32_t* indices, T* grad_x,
+void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
                               const Pool2dGeometry& g) {
   const PoolDims d = pool_dims("max_pool2d_backward", g);
   if (in_numel(d) == 0) return;
@@ -264,7 +264,7 @@ void max_pool2d_backward_cuda(const T* grad_y, const int32_t* indices, T* grad_x
 }
 
 template <typename T>
-void avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
   const PoolDims d = pool_dims("avg_pool2d", g);
   if (out_numel(d) == 0) return;
   launch(avg_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, d,
@@ -272,7 +272,7 @@ void avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g, bool cou
 }
 
 template <typename T>
-void avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
                               bool count_include_pad) {
   const PoolDims d = pool_dims("avg_pool2d_backward", g);
   if (in_numel(d) == 0) return;
@@ -281,14 +281,14 @@ void avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& 
 }
 
 template <typename T>
-void adaptive_avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g) {
   const PoolDims d = pool_dims("adaptive_avg_pool2d", g);
   if (out_numel(d) == 0) return;
   launch(adaptive_avg_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, d);
 }
 
 template <typename T>
-void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
+void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g) {
   const PoolDims d = pool_dims("adaptive_avg_pool2d_backward", g);
   if (in_numel(d) == 0) return;
   launch(adaptive_avg_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, grad_x,
@@ -296,13 +296,13 @@ void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dG
 }
 
 #define KILN_INSTANTIATE_POOL(T)                                                               \
-  template void max_pool2d_forward_cuda<T>(const T*, T*, int32_t*, const Pool2dGeometry&);     \
-  template void max_pool2d_backward_cuda<T>(const T*, const int32_t*, T*,                      \
+  template void max_pool2d_forward<T>(Backend, const T*, T*, int32_t*, const Pool2dGeometry&);     \
+  template void max_pool2d_backward<T>(Backend, const T*, const int32_t*, T*,                      \
                                             const Pool2dGeometry&);                            \
-  template void avg_pool2d_forward_cuda<T>(const T*, T*, const Pool2dGeometry&, bool);         \
-  template void avg_pool2d_backward_cuda<T>(const T*, T*, const Pool2dGeometry&, bool);        \
-  template void adaptive_avg_pool2d_forward_cuda<T>(const T*, T*, const Pool2dGeometry&);      \
-  template void adaptive_avg_pool2d_backward_cuda<T>(const T*, T*, const Pool2dGeometry&);
+  template void avg_pool2d_forward<T>(Backend, const T*, T*, const Pool2dGeometry&, bool);         \
+  template void avg_pool2d_backward<T>(Backend, const T*, T*, const Pool2dGeometry&, bool);        \
+  template void adaptive_avg_pool2d_forward<T>(Backend, const T*, T*, const Pool2dGeometry&);      \
+  template void adaptive_avg_pool2d_backward<T>(Backend, const T*, T*, const Pool2dGeometry&);
 KILN_INSTANTIATE_POOL(float)
 KILN_INSTANTIATE_POOL(double)
 #undef KILN_INSTANTIATE_POOL

@@ -1,5 +1,6 @@
-// pool2d_kernels.h: the CPU kernels behind layers/pool2d.h (internal to kiln_layers), and their
-// CUDA twins (pool2d_cuda.cu) at the end.
+// pool2d_kernels.h: the CPU kernels behind layers/pool2d.h (internal to kiln_layers), their
+// CUDA twins (pool2d_cuda.cu) at the end, and the window rules both apply. Twins of one name and
+// signature in cpu:: and cuda::, the backend's tag first (engine/dispatch.h).
 //
 // Every kernel sees dense row-major buffers, NCHW, and works plane by plane: one (n, c) plane
 // of the input produces one plane of the output and nothing else, so OpenMP splits the N*C
@@ -15,9 +16,10 @@
 
 #include <cstdint>
 
-#include "engine/host_device.h"  // the window rules both devices share
+#include "engine/backend.h"
+#include "engine/host_device.h"  // KILN_HOST_DEVICE
 
-namespace kiln::cpu {
+namespace kiln {
 
 // The shape of one pooling problem. Output sizes are computed by the op (pool2d.cpp).
 struct Pool2dGeometry {
@@ -30,48 +32,88 @@ struct Pool2dGeometry {
   int64_t planes() const { return n * c; }
 };
 
+// ---- Average pooling windows: the rules both devices apply ---------------------------------
+// I is the index type: int64_t on the CPU, int in the CUDA kernels (32-bit indexing).
+
+// The window of output o along one dimension: [begin, end) clipped to the input [0, in), and
+// padded_len, its length clipped only to the padded extent [-pad, in + pad) (PyTorch's rule).
+template <typename I>
+struct AvgWindow {
+  I begin, end, padded_len;
+};
+template <typename I>
+KILN_HOST_DEVICE inline AvgWindow<I> avg_window(I o, I in, I kernel, I stride, I pad) {
+  const I b = o * stride - pad;
+  const I e = b + kernel < in + pad ? b + kernel : in + pad;
+  return {b > 0 ? b : I(0), e < in ? e : in, e - b};
+}
+
+// The divisor of an average-pool output with windows wh x ww: the padded area
+// (count_include_pad) or the number of input elements it covers.
+template <typename I>
+KILN_HOST_DEVICE inline I avg_count(const AvgWindow<I>& wh, const AvgWindow<I>& ww,
+                                    bool count_include_pad) {
+  return count_include_pad ? wh.padded_len * ww.padded_len
+                           : (wh.end - wh.begin) * (ww.end - ww.begin);
+}
+
+// Adaptive pooling: output cell i of `out` cells along a dimension of `in` elements averages
+// input elements [adaptive_start, adaptive_end) = [floor(i * in / out), ceil((i + 1) * in / out)).
+KILN_HOST_DEVICE inline int64_t adaptive_start(int64_t i, int64_t in, int64_t out) {
+  return (i * in) / out;
+}
+KILN_HOST_DEVICE inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out) {
+  return ((i + 1) * in + out - 1) / out;
+}
+
+}  // namespace kiln
+
+namespace kiln::cpu {
+
 // ---- Max pooling --------------------------------------------------------------------------
 // x is (N, C, H, W); y is (N, C, OH, OW); indices is (N, C, OH, OW): for each output, where
 // its maximum sits in its input plane. Ties keep the first element in row-major order; a NaN
 // wins (it propagates), as in PyTorch.
 template <typename T>
-void max_pool2d_forward_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
+void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
 // grad_y and indices are (N, C, OH, OW); grad_x is (N, C, H, W), fully overwritten:
 // grad_x[plane][indices[o]] += grad_y[o], every other element 0.
 template <typename T>
-void max_pool2d_backward_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
-                             const Pool2dGeometry& g);
+void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
+                         const Pool2dGeometry& g);
 
 // The same two kernels on the channel-blocked layout of layers/layout.h: x and grad_x are
 // (N, C/16, H, W, 16), y, grad_y and indices (N, C/16, OH, OW, 16); g.c is the number of
 // channels (a multiple of 16). Indices are plane offsets ih * W + iw, as above.
-// Definitions: layers/pool2d_blocked_cpu.cpp.
+// Definitions: layers/pool2d_blocked_cpu.cpp. CPU only: the op unblocks a CUDA input first.
 template <typename T>
-void max_pool2d_forward_blocked_cpu(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
+void max_pool2d_forward_blocked(Backend, const T* x, T* y, int32_t* indices,
+                                const Pool2dGeometry& g);
 template <typename T>
-void max_pool2d_backward_blocked_cpu(const T* grad_y, const int32_t* indices, T* grad_x,
-                                     const Pool2dGeometry& g);
+void max_pool2d_backward_blocked(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
+                                 const Pool2dGeometry& g);
 
 // ---- Average pooling ----------------------------------------------------------------------
 // x is (N, C, H, W); y is (N, C, OH, OW). Each output is the sum of its window's valid
 // elements divided by the window area counting padding (count_include_pad, PyTorch's
 // default) or by the number of valid elements only (count_include_pad = false).
 template <typename T>
-void avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad);
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                        bool count_include_pad);
 // grad_y is (N, C, OH, OW); grad_x is (N, C, H, W), fully overwritten.
 template <typename T>
-void avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
-                             bool count_include_pad);
+void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                         bool count_include_pad);
 
 // ---- Adaptive average pooling -------------------------------------------------------------
 // Output row i averages input rows [floor(i * H / OH), ceil((i + 1) * H / OH)), likewise for
-// columns (adaptive_start / adaptive_end in engine/host_device.h); windows may overlap when H
-// is not a multiple of OH. kernel/stride/pad of `g` are ignored. x is (N, C, H, W); y is (N, C, OH, OW).
+// columns (adaptive_start / adaptive_end above); windows may overlap when H is not a multiple
+// of OH. kernel/stride/pad of `g` are ignored. x is (N, C, H, W); y is (N, C, OH, OW).
 template <typename T>
-void adaptive_avg_pool2d_forward_cpu(const T* x, T* y, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g);
 // grad_y is (N, C, OH, OW); grad_x is (N, C, H, W), fully overwritten.
 template <typename T>
-void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g);
 
 }  // namespace kiln::cpu
 
@@ -84,21 +126,20 @@ void adaptive_avg_pool2d_backward_cpu(const T* grad_y, T* grad_x, const Pool2dGe
 // cuda::DeviceGuard) and return without synchronising.
 namespace kiln::cuda {
 
-using cpu::Pool2dGeometry;
-
 template <typename T>
-void max_pool2d_forward_cuda(const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
+void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2dGeometry& g);
 template <typename T>
-void max_pool2d_backward_cuda(const T* grad_y, const int32_t* indices, T* grad_x,
-                              const Pool2dGeometry& g);
+void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
+                         const Pool2dGeometry& g);
 template <typename T>
-void avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad);
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                        bool count_include_pad);
 template <typename T>
-void avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g,
-                              bool count_include_pad);
+void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                         bool count_include_pad);
 template <typename T>
-void adaptive_avg_pool2d_forward_cuda(const T* x, T* y, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g);
 template <typename T>
-void adaptive_avg_pool2d_backward_cuda(const T* grad_y, T* grad_x, const Pool2dGeometry& g);
+void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g);
 
 }  // namespace kiln::cuda

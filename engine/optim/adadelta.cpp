@@ -11,7 +11,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
-#include "engine/optim/optim_cuda.h"
+#include "engine/optim/optim_kernels.h"
 
 namespace kiln {
 
@@ -23,16 +23,21 @@ Adadelta::Adadelta(std::vector<Tensor> params, double lr, double rho, double eps
   KILN_CHECK_INPUT(weight_decay >= 0, "Adadelta: weight_decay must be >= 0, got ", weight_decay);
 }
 
-namespace {
+namespace cpu {
 
 // p, g, s, a are (n).
 template <typename T>
-void adadelta_step_cpu(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
+void adadelta_step(Backend, T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) adadelta_update<T>(p[i], g[i], s[i], a[i], lr, rho, eps, wd);
 }
 
-}  // namespace
+template void adadelta_step<float>(Backend, float*, const float*, float*, float*, int64_t, float,
+                                   float, float, float);
+template void adadelta_step<double>(Backend, double*, const double*, double*, double*, int64_t,
+                                    double, double, double, double);
+
+}  // namespace cpu
 
 void Adadelta::step() {
   NoGradGuard no_grad;
@@ -42,18 +47,10 @@ void Adadelta::step() {
     Tensor& p = params_[i];
     Tensor s = buffer(i, "square_avg");
     Tensor a = buffer(i, "acc_delta");
-    on_device("Adadelta", p.device(), [&] {
-      dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        adadelta_step_cpu<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
-                             T(lr_), T(rho_), T(eps_), T(weight_decay_));
-      });
-    }, [&] {
-      dispatch_floating(p.dtype(), "Adadelta", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::adadelta_step_cuda<T>(p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(),
-                                    p.numel(), T(lr_), T(rho_), T(eps_), T(weight_decay_));
-      });
+    run_kernel("Adadelta", p.device(), p.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      adadelta_step(backend, p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
+                    T(lr_), T(rho_), T(eps_), T(weight_decay_));
     });
     ++state_[i].step;
   }

@@ -12,7 +12,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
-#include "engine/optim/optim_cuda.h"
+#include "engine/optim/optim_kernels.h"
 
 namespace kiln {
 
@@ -30,18 +30,23 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
   KILN_CHECK_INPUT(weight_decay >= 0, name(), ": weight_decay must be >= 0, got ", weight_decay);
 }
 
-namespace {
+namespace cpu {
 
 // p, g, m, v are (n).
 template <typename T>
-void adam_step_cpu(T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
-                   T step_size, T bc2_sqrt, T decay, T wd_l2) {
+void adam_step(Backend, T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
+               T step_size, T bc2_sqrt, T decay, T wd_l2) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
     adam_update<T>(p[i], g[i], m[i], v[i], beta1, beta2, eps, step_size, bc2_sqrt, decay, wd_l2);
 }
 
-}  // namespace
+template void adam_step<float>(Backend, float*, const float*, float*, float*, int64_t, float,
+                               float, float, float, float, float, float);
+template void adam_step<double>(Backend, double*, const double*, double*, double*, int64_t, double,
+                                double, double, double, double, double, double);
+
+}  // namespace cpu
 
 void Adam::step() {
   NoGradGuard no_grad;
@@ -58,20 +63,10 @@ void Adam::step() {
     const double step_size = lr_ / bc1;
     const double decay = decoupled ? 1.0 - lr_ * weight_decay_ : 1.0;
     const double wd_l2 = decoupled ? 0.0 : weight_decay_;
-    on_device(name(), p.device(), [&] {
-      dispatch_floating(p.dtype(), name(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        adam_step_cpu<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
-                         T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
-                         T(decay), T(wd_l2));
-      });
-    }, [&] {
-      dispatch_floating(p.dtype(), name(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::adam_step_cuda<T>(p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
-                                T(beta1_), T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)),
-                                T(decay), T(wd_l2));
-      });
+    run_kernel(name(), p.device(), p.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      adam_step(backend, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), T(beta1_),
+                T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)), T(decay), T(wd_l2));
     });
   }
   ++step_count_;

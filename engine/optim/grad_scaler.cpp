@@ -57,16 +57,9 @@ bool GradScaler::unscale_(const std::vector<Tensor>& params) {
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
     int32_t* flag = flag_on(g.device());
-    on_device("GradScaler::unscale_", g.device(), [&] {
-      dispatch_floating(g.dtype(), "GradScaler::unscale_", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cpu::unscale_and_check<T>(g.data<T>(), g.numel(), static_cast<T>(scale_), flag);
-      });
-    }, [&] {
-      dispatch_floating(g.dtype(), "GradScaler::unscale_", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::unscale_and_check<T>(g.data<T>(), g.numel(), static_cast<T>(scale_), flag);
-      });
+    run_kernel("GradScaler::unscale_", g.device(), g.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      unscale_and_check(backend, g.data<T>(), g.numel(), T(scale_), flag);
     });
   }
   bool found_inf = false;

@@ -11,7 +11,7 @@
 //    state and their per-parameter step does not advance), and updates in place through raw
 //    data pointers with an OpenMP loop templated on float/double.
 //  - the per-element rule is a small KILN_HOST_DEVICE inline function in the subclass's
-//    header, so the fused CUDA kernel (engine/optim/optim_cuda.h) calls the very same code.
+//    header, so the fused CUDA kernel (engine/optim/optim_kernels.h) calls the very same code.
 //  - state_dict() keys: "lr", "step" (f64 / i64, shape [1]), and for parameter i:
 //    "param.<i>.step" and "param.<i>.<buffer>". Round-tripping it continues identically.
 #pragma once

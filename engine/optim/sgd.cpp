@@ -12,7 +12,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
-#include "engine/optim/optim_cuda.h"
+#include "engine/optim/optim_kernels.h"
 
 namespace kiln {
 
@@ -30,12 +30,12 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampenin
                    momentum, ", dampening ", dampening);
 }
 
-namespace {
+namespace cpu {
 
 // p, g, buf are (n); buf may be null when momentum == 0.
 template <typename T>
-void sgd_step_cpu(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
-                  bool nesterov, bool first_step) {
+void sgd_step(Backend, T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
+              bool nesterov, bool first_step) {
   T unused = T(0);
 #pragma omp parallel for schedule(static) firstprivate(unused)
   for (int64_t i = 0; i < n; ++i)
@@ -43,7 +43,12 @@ void sgd_step_cpu(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampe
                   first_step);
 }
 
-}  // namespace
+template void sgd_step<float>(Backend, float*, const float*, float*, int64_t, float, float, float,
+                              float, bool, bool);
+template void sgd_step<double>(Backend, double*, const double*, double*, int64_t, double, double,
+                               double, double, bool, bool);
+
+}  // namespace cpu
 
 void SGD::step() {
   NoGradGuard no_grad;
@@ -53,20 +58,10 @@ void SGD::step() {
     Tensor& p = params_[i];
     bool first = false;
     Tensor buf = momentum_ != 0 ? buffer(i, "momentum_buffer", &first) : Tensor();
-    on_device("SGD", p.device(), [&] {
-      dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        sgd_step_cpu<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-                        p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
-                        nesterov_, first);
-      });
-    }, [&] {
-      dispatch_floating(p.dtype(), "SGD", [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        cuda::sgd_step_cuda<T>(p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-                               p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_),
-                               nesterov_, first);
-      });
+    run_kernel("SGD", p.device(), p.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      sgd_step(backend, p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+               p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_), nesterov_, first);
     });
     ++state_[i].step;
   }

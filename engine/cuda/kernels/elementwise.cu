@@ -1,5 +1,6 @@
 // elementwise.cu: CUDA kernels of the elementwise ops (binary with broadcast, unary, relu
-// backward; add_relu is the binary AddRelu): the twins of cpu::binary / cpu::unary / cpu::relu_backward.
+// backward; add_relu is the binary AddRelu): the twins of cpu::binary / cpu::unary /
+// cpu::relu_backward.
 //
 // Parallelisation: one thread per element, blocks of 256 threads, consecutive threads on
 // consecutive elements so every warp reads and writes 32 neighbouring values (coalesced).
@@ -91,7 +92,8 @@ void launch_binary(Broadcast kind, const T* a, const T* b, T* out, int64_t n, in
 }  // namespace
 
 template <typename T>
-void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row) {
+void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n,
+            int64_t row) {
   if (n == 0) return;
   KILN_CHECK(kind != Broadcast::Row || row > 0, "binary: a broadcast row needs at least one element");
   switch (op) {
@@ -104,7 +106,7 @@ void binary(BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t
 }
 
 template <typename T>
-void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
   if (n == 0) return;
   const LaunchConfig cfg = elementwise_config(n);
   switch (op) {
@@ -119,15 +121,16 @@ void unary(UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
 }
 
 template <typename T>
-void relu_backward(const T* grad_y, const T* y, T* grad_x, int64_t n) {
+void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n) {
   if (n == 0) return;
   launch(relu_backward_kernel<T>, elementwise_config(n), grad_y, y, grad_x, n);
 }
 
 #define KILN_INSTANTIATE(T)                                                                 \
-  template void binary<T>(BinaryOp, Broadcast, const T*, const T*, T*, int64_t, int64_t);   \
-  template void unary<T>(UnaryOp, const T*, T*, int64_t, T);                                \
-  template void relu_backward<T>(const T*, const T*, T*, int64_t);
+  template void binary<T>(Backend, BinaryOp, Broadcast, const T*, const T*, T*, int64_t,    \
+                          int64_t);                                                         \
+  template void unary<T>(Backend, UnaryOp, const T*, T*, int64_t, T);                       \
+  template void relu_backward<T>(Backend, const T*, const T*, T*, int64_t);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

@@ -1,4 +1,4 @@
-// optim.cu: fused optimizer updates on the GPU (declared in engine/optim/optim_cuda.h), and
+// optim.cu: fused optimizer updates on the GPU (declared in engine/optim/optim_kernels.h), and
 // loss scaling's fused unscale-and-check (declared in engine/ops_cuda.h).
 //
 // Parallelisation: one thread per parameter element, 256 threads per block, a grid-stride loop
@@ -26,7 +26,7 @@
 #include "engine/cuda/launch.h"
 #include "engine/optim/adadelta.h"
 #include "engine/optim/adam.h"
-#include "engine/optim/optim_cuda.h"
+#include "engine/optim/optim_kernels.h"
 #include "engine/optim/sgd.h"
 #include "engine/ops_cuda.h"
 
@@ -86,38 +86,38 @@ LaunchConfig optim_config(int64_t n) {
 }  // namespace
 
 template <typename T>
-void sgd_step_cuda(T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
-                   bool nesterov, bool first_step) {
+void sgd_step(Backend, T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
+              bool nesterov, bool first_step) {
   if (n == 0) return;
   launch(sgd_step_kernel<T>, optim_config(n), p, g, buf, n, lr, momentum, dampening, wd, nesterov,
          first_step);
 }
 
 template <typename T>
-void adam_step_cuda(T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
-                    T step_size, T bc2_sqrt, T decay, T wd_l2) {
+void adam_step(Backend, T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
+               T step_size, T bc2_sqrt, T decay, T wd_l2) {
   if (n == 0) return;
   launch(adam_step_kernel<T>, optim_config(n), p, g, m, v, n, beta1, beta2, eps, step_size,
          bc2_sqrt, decay, wd_l2);
 }
 
 template <typename T>
-void adadelta_step_cuda(T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
+void adadelta_step(Backend, T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
   if (n == 0) return;
   launch(adadelta_step_kernel<T>, optim_config(n), p, g, s, a, n, lr, rho, eps, wd);
 }
 
 template <typename T>
-void unscale_and_check(T* g, int64_t n, T scale, int32_t* found_inf) {
+void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf) {
   if (n == 0) return;
   launch(unscale_and_check_kernel<T>, optim_config(n), g, n, scale, found_inf);
 }
 
 #define KILN_INSTANTIATE(T)                                                                  \
-  template void sgd_step_cuda<T>(T*, const T*, T*, int64_t, T, T, T, T, bool, bool);         \
-  template void adam_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T, T, T, T);       \
-  template void adadelta_step_cuda<T>(T*, const T*, T*, T*, int64_t, T, T, T, T);            \
-  template void unscale_and_check<T>(T*, int64_t, T, int32_t*);
+  template void sgd_step<T>(Backend, T*, const T*, T*, int64_t, T, T, T, T, bool, bool);     \
+  template void adam_step<T>(Backend, T*, const T*, T*, T*, int64_t, T, T, T, T, T, T, T);   \
+  template void adadelta_step<T>(Backend, T*, const T*, T*, T*, int64_t, T, T, T, T);        \
+  template void unscale_and_check<T>(Backend, T*, int64_t, T, int32_t*);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

@@ -124,7 +124,7 @@ Tensor scratch_tensor(int64_t n) {
 }  // namespace
 
 template <typename T>
-void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
+void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
   if (outer == 0 || inner == 0) return;
   const cudaStream_t stream = current_stream();
   if (len == 0) {  // an empty sum is 0
@@ -167,7 +167,7 @@ void sum_dim(const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
            x, dst, outer, len, inner, parts, piece);
   }
   // The pieces' partial sums are one more (much shorter) reduction of the same shape.
-  if (parts > 1) sum_dim(static_cast<const T*>(dst), out, outer, parts, inner);
+  if (parts > 1) sum_dim(Backend{}, static_cast<const T*>(dst), out, outer, parts, inner);
 }
 
 namespace {
@@ -187,7 +187,8 @@ __global__ void expand_dim_kernel(const T* __restrict__ g, T* __restrict__ out, 
 }  // namespace
 
 template <typename T>
-void expand_dim(const T* g, T* out, int64_t outer, int64_t len, int64_t inner, T scale) {
+void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
+                T scale) {
   const int64_t n = outer * len * inner;
   if (n == 0) return;
   launch(expand_dim_kernel<T>,
@@ -260,7 +261,7 @@ __global__ void argmax_cols_kernel(const T* __restrict__ x, int64_t* __restrict_
 }  // namespace
 
 template <typename T>
-void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner) {
+void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len, int64_t inner) {
   if (outer == 0 || inner == 0) return;
   if (len == 0) {  // as the CPU: index 0 when there is nothing to compare
     KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(outer * inner) * sizeof(int64_t),
@@ -281,9 +282,9 @@ void argmax_dim(const T* x, int64_t* out, int64_t outer, int64_t len, int64_t in
 }
 
 #define KILN_INSTANTIATE(T)                                                             \
-  template void sum_dim<T>(const T*, T*, int64_t, int64_t, int64_t);                    \
-  template void expand_dim<T>(const T*, T*, int64_t, int64_t, int64_t, T);              \
-  template void argmax_dim<T>(const T*, int64_t*, int64_t, int64_t, int64_t);
+  template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);           \
+  template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);     \
+  template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

@@ -169,7 +169,7 @@ LaunchConfig cols_config(int64_t n) {
 }  // namespace
 
 template <typename T>
-void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
+void softmax(Backend, const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool log) {
   if (outer == 0 || len == 0 || inner == 0) return;
   if (inner == 1) {
     KILN_CHECK(outer <= 0x7fffffff, "softmax: too many rows (", outer, ")");
@@ -185,8 +185,8 @@ void softmax(const T* x, T* y, int64_t outer, int64_t len, int64_t inner, bool l
 }
 
 template <typename T>
-void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int64_t len,
-                      int64_t inner, bool log) {
+void softmax_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t outer,
+                      int64_t len, int64_t inner, bool log) {
   if (outer == 0 || len == 0 || inner == 0) return;
   if (inner == 1) {
     KILN_CHECK(outer <= 0x7fffffff, "softmax_backward: too many rows (", outer, ")");
@@ -203,8 +203,9 @@ void softmax_backward(const T* grad_y, const T* y, T* grad_x, int64_t outer, int
 }
 
 #define KILN_INSTANTIATE(T)                                                                 \
-  template void softmax<T>(const T*, T*, int64_t, int64_t, int64_t, bool);                  \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);
+  template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);         \
+  template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t,      \
+                                    int64_t, bool);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE
