@@ -1,9 +1,10 @@
 // reduce.cpp: the element-wise work of a reduction: dst += src, and buf *= factor (averaging),
 // on the buffer's device. CPU: plain loops the compiler vectorises (OpenMP only for big
 // buffers: below a few MB the threads cost more than they save, and on a 2-core box the other
-// core is busy with backward). CUDA: the kernels of reduce_cuda.cu, then a stream
-// synchronization, because a transport's requests are not ordered with the GPU stream: the
-// next send must not read the buffer before the kernel wrote it.
+// core is busy with backward); their CUDA twins are in reduce_cuda.cu. Each call ends with
+// comm_finish: on a GPU a stream synchronization, because a transport's requests are not
+// ordered with the GPU stream: the next send must not read the buffer before the kernel wrote
+// it.
 //
 // Also the shared helpers of the algorithms (algo_util.h): scratch buffers and argument checks.
 #include <cstdint>
@@ -16,30 +17,47 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 
+namespace kiln::cpu {
+
+constexpr int64_t kCommParallelThreshold = int64_t{1} << 20;  // elements
+
+template <typename T>
+void comm_reduce_into(Backend, T* dst, const T* src, int64_t n) {
+  if (n >= kCommParallelThreshold) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = comm::add_elem(dst[i], src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = comm::add_elem(dst[i], src[i]);
+  }
+}
+
+template <typename T>
+void comm_scale(Backend, T* buf, int64_t n, double factor) {
+  if (n >= kCommParallelThreshold) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) buf[i] = comm::scale_elem(buf[i], factor);
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = comm::scale_elem(buf[i], factor);
+  }
+}
+
+void comm_copy(Backend, void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+
+template void comm_reduce_into<float>(Backend, float*, const float*, int64_t);
+template void comm_reduce_into<double>(Backend, double*, const double*, int64_t);
+template void comm_reduce_into<Half>(Backend, Half*, const Half*, int64_t);
+template void comm_reduce_into<BFloat16>(Backend, BFloat16*, const BFloat16*, int64_t);
+template void comm_scale<float>(Backend, float*, int64_t, double);
+template void comm_scale<double>(Backend, double*, int64_t, double);
+template void comm_scale<Half>(Backend, Half*, int64_t, double);
+template void comm_scale<BFloat16>(Backend, BFloat16*, int64_t, double);
+
+}  // namespace kiln::cpu
+
 namespace kiln::comm {
 namespace {
-
-constexpr int64_t kParallelThreshold = int64_t{1} << 20;  // elements
-
-template <typename T>
-void reduce_cpu(T* dst, const T* src, int64_t n) {
-  if (n >= kParallelThreshold) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) dst[i] = add_elem(dst[i], src[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = add_elem(dst[i], src[i]);
-  }
-}
-
-template <typename T>
-void scale_cpu(T* buf, int64_t n, double factor) {
-  if (n >= kParallelThreshold) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) buf[i] = scale_elem(buf[i], factor);
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = scale_elem(buf[i], factor);
-  }
-}
 
 // Calls fn(T{}) with T the C++ type of the element type (f16, bf16: the engine's Half, BFloat16).
 template <typename F>
@@ -65,9 +83,9 @@ void reduce_into(const Buffer& dst, const Buffer& src) {
     using T = decltype(tag);
     T* d = static_cast<T*>(dst.data);
     const T* s = static_cast<const T*>(src.data);
-    on_device("reduce_into", dst.device, [&] { reduce_cpu(d, s, dst.count); }, [&] {
-      cuda::comm_reduce_into_cuda<T>(d, s, dst.count);
-      cuda::synchronize();
+    on_device("reduce_into", dst.device, [&](auto backend) {
+      comm_reduce_into(backend, d, s, dst.count);
+      comm_finish(backend);
     });
   });
 }
@@ -77,9 +95,9 @@ void scale(const Buffer& buf, double factor) {
   dispatch_elem(buf.type, [&](auto tag) {
     using T = decltype(tag);
     T* d = static_cast<T*>(buf.data);
-    on_device("comm::scale", buf.device, [&] { scale_cpu(d, buf.count, factor); }, [&] {
-      cuda::comm_scale_cuda<T>(d, buf.count, factor);
-      cuda::synchronize();
+    on_device("comm::scale", buf.device, [&](auto backend) {
+      comm_scale(backend, d, buf.count, factor);
+      comm_finish(backend);
     });
   });
 }
@@ -90,11 +108,9 @@ void copy_buffer(const Buffer& dst, const Buffer& src) {
              ") and src (", src.count, " x ", elem_name(src.type), " on ", src.device.str(),
              ") must have the same type, count and device");
   if (dst.count == 0 || dst.data == src.data) return;
-  on_device("comm::copy_buffer", dst.device, [&] {
-    std::memcpy(dst.data, src.data, dst.bytes());
-  }, [&] {
-    cuda::comm_copy_cuda(dst.data, src.data, dst.bytes());
-    cuda::synchronize();
+  on_device("comm::copy_buffer", dst.device, [&](auto backend) {
+    comm_copy(backend, dst.data, src.data, dst.bytes());
+    comm_finish(backend);
   });
 }
 

@@ -36,7 +36,7 @@ __global__ void comm_scale_kernel(T* __restrict__ buf, int64_t n, double factor)
 }  // namespace
 
 template <typename T>
-void comm_reduce_into_cuda(T* dst, const T* src, int64_t n) {
+void comm_reduce_into(Backend, T* dst, const T* src, int64_t n) {
   if (n == 0) return;
   launch(comm_reduce_into_kernel<T>,
          LaunchConfig{dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0, current_stream()},
@@ -44,25 +44,27 @@ void comm_reduce_into_cuda(T* dst, const T* src, int64_t n) {
 }
 
 template <typename T>
-void comm_scale_cuda(T* buf, int64_t n, double factor) {
+void comm_scale(Backend, T* buf, int64_t n, double factor) {
   if (n == 0) return;
   launch(comm_scale_kernel<T>,
          LaunchConfig{dim3(elementwise_blocks(n)), dim3(kElementwiseThreads), 0, current_stream()},
          buf, n, factor);
 }
 
-void comm_copy_cuda(void* dst, const void* src, size_t bytes) {
+void comm_copy(Backend, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, current_stream()));
 }
 
-template void comm_reduce_into_cuda<float>(float*, const float*, int64_t);
-template void comm_reduce_into_cuda<double>(double*, const double*, int64_t);
-template void comm_reduce_into_cuda<Half>(Half*, const Half*, int64_t);
-template void comm_reduce_into_cuda<BFloat16>(BFloat16*, const BFloat16*, int64_t);
-template void comm_scale_cuda<float>(float*, int64_t, double);
-template void comm_scale_cuda<double>(double*, int64_t, double);
-template void comm_scale_cuda<Half>(Half*, int64_t, double);
-template void comm_scale_cuda<BFloat16>(BFloat16*, int64_t, double);
+void comm_finish(Backend) { synchronize(); }
+
+template void comm_reduce_into<float>(Backend, float*, const float*, int64_t);
+template void comm_reduce_into<double>(Backend, double*, const double*, int64_t);
+template void comm_reduce_into<Half>(Backend, Half*, const Half*, int64_t);
+template void comm_reduce_into<BFloat16>(Backend, BFloat16*, const BFloat16*, int64_t);
+template void comm_scale<float>(Backend, float*, int64_t, double);
+template void comm_scale<double>(Backend, double*, int64_t, double);
+template void comm_scale<Half>(Backend, Half*, int64_t, double);
+template void comm_scale<BFloat16>(Backend, BFloat16*, int64_t, double);
 
 }  // namespace kiln::cuda

@@ -1,5 +1,5 @@
 // swish.cpp: the swish op (checks, CPU kernels, device dispatch, autograd node) and the Swish
-// module. The CUDA kernels are in swish_cuda.cu (declared in swish_kernels.h).
+// module. The CUDA twins of the kernels are in swish_cuda.cu (both declared in swish_kernels.h).
 #include "swish.h"
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/autograd.h"
-#include "engine/dispatch.h"  // on_device, dispatch_floating
+#include "engine/dispatch.h"  // run_kernel
 #include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -19,41 +19,37 @@ namespace swish_example {
 
 using kiln::Tensor;
 
-namespace {
-
 // ---- CPU kernels --------------------------------------------------------------------------
 // OpenMP threads only where there is enough work to pay for waking them.
 constexpr int64_t kParallelMin = 1 << 16;
 
 template <typename T>
-void swish_forward_cpu(const T* x, const T* beta, T* y, int64_t n) {
+void swish_forward(kiln::cpu::Backend, const T* x, const T* beta, T* y, int64_t n) {
   const T b = *beta;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] = swish_value(x[i], b);
 }
 
 template <typename T>
-void swish_backward_cpu(const T* x, const T* beta, const T* gy, T* gx, T* gbeta, int64_t n) {
+void swish_backward(kiln::cpu::Backend, const T* x, const T* beta, const T* gy, T* gx, T* gbeta,
+                    int64_t n) {
   const T b = *beta;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) swish_grads(x[i], b, gy[i], gx[i], gbeta[i]);
 }
 
+namespace {
+
 // ---- Device dispatch ----------------------------------------------------------------------
-// on_device runs the CPU lambda for a CPU tensor and the CUDA one (under a DeviceGuard) for a
-// CUDA tensor; in a Kiln built without CUDA a CUDA tensor gets a clear error instead.
+// run_kernel calls the lambda with the tag of the tensor's backend (kiln::cpu::Backend, or
+// kiln::cuda::Backend under a DeviceGuard) and of its dtype (float or double); the tag picks
+// the CPU or the CUDA overload of swish_forward. In a Kiln built without CUDA a CUDA tensor
+// gets a clear error instead.
 Tensor forward_on_device(const Tensor& x, const Tensor& beta) {
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kiln::on_device("swish", x.device(), [&] {
-    kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      swish_forward_cpu<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
-    });
-  }, [&] {
-    kiln::dispatch_floating(x.dtype(), "swish", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::swish_forward_cuda<T>(x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
-    });
+  kiln::run_kernel("swish", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    swish_forward(backend, x.data<T>(), beta.data<T>(), y.data<T>(), x.numel());
   });
   return y;
 }
@@ -63,18 +59,10 @@ std::pair<Tensor, Tensor> backward_on_device(const Tensor& x, const Tensor& beta
                                              const Tensor& gy) {
   Tensor gx = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor gbeta = Tensor::empty(x.shape(), x.dtype(), x.device());
-  kiln::on_device("swish_backward", x.device(), [&] {
-    kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      swish_backward_cpu<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
-                            gbeta.data<T>(), x.numel());
-    });
-  }, [&] {
-    kiln::dispatch_floating(x.dtype(), "swish_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::swish_backward_cuda<T>(x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
-                                   gbeta.data<T>(), x.numel());
-    });
+  kiln::run_kernel("swish_backward", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    swish_backward(backend, x.data<T>(), beta.data<T>(), gy.data<T>(), gx.data<T>(),
+                   gbeta.data<T>(), x.numel());
   });
   return {gx, gbeta};
 }

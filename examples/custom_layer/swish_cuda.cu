@@ -10,7 +10,7 @@
 #include "swish.h"
 #include "swish_kernels.h"
 
-namespace swish_example::cuda {
+namespace swish_example {
 
 namespace {
 
@@ -45,22 +45,24 @@ __global__ void swish_backward_kernel(const T* __restrict__ x, const T* __restri
 }  // namespace
 
 template <typename T>
-void swish_forward_cuda(const T* x, const T* beta, T* y, int64_t n) {
+void swish_forward(kiln::cuda::Backend, const T* x, const T* beta, T* y, int64_t n) {
   if (n == 0) return;
   kiln::cuda::launch(swish_forward_kernel<T>, config_for(n), x, beta, y, n);
 }
 
 template <typename T>
-void swish_backward_cuda(const T* x, const T* beta, const T* gy, T* gx, T* gbeta, int64_t n) {
+void swish_backward(kiln::cuda::Backend, const T* x, const T* beta, const T* gy, T* gx, T* gbeta,
+                    int64_t n) {
   if (n == 0) return;
   kiln::cuda::launch(swish_backward_kernel<T>, config_for(n), x, beta, gy, gx, gbeta, n);
 }
 
-template void swish_forward_cuda<float>(const float*, const float*, float*, int64_t);
-template void swish_forward_cuda<double>(const double*, const double*, double*, int64_t);
-template void swish_backward_cuda<float>(const float*, const float*, const float*, float*, float*,
-                                         int64_t);
-template void swish_backward_cuda<double>(const double*, const double*, const double*, double*,
-                                          double*, int64_t);
+using Cuda = kiln::cuda::Backend;
+template void swish_forward<float>(Cuda, const float*, const float*, float*, int64_t);
+template void swish_forward<double>(Cuda, const double*, const double*, double*, int64_t);
+template void swish_backward<float>(Cuda, const float*, const float*, const float*, float*, float*,
+                                    int64_t);
+template void swish_backward<double>(Cuda, const double*, const double*, const double*, double*,
+                                     double*, int64_t);
 
-}  // namespace swish_example::cuda
+}  // namespace swish_example
