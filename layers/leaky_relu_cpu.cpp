@@ -20,8 +20,9 @@ void leaky_relu_backward(Backend, const T* x, const T* gy, T* gx, int64_t n, T s
 
 template void leaky_relu_forward<float>(Backend, const float*, float*, int64_t, float);
 template void leaky_relu_forward<double>(Backend, const double*, double*, int64_t, double);
-template void leaky_relu_backward<float>(Backend, const float*, const float*, float*, int64_t, float);
+template void leaky_relu_backward<float>(Backend, const float*, const float*, float*, int64_t,
+                                         float);
 template void leaky_relu_backward<double>(Backend, const double*, const double*, double*, int64_t,
-                                              double);
+                                          double);
 
 }  // namespace kiln::cpu
