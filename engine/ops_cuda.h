@@ -4,7 +4,8 @@
 // cuda::Backend instead of cpu::Backend, so an op calls either unqualified: engine/dispatch.h),
 // but every pointer is device memory of the current device, and the work is queued on
 // cuda::current_stream() (the call returns before the kernel has run; later work on the same
-// stream sees its result). The caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the tensors' device.
+// stream sees its result). The caller (engine/ops_*.cpp) holds a cuda::DeviceGuard for the
+// tensors' device.
 // Definitions: engine/cuda/kernels/{elementwise,reduce,gemm,gemm_lowp,transpose,softmax}.cu,
 // and unscale_and_check in optim.cu beside the optimizers' updates; each file opens with how
 // its kernels divide the work among threads.

@@ -43,7 +43,8 @@ void backward_blocked(BatchNormMode mode, const T* grad_y, const T* x, const T* 
   const int64_t cblocks = c / L;
   const double m = static_cast<double>(n * hw);
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
-  // Per channel: grad_x = k * grad_y - a * (x - mean) + d (see batch_norm2d_backward in batchnorm2d_cpu.cpp).
+  // Per channel: grad_x = k * grad_y - a * (x - mean) + d (see batch_norm2d_backward in
+  // batchnorm2d_cpu.cpp).
   std::vector<T> k_coef(static_cast<size_t>(c)), a_coef(static_cast<size_t>(c)),
       d_coef(static_cast<size_t>(c));
 #pragma omp parallel for schedule(static) if (n * c * hw >= kParallelMinElements)

@@ -21,7 +21,7 @@ constexpr int64_t kParallelMinElements = 1 << 15;
 
 template <typename T>
 void max_pool2d_forward_blocked(Backend, const T* x, T* y, int32_t* indices,
-                                    const Pool2dGeometry& g) {
+                                const Pool2dGeometry& g) {
   const int64_t cblocks = g.c / L;
   const int64_t in_plane = g.in_h * g.in_w * L, out_plane = g.out_h * g.out_w * L;
 #pragma omp parallel for collapse(2) schedule(static) \
@@ -69,7 +69,7 @@ void max_pool2d_forward_blocked(Backend, const T* x, T* y, int32_t* indices,
 
 template <typename T>
 void max_pool2d_backward_blocked(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
-                                     const Pool2dGeometry& g) {
+                                 const Pool2dGeometry& g) {
   const int64_t cblocks = g.c / L;
   const int64_t in_plane = g.in_h * g.in_w * L, out_plane = g.out_h * g.out_w * L;
   // One (image, block) group of planes per thread at a time: the scatter needs no atomics.

@@ -122,7 +122,7 @@ void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2
 
 template <typename T>
 void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
-                             const Pool2dGeometry& g) {
+                         const Pool2dGeometry& g) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
@@ -136,10 +136,11 @@ void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* gr
 }
 
 // ---- Average pooling ----------------------------------------------------------------------
-// The windows and divisors are avg_window / avg_count (engine/host_device.h), shared with CUDA.
+// The windows and divisors are avg_window / avg_count (pool2d_kernels.h), shared with CUDA.
 
 template <typename T>
-void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                        bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {
@@ -161,7 +162,7 @@ void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool
 
 template <typename T>
 void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
-                             bool count_include_pad) {
+                         bool count_include_pad) {
   const int64_t in_plane = g.in_h * g.in_w, out_plane = g.out_h * g.out_w;
 #pragma omp parallel for schedule(static) if (worth_threads(g))
   for (int64_t p = 0; p < g.planes(); ++p) {

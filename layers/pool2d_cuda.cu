@@ -139,7 +139,7 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ grad_y,
 // ---- Average pooling ---------------------------------------------------------------------------
 
 // The windows and divisors of average pooling are the CPU's: avg_window and avg_count
-// (engine/host_device.h), here in 32-bit indices.
+// (pool2d_kernels.h), here in 32-bit indices.
 
 template <typename T>
 __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict__ y, PoolDims d,
@@ -256,7 +256,7 @@ void max_pool2d_forward(Backend, const T* x, T* y, int32_t* indices, const Pool2
 
 template <typename T>
 void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
-                              const Pool2dGeometry& g) {
+                         const Pool2dGeometry& g) {
   const PoolDims d = pool_dims("max_pool2d_backward", g);
   if (in_numel(d) == 0) return;
   launch(max_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, indices, grad_x,
@@ -264,7 +264,8 @@ void max_pool2d_backward(Backend, const T* grad_y, const int32_t* indices, T* gr
 }
 
 template <typename T>
-void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool count_include_pad) {
+void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                        bool count_include_pad) {
   const PoolDims d = pool_dims("avg_pool2d", g);
   if (out_numel(d) == 0) return;
   launch(avg_pool2d_forward_kernel<T>, elementwise_config(out_numel(d)), x, y, d,
@@ -273,7 +274,7 @@ void avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g, bool
 
 template <typename T>
 void avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
-                              bool count_include_pad) {
+                         bool count_include_pad) {
   const PoolDims d = pool_dims("avg_pool2d_backward", g);
   if (in_numel(d) == 0) return;
   launch(avg_pool2d_backward_kernel<T>, elementwise_config(in_numel(d)), grad_y, grad_x, d,
