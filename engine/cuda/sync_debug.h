@@ -8,7 +8,7 @@
 //
 //   KILN_SYNC_DEBUG=warn   one line per call site, the first time it waits, on stderr:
 //                            kiln: sync debug: Tensor::item() (a blocking device->host copy)
-//                            waits for the device at engine/optim/grad_scaler.cpp:73
+//                            waits for the device at engine/optim/grad_scaler.cpp:66
 //                          and, at exit, how often each reported site, and each named reason
 //                          (AllowSync below), waited
 //   KILN_SYNC_DEBUG=error  the same text as a kiln::Error (ErrorKind::Runtime), thrown before
