@@ -82,7 +82,8 @@ Setup make_setup(const ConvSpec& s, int64_t batch, Device device) {
   st.pad = s.pad;
   const int64_t out = (s.hw + 2 * s.pad - s.ksize) / s.stride + 1;
   const int64_t fan_in = s.c * s.ksize * s.ksize;
-  auto on_device = [&](Tensor t, bool grad) {
+  // A copy of t on the device, a leaf of autograd (requiring grad when asked).
+  auto device_leaf = [&](Tensor t, bool grad) {
     Tensor d = t.to(device).detach();
     if (grad) d.set_requires_grad(true);
     return d;
@@ -95,10 +96,10 @@ Setup make_setup(const ConvSpec& s, int64_t batch, Device device) {
   default_init_(b, fan_in, gen);
   Tensor dy = Tensor::empty({batch, s.k, out, out});
   uniform_(dy, -1, 1, gen);
-  st.x = on_device(x, s.needs_dx);
-  st.w = on_device(w, true);
-  st.b = on_device(b, true);
-  st.dy = on_device(dy, false);
+  st.x = device_leaf(x, s.needs_dx);
+  st.w = device_leaf(w, true);
+  st.b = device_leaf(b, true);
+  st.dy = device_leaf(dy, false);
   const double fwd = 2.0 * batch * s.k * out * out * fan_in;
   st.flops = fwd * (s.needs_dx ? 3 : 2);
   return st;
