@@ -31,7 +31,7 @@ What is a reference, and when it resolves:
     function instead. Warnings do not fail the check.
   * A name next to a path from the root: NAME in PATH, NAME of PATH, NAME from PATH, NAME (PATH
     ...), where NAME is in backticks or is an identifier with a _ or a :: in it (dropout_keep in
-    engine/host_device.h, `Loader` (data/loader.h)): NAME must occur in that file as a word.
+    layers/dropout_kernels.h, `Loader` (data/loader.h)): NAME must occur in that file as a word.
   * In Markdown, links too: [text](target), [text]: target and src="target", relative to the
     .md file's folder (a target starting with / from the root); web addresses and #anchors are
     not checked, and the #anchor part of a target is dropped.
