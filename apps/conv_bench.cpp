@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
       const int flavours = with_vendor ? 2 : 1;
       for (int i = 0; i < warmup + iters; ++i) {
         for (int f = 0; f < flavours; ++f) {
-          set_kernel_impl(impls[f]);
+          KernelsGuard kernels(impls[f]);
           const double ms = step_ms(st, device);
           if (i >= warmup) times[f].push_back(ms);
         }

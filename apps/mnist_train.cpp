@@ -439,7 +439,7 @@ int run(Options& o, const CLI::App& app) {
   check_checkpoint_flags(o);
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
-  if (!o.kernels.empty()) set_kernel_impl(parse_impl(o.kernels.c_str()));
+  if (!o.kernels.empty()) set_default_impl(parse_impl(o.kernels.c_str()));
   if (!o.trace.empty()) trace::Tracer::global().enable();
   apply_recipe(o, app);
   if (d.kind != "nccl") apps::setup_precision(o.precision, device);  // refuse before any work

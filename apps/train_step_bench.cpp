@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     // tf32 needs a CUDA device; TF32 math is on for tf32 and off otherwise.
     const Precision math = apps::setup_precision(precision, device);
     set_num_threads(threads);
-    set_kernel_impl(parse_impl(kernels.c_str()));
+    set_default_impl(parse_impl(kernels.c_str()));
     if (winograd) set_conv_winograd(true);
     manual_seed(1);
     const bool is_resnet = model != "mnist_cnn";

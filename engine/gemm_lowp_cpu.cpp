@@ -43,7 +43,7 @@ void gemm_convert_f32(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n
   Tensor a32 = Tensor::empty({m * k}), b32 = Tensor::empty({k * n});
   convert(a, in, a32.raw_data(), DType::F32, m * k);
   convert(b, in, b32.raw_data(), DType::F32, k * n);
-  gemm<float>(trans_a, trans_b, m, n, k, a32.data<float>(), b32.data<float>(), c);
+  gemm<float>(Backend{}, trans_a, trans_b, m, n, k, a32.data<float>(), b32.data<float>(), c);
 }
 
 // ---- oneDNN matmul ---------------------------------------------------------------------------
@@ -109,11 +109,10 @@ void run_matmul(Matmul& mm, const uint16_t* a, const uint16_t* b, float* c) {
   dnnl_cpu::stream().wait();
 }
 
-// The path gemm_lowp takes for (in, impl), before any per-shape fallback.
+// The path the twin of `impl` takes for `in`, before any per-shape fallback.
 LowpGemmPath choose_path(DType in, Impl impl) {
-  if (impl == Impl::Vendor && onednn_has_kernel(in)) return LowpGemmPath::OneDnn;
-  if (impl == Impl::Hand && in == DType::BF16 && cpu_has_avx512_bf16())
-    return LowpGemmPath::Avx512Bf16;
+  if (impl == Impl::Vendor) return onednn_has_kernel(in) ? LowpGemmPath::OneDnn : LowpGemmPath::ConvertF32;
+  if (in == DType::BF16 && cpu_has_avx512_bf16()) return LowpGemmPath::Avx512Bf16;
   return LowpGemmPath::ConvertF32;
 }
 
@@ -169,11 +168,18 @@ void gemm_lowp_with(LowpGemmPath path, DType in, bool trans_a, bool trans_b, int
   }
 }
 
-void gemm_lowp(DType in, Impl impl, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_lowp(Backend, DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const uint16_t* a, const uint16_t* b, float* c) {
   check_input_dtype(in, "gemm_lowp");
   if (handle_empty(m, n, k, c)) return;
-  const LowpGemmPath path = choose_path(in, impl);
+  gemm_lowp_with(choose_path(in, Impl::Hand), in, trans_a, trans_b, m, n, k, a, b, c);
+}
+
+void gemm_lowp_vendor(Backend, DType in, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, const uint16_t* a, const uint16_t* b, float* c) {
+  check_input_dtype(in, "gemm_lowp");
+  if (handle_empty(m, n, k, c)) return;
+  const LowpGemmPath path = choose_path(in, Impl::Vendor);
   if (path == LowpGemmPath::OneDnn) {
     // A shape oneDNN only has reference code for is faster converted.
     Matmul* mm = matmul_for(in, trans_a, trans_b, m, n, k);

@@ -129,7 +129,7 @@ void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len, i
 }
 
 template <>
-void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+void gemm<float>(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                  const float* b, float* c, float beta) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, a,
@@ -138,7 +138,7 @@ void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float*
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+void gemm<double>(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
                   const double* b, double* c, double beta) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,

@@ -16,7 +16,6 @@
 #include "engine/backend.h"
 #include "engine/dtype.h"
 #include "engine/elementwise_ops.h"
-#include "engine/impl.h"
 
 namespace kiln::cuda {
 
@@ -49,11 +48,17 @@ void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len,
                 int64_t inner);
 
 // C (M,N) = op(A) op(B) + beta C, row-major; op(A) is (M,K), op(B) is (K,N). With beta == 0,
-// C is not read (it may hold garbage). Impl (cuda_kernel_impl()): Hand = our GEMM below,
-// Vendor = cuBLAS.
+// C is not read (it may hold garbage). Our own GEMM: the fastest step below that applies
+// (RegisterBlocked for float, Tiled for double). gemm_vendor is the cuBLAS twin; the op picks
+// one (engine/ops_matmul.cpp, with gemm_impl of engine/impl.h).
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-          T* c, T beta = T(0));
+void gemm(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+          const T* b, T* c, T beta = T(0));
+// cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h); the simulated cuBLAS under the
+// simulator (engine/cuda/sim/cublas.h). Same contract as gemm.
+template <typename T>
+void gemm_vendor(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+                 const T* b, T* c, T beta = T(0));
 
 // The steps of our own GEMM, from naive to fast (engine/cuda/kernels/gemm.cu explains each).
 // All are kept, tested and benchmarked (apps/gemm_bench): a later step must beat an earlier
@@ -69,26 +74,26 @@ const char* gemm_kernel_name(GemmKernel kernel);  // "naive" | "tiled" | "regblo
 template <typename T>
 void gemm_hand(GemmKernel kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const T* a, const T* b, T* c, T beta = T(0));
-// Step 4 of engine/cuda/kernels/gemm.cu: tensor cores. C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in`), f32 accumulation.
+// Step 4 of our GEMM (engine/cuda/kernels/gemm_tensor_core.cu): tensor cores. C (M,N) f32 =
+// op(A) op(B), A and B bf16 or f16 bit patterns (`in`), f32 accumulation.
 void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                       const uint16_t* a, const uint16_t* b, float* c);
 // Whether the current device has the bf16/f16 tensor cores gemm_tensor_core needs (8.0+).
 bool tensor_cores_available();
-// cuBLAS (FP32, or TF32 when enabled in engine/cuda/blas.h); the simulated cuBLAS under the
-// simulator (engine/cuda/sim/cublas.h).
-template <typename T>
-void gemm_vendor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
-                 const T* b, T* c, T beta = T(0));
 
 // Mixed precision: C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in` is
 // DType::BF16 or DType::F16), products summed in f32; row-major and shaped like gemm above
-// (beta 0: C is written, never read). The caller picks the path (engine/cuda/kernels/gemm_lowp.cu):
-//   Impl::Vendor  cublasGemmEx: CUDA_R_16BF / CUDA_R_16F inputs, CUDA_R_32F output,
-//                 CUBLAS_COMPUTE_32F (tensor cores where the GPU has them);
-//   Impl::Hand    A and B converted to f32 on the device (copy.h's convert) into scratch memory,
-//                 then the fastest hand f32 GEMM step.
-void gemm_lowp(DType in, Impl impl, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+// (beta 0: C is written, never read). engine/cuda/kernels/gemm_lowp.cu; the CPU twins are in
+// engine/gemm_lowp_cpu.h.
+//   gemm_lowp         ours: step 4 (gemm_tensor_core) on devices with bf16/f16 tensor cores;
+//                     elsewhere A and B converted to f32 on the device (copy.h's convert) into
+//                     scratch memory, then the fastest hand f32 GEMM step.
+//   gemm_lowp_vendor  cublasGemmEx: CUDA_R_16BF / CUDA_R_16F inputs, CUDA_R_32F output,
+//                     CUBLAS_COMPUTE_32F (tensor cores where the GPU has them).
+void gemm_lowp(Backend, DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const uint16_t* a, const uint16_t* b, float* c);
+void gemm_lowp_vendor(Backend, DType in, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                      int64_t k, const uint16_t* a, const uint16_t* b, float* c);
 
 // out = x with dims d0 and d1 swapped; x has shape dims[0..rank) (dims is a HOST array).
 template <typename T>

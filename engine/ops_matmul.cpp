@@ -1,7 +1,10 @@
-// ops_matmul.cpp: matrix product (BLAS on CPU) and transpose, with their gradients.
+// ops_matmul.cpp: matrix product and transpose, with their gradients. The product's kernels are
+// twins (engine/dispatch.h): gemm (OpenBLAS on the CPU, our own GEMM on CUDA) and, on CUDA,
+// gemm_vendor (cuBLAS); gemm_impl (engine/impl.h) says which runs.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "engine/autograd.h"
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
+#include "engine/impl.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
 #include "engine/ops_cuda.h"
@@ -25,18 +29,20 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   int64_t n = tb ? b.size(0) : b.size(1);
   KILN_CHECK(k == kb, "matmul: inner dimensions differ: ", shape_str(a.shape()),
              ta ? "^T" : "", " x ", shape_str(b.shape()), tb ? "^T" : "");
+  check_same_device(a, b, "matmul");
   Tensor c = Tensor::empty({m, n}, a.dtype(), a.device());
-  on_device("matmul", a.device(), [&] {
-    dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
-    });
-  }, [&] {
-    check_same_device(a, b, "matmul");
-    dispatch_floating(a.dtype(), "matmul", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::gemm<T>(ta, tb, m, n, k, a.data<T>(), b.data<T>(), c.data<T>());
-    });
+  const Impl impl = gemm_impl(a.device(), a.dtype());
+  run_kernel("matmul", a.device(), a.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    const T *ap = a.data<T>(), *bp = b.data<T>();
+    T* cp = c.data<T>();
+    if constexpr (std::is_same_v<decltype(backend), cuda::Backend>) {  // the CPU has one GEMM
+      if (impl == Impl::Vendor) {
+        gemm_vendor(backend, ta, tb, m, n, k, ap, bp, cp);
+        return;
+      }
+    }
+    gemm(backend, ta, tb, m, n, k, ap, bp, cp);
   });
   return c;
 }

@@ -1,4 +1,6 @@
-// ops_matmul_lowp.cpp: matmul under autocast: bf16/f16 operands, f32 sums and f32 results.
+// ops_matmul_lowp.cpp: matmul under autocast: bf16/f16 operands, f32 sums and f32 results. The
+// kernels are twins (engine/dispatch.h): gemm_lowp (ours) and gemm_lowp_vendor (oneDNN, cuBLAS),
+// in engine/gemm_lowp_cpu.h and engine/ops_cuda.h; gemm_impl (engine/impl.h) says which runs.
 #include "engine/ops_matmul_lowp.h"
 
 #include <cstdint>
@@ -29,11 +31,12 @@ Tensor matmul_lowp_product(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   KILN_CHECK(k == (tb ? b.size(1) : b.size(0)), "matmul: inner dimensions differ: ",
              shape_str(a.shape()), ta ? "^T" : "", " x ", shape_str(b.shape()), tb ? "^T" : "");
   Tensor c = Tensor::empty({m, n}, DType::F32, a.device());
-  on_device("matmul", a.device(), [&] {
-    cpu::gemm_lowp(a.dtype(), kernel_impl(), ta, tb, m, n, k, bits(a), bits(b), c.data<float>());
-  }, [&] {
-    cuda::gemm_lowp(a.dtype(), cuda_kernel_impl(), ta, tb, m, n, k, bits(a), bits(b),
-                    c.data<float>());
+  const Impl impl = gemm_impl(a.device(), a.dtype());
+  on_device("matmul", a.device(), [&](auto backend) {
+    if (impl == Impl::Vendor)
+      gemm_lowp_vendor(backend, a.dtype(), ta, tb, m, n, k, bits(a), bits(b), c.data<float>());
+    else
+      gemm_lowp(backend, a.dtype(), ta, tb, m, n, k, bits(a), bits(b), c.data<float>());
   });
   return c;
 }

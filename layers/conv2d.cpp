@@ -2,12 +2,12 @@
 // Conv2d module. The kernels live in conv2d_cpu.cpp (CPU hand), conv2d_dnnl.cpp (CPU vendor),
 // conv2d_cuda.cu (CUDA hand) and conv2d_cudnn.cu (CUDA vendor).
 //
-// Dispatch is two plain choices: the device (on_device), then the implementation chosen when
-// the op ran forward (the backward node keeps it):
-//   CPU:  kernel_impl(): Hand -> im2col + GEMM, Vendor -> oneDNN (f32 only; f64, which
-//         gradient checks use, always takes the hand kernels).
-//   CUDA: cuda_kernel_impl(): Hand -> implicit GEMM, Vendor -> cuDNN (f32 and f64). Under the
-//         CUDA simulator the default is Hand, and an explicit Vendor throws (no cuDNN there).
+// Dispatch is two plain choices: the device (on_device), then the implementation conv_impl
+// (engine/impl.h) chose when the op ran forward (the backward node keeps it):
+//   CPU:  Hand -> im2col + GEMM, Vendor -> oneDNN (f32 only; f64, which gradient checks use,
+//         always takes the hand kernels).
+//   CUDA: Hand -> implicit GEMM, Vendor -> cuDNN (f32 and f64; under the CUDA simulator its
+//         host-computed stand-in).
 #include "layers/conv2d.h"
 
 #include <atomic>
@@ -48,16 +48,6 @@ bool conv_winograd() {
 }
 
 namespace conv_detail {
-
-// The implementation a convolution of x runs with.
-Impl impl_for(const Tensor& x) {
-  switch (x.device().type) {
-    case DeviceType::CPU: return x.dtype() == DType::F32 ? kernel_impl() : Impl::Hand;
-    case DeviceType::CUDA:  // without a CUDA backend, forward() says so
-      return kWithCuda ? cuda_kernel_impl() : Impl::Hand;
-  }
-  return Impl::Hand;
-}
 
 // y (N, K, P, Q) = conv(x, w) + b.
 void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
@@ -204,7 +194,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
     // kernel gets NCHW and its result is converted.
     // Under autocast every kernel gets NCHW too (the low-precision kernels take no other).
     if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
-          conv_detail::impl_for(x) == Impl::Vendor) || autocast_applies(x))
+          conv_impl(x.device(), x.dtype()) == Impl::Vendor) || autocast_applies(x))
       return as_layout(conv2d(as_layout(x, Layout::NCHW), w, b, stride, padding), y_layout);
   }
   const bool blocked = is_channel_blocked(x);
@@ -242,7 +232,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
 
   if (autocast_applies(x)) return conv2d_autocast(x, w, b, g);
-  const Impl impl = conv_detail::impl_for(x);
+  const Impl impl = conv_impl(x.device(), x.dtype());
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
                            x.device());
   if (g.n > 0) conv_detail::run_forward(x, w, b, y, g, impl);

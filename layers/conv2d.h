@@ -8,10 +8,10 @@
 //                                                         [q*stride - padding + s]
 // (x reads as zero outside the image). Same stride and padding in both directions.
 //
-// Kernels (see layers/conv2d_kernels.h): on CPU, kernel_impl() picks Impl::Hand (im2col +
-// OpenBLAS GEMM, layers/conv2d_cpu.cpp) or Impl::Vendor (oneDNN, layers/conv2d_dnnl.cpp;
-// f32 only, f64 always uses the hand kernels); on CUDA, cuda_kernel_impl() picks Impl::Hand
-// (implicit GEMM, layers/conv2d_cuda.cu) or Impl::Vendor (cuDNN, layers/conv2d_cudnn.cu).
+// Kernels (see layers/conv2d_kernels.h): conv_impl() (engine/impl.h) picks Impl::Hand (im2col +
+// OpenBLAS GEMM on the CPU, layers/conv2d_cpu.cpp; implicit GEMM on CUDA, layers/conv2d_cuda.cu)
+// or Impl::Vendor (oneDNN, layers/conv2d_dnnl.cpp, f32 only: f64 always uses the hand kernels;
+// cuDNN, layers/conv2d_cudnn.cu).
 // Backward computes only the gradients needed.
 #pragma once
 

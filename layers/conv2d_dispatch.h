@@ -12,9 +12,6 @@ namespace kiln {
 
 namespace conv_detail {
 
-// The implementation a convolution of x runs with (conv2d.cpp's header explains the choice).
-Impl impl_for(const Tensor& x);
-
 // y = conv(x, w) + b on x's device with `impl`; y allocated by the caller, b may be undefined.
 void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
                  const ConvGeometry& g, Impl impl);

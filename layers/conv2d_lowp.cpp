@@ -107,7 +107,7 @@ struct Conv2dAutocastBackward : Node {
 Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g) {
   const Tensor x_low = autocast_cast(x);
   const Tensor w_low = autocast_cast(w);
-  const Impl impl = conv_detail::impl_for(x);
+  const Impl impl = conv_impl(x.device(), autocast_dtype());
   Tensor y = Tensor::empty(conv_detail::activation_shape(g.n, g.k, g.p, g.q, g.y_blocked),
                            DType::F32, x.device());
   if (g.n > 0) forward_lowp(x_low, w_low, b, y, g, impl);

@@ -517,7 +517,7 @@ ctest_run() {  # ctest_run STEP CAP [VAR=value...] CTEST_ARGS...: one ctest run 
 }
 if want ctest_gpu test; then
   if ((build_ok)); then
-    ctest_run ctest_gpu 240 -L gpu --no-tests=error --timeout "$test_timeout" -j "$(nproc)"
+    ctest_run ctest_gpu 240 KILN_KERNELS=hand -L gpu --no-tests=error --timeout "$test_timeout" -j "$(nproc)"
   else
     record ctest_gpu skipped - 0 "" "$no_build"
   fi

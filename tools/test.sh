@@ -98,7 +98,12 @@ example_against_install() {
 }
 
 has default && run_tree default "${KILN_BUILD_DIR:-$root/build}" "" all release
-has sim && run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
+# The simulator trees (sim, asan, tsan) ask for the hand kernels (KILN_KERNELS=hand, as the sim
+# test preset does): the simulator is there to run our kernels, and its cuBLAS and cuDNN are
+# host-computed stand-ins. The setting, not the build, picks the kernels (engine/impl.h), so a
+# test runs the same code here as on a GPU with the same KILN_KERNELS; tests that mean vendor
+# ask for it (a KernelsGuard, or KILN_KERNELS=vendor on the test: resnet_cuda_test_vendor).
+has sim && KILN_KERNELS=hand run_tree simulator "$root/build-sim" sim kiln_tests_sim sim
 has sim && example_against_install "$root/build-sim"
 # The bugs a real GPU found that the simulator once missed stay found: each is planted again in
 # the simulator tree (tools/sim_mutants.sh: the loader waiting for the compute stream through
@@ -121,7 +126,7 @@ has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (
 # two-rank threads smoke test). KILN_ASAN_ALL=1 runs them too.
 asan_long='^MnistTrainTest\.|^ResNetDepths\.|^ResNetNames\.|^ResNetConditioning\.|^ResNetCuda\.|^resnet_cuda_test_vendor$|^resnet_bench_sim_smoke$|^kill_resume_'
 [[ -n "${KILN_ASAN_ALL:-}" ]] && asan_long='^$'
-has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 \
+has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 KILN_KERNELS=hand \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS="suppressions=$root/tools/lsan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_tree "everything + AddressSanitizer + UBSan, simulator shuffled" "$root/build-asan" "" all asan

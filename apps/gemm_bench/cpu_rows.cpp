@@ -2,8 +2,8 @@
 // sums and output (cpu::gemm_lowp, engine/gemm_lowp_cpu.h), against f32 OpenBLAS on the same
 // square sizes (contract: rows.h). Kernels:
 //   blas     cpu::gemm<float> (OpenBLAS) on the f32 matrices: the yardstick
-//   hand     gemm_lowp with Impl::Hand: the AVX-512 BF16 kernel for bf16 where the CPU has it
-//   vendor   gemm_lowp with Impl::Vendor: oneDNN where it has a kernel for the dtype
+//   hand     gemm_lowp, the hand twin: the AVX-512 BF16 kernel for bf16 where the CPU has it
+//   vendor   gemm_lowp_vendor: oneDNN where it has a kernel for the dtype
 //   convert  the convert+f32 path forced: widen both inputs, then OpenBLAS
 // Each line names the path that ran (a dtype without a hand or oneDNN kernel falls back to
 // convert+f32). Low-precision results are checked against OpenBLAS on the same rounded inputs:
@@ -54,7 +54,7 @@ bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios)
       if (kernel != "blas") continue;
       Tensor c = Tensor::empty({n, n});
       const double ms = time_ms(o, [&] {
-        cpu::gemm<float>(false, false, n, n, n, a.data<float>(), b.data<float>(), c.data<float>());
+        cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a.data<float>(), b.data<float>(), c.data<float>());
       });
       gflops["f32 blas"] = flops / (ms * 1e6);
       std::printf("N %6lld  f32   %-8s %-12s %10.1f GFLOP/s  %9.3f ms\n",
@@ -69,7 +69,7 @@ bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios)
       // The inputs rounded to t, and the reference: OpenBLAS on exactly those values.
       Tensor a16 = a.to(t), b16 = b.to(t);
       Tensor a_wide = a16.to(DType::F32), b_wide = b16.to(DType::F32), ref = Tensor::empty({n, n});
-      cpu::gemm<float>(false, false, n, n, n, a_wide.data<float>(), b_wide.data<float>(),
+      cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a_wide.data<float>(), b_wide.data<float>(),
                        ref.data<float>());
       const std::vector<float> want = ref.to_vector<float>();
       const auto* ap = static_cast<const uint16_t*>(a16.raw_data());
@@ -89,7 +89,12 @@ bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios)
         } else {
           const Impl impl = kernel == "hand" ? Impl::Hand : Impl::Vendor;
           path = cpu::gemm_lowp_path(t, impl);
-          ms = time_ms(o, [&] { cpu::gemm_lowp(t, impl, false, false, n, n, n, ap, bp, cp); });
+          ms = time_ms(o, [&] {
+            if (impl == Impl::Vendor)
+              cpu::gemm_lowp_vendor(cpu::Backend{}, t, false, false, n, n, n, ap, bp, cp);
+            else
+              cpu::gemm_lowp(cpu::Backend{}, t, false, false, n, n, n, ap, bp, cp);
+          });
         }
         const double err = rel_error(c.to_vector<float>(), want);
         const bool ok = err <= 1e-4;  // NaN fails

@@ -5,7 +5,7 @@
 //   vendor                  cuBLAS SGEMM (TF32 only with KILN_TF32=1)
 //   tc_bf16, tc_f16         step 4, tensor cores (cuda::gemm_tensor_core): A and B rounded to
 //                           bf16 / f16, f32 sums; compute capability 8.0+ (else skipped)
-//   vendor_bf16             cublasGemmEx on the bf16 inputs, f32 sums (cuda::gemm_lowp, Vendor)
+//   vendor_bf16             cublasGemmEx on the bf16 inputs, f32 sums (cuda::gemm_lowp_vendor)
 // Each result is checked against the f32 product of exactly its inputs (bf16 / f16 widened
 // exactly): cuBLAS SGEMM's when a vendor kernel runs (for f32 with vendor, vendor's own result),
 // else the CPU's BLAS up to N = 2048. Then the ratios: hand/vendor, each tensor-core kernel over
@@ -50,12 +50,12 @@ void run_kernel(const std::string& kernel, int64_t n, const void* a, const void*
     const auto* a16 = static_cast<const uint16_t*>(a);
     const auto* b16 = static_cast<const uint16_t*>(b);
     if (kernel == "vendor_bf16")
-      return cuda::gemm_lowp(in, Impl::Vendor, false, false, n, n, n, a16, b16, c);
+      return cuda::gemm_lowp_vendor(cuda::Backend{}, in, false, false, n, n, n, a16, b16, c);
     return cuda::gemm_tensor_core(in, false, false, n, n, n, a16, b16, c);
   }
   const auto* af = static_cast<const float*>(a);
   const auto* bf = static_cast<const float*>(b);
-  if (kernel == "vendor") return cuda::gemm_vendor<float>(false, false, n, n, n, af, bf, c);
+  if (kernel == "vendor") return cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, af, bf, c);
   cuda::GemmKernel k = cuda::GemmKernel::RegisterBlocked;  // "hand" and "regblock"
   if (kernel == "naive") k = cuda::GemmKernel::Naive;
   if (kernel == "tiled") k = cuda::GemmKernel::Tiled;
@@ -102,13 +102,13 @@ Inputs make_inputs(DType in, const Tensor& a, const Tensor& b, int64_t n, const 
     Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
     {
       cuda::DeviceGuard guard(0);
-      cuda::gemm_vendor<float>(false, false, n, n, n, aw_d.data<float>(), bw_d.data<float>(),
+      cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, aw_d.data<float>(), bw_d.data<float>(),
                                c_d.data<float>());
     }
     x.reference = c_d.to_vector<float>();
   } else if (n <= 2048) {
     Tensor c = Tensor::empty({n, n});
-    cpu::gemm<float>(false, false, n, n, n, aw.data<float>(), bw.data<float>(), c.data<float>());
+    cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, aw.data<float>(), bw.data<float>(), c.data<float>());
     x.reference = c.to_vector<float>();
   }
   return x;

@@ -21,6 +21,6 @@ Device resolve_device(const std::string& spec) {
   return d;
 }
 
-Impl impl_for(Device device) { return device.is_cuda() ? cuda_kernel_impl() : kernel_impl(); }
+Impl impl_for(Device device) { return conv_impl(device, DType::F32); }
 
 }  // namespace kiln::apps::mnist

@@ -12,7 +12,7 @@ namespace kiln::apps::mnist {
 // tests, not training); "cuda[:N]" -> that device, or a usage error saying why it is missing.
 Device resolve_device(const std::string& spec);
 
-// The kernels a device runs: the CPU choice, or the CUDA one (hand by default in the simulator).
+// The kernels the convolutions on `device` run (conv_impl of engine/impl.h, f32).
 Impl impl_for(Device device);
 
 }  // namespace kiln::apps::mnist

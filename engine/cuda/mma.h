@@ -1,5 +1,6 @@
 // mma.h: the warp matrix functions (nvcuda::wmma) and the 16-bit float types __half and
-// __nv_bfloat16, for kernels that use tensor cores (engine/cuda/kernels/gemm.cu, step 4).
+// __nv_bfloat16, for kernels that use tensor cores (step 4 of our GEMM,
+// engine/cuda/kernels/gemm_tensor_core.cu).
 //
 // Under nvcc: the toolkit's <mma.h>, <cuda_fp16.h> and <cuda_bf16.h> (bf16 fragments need
 // sm_80 or newer). Under the CUDA simulator: engine/cuda/sim/mma.h and sim/fp16.h, the same

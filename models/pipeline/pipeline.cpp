@@ -14,6 +14,7 @@
 #include "engine/autograd.h"
 #include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
+#include "engine/impl.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
 #include "engine/trace.h"
@@ -107,9 +108,15 @@ Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<D
     stage->optimizer = make_optimizer(stage_parameters(s));
     stages_.push_back(std::move(stage));
   }
+  // The stage threads run the kernels (hand or vendor, engine/impl.h) of the thread that built
+  // the pipeline: a KernelsGuard is per thread, and a new thread would start at the default.
+  const Impl kernels = current_impl();
   for (auto& stage : stages_) {
     Stage* st = stage.get();
-    st->thread = std::thread([this, st] { stage_loop(*st); });
+    st->thread = std::thread([this, st, kernels] {
+      KernelsGuard guard(kernels);
+      stage_loop(*st);
+    });
   }
 }
 

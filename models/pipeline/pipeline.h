@@ -31,7 +31,8 @@
 //
 // Threads. CPU stages (cpu:N) each get their own OpenMP/BLAS/oneDNN thread budget
 // (threads_per_stage), so two stages on a 2-core machine use one core each instead of both
-// fighting over two. CUDA stages make their device current on their thread.
+// fighting over two. CUDA stages make their device current on their thread. Every stage thread
+// runs the kernels (hand or vendor, engine/impl.h) of the thread that built the pipeline.
 //
 // Failure. An exception on any stage aborts every queue; train_step() then throws one Error
 // naming the stage, its device, the micro-batch and the phase, with the first error's message

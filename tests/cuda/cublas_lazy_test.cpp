@@ -32,12 +32,11 @@ bool mapped(const std::string& name) {
 }
 
 TEST(CublasLazy, CpuWorkNeverLoadsCublas) {
-  set_kernel_impl(Impl::Vendor);
+  KernelsGuard kernels(Impl::Vendor);
   Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor b = Tensor::from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2});
   EXPECT_EQ(matmul(a, b).to_vector<float>(), (std::vector<float>{4, 5, 10, 11}));
   (void)cuda::is_available();  // what --device auto asks: the runtime, not cuBLAS
-  reset_kernel_impl();
   EXPECT_FALSE(cuda::cublas_loaded());
   EXPECT_FALSE(mapped("libcublas")) << "libcublas is mapped although no GPU work ran";
 }
@@ -65,11 +64,10 @@ TEST(CublasLazy, TheTableLoadsTheLibrary) {
 
 TEST(CublasLazy, FirstGpuProductLoadsIt) {
   KILN_SKIP_WITHOUT_CUDA();
-  set_kernel_impl(Impl::Vendor);
+  KernelsGuard kernels(Impl::Vendor);
   Tensor a = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).to("cuda:0");
   Tensor b = Tensor::from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2}).to("cuda:0");
   const std::vector<float> c = matmul(a, b).to("cpu").to_vector<float>();
-  reset_kernel_impl();
   EXPECT_EQ(c, (std::vector<float>{4, 5, 10, 11}));
   EXPECT_TRUE(cuda::cublas_loaded());
   EXPECT_TRUE(mapped("libcublas"));

@@ -69,7 +69,7 @@ void check_gemm(const Path& path, bool ta, bool tb, const Mnk& s, T beta, bool m
 
   Tensor c_cpu = c0.clone();
   if (beta == T(0)) c_cpu.fill_(0.0);  // BLAS with beta = 0 ignores C too, but keep NaN out
-  cpu::gemm<T>(ta, tb, s.m, s.n, s.k, a.data<T>() + off, b.data<T>() + off, c_cpu.data<T>() + off,
+  cpu::gemm<T>(cpu::Backend{}, ta, tb, s.m, s.n, s.k, a.data<T>() + off, b.data<T>() + off, c_cpu.data<T>() + off,
                beta);
 
   const Tensor a_d = a.to(kCuda), b_d = b.to(kCuda);
@@ -79,7 +79,7 @@ void check_gemm(const Path& path, bool ta, bool tb, const Mnk& s, T beta, bool m
     const T* ap = a_d.data<T>() + off;
     const T* bp = b_d.data<T>() + off;
     T* cp = c_d.data<T>() + off;
-    if (path.vendor) cuda::gemm_vendor<T>(ta, tb, s.m, s.n, s.k, ap, bp, cp, beta);
+    if (path.vendor) cuda::gemm_vendor<T>(cuda::Backend{}, ta, tb, s.m, s.n, s.k, ap, bp, cp, beta);
     else cuda::gemm_hand<T>(path.kernel, ta, tb, s.m, s.n, s.k, ap, bp, cp, beta);
   }
   // Compare the m*n elements of C, then the one element of the buffer outside C: untouched.
@@ -146,21 +146,29 @@ TEST(GemmCuda, EmptyK) {
   }
 }
 
-TEST(GemmCuda, DefaultPathFollowsKernelImpl) {
+TEST(GemmCuda, MatmulRunsTheTwinTheSettingNames) {
   KILN_SKIP_WITHOUT_CUDA();
-  // cuda::gemm takes the hand GEMM when asked for it, and under the simulator by default.
-  set_kernel_impl(Impl::Hand);
-  EXPECT_EQ(cuda_kernel_impl(), Impl::Hand);
+  // matmul on CUDA runs cuda::gemm (ours) under Hand and cuda::gemm_vendor (cuBLAS, the
+  // simulated one under the simulator) under Vendor: the same bits as calling the twin.
   const Tensor a = random_tensor({33, 7}, 5, -1, 1, DType::F32), b = random_tensor({7, 130}, 6, -1, 1, DType::F32);
   const Tensor a_d = a.to(kCuda), b_d = b.to(kCuda);
-  Tensor c_d = Tensor::empty({33, 130}, DType::F32, kCuda), c = Tensor::empty({33, 130});
-  {
-    cuda::DeviceGuard guard(0);
-    cuda::gemm<float>(false, false, 33, 130, 7, a_d.data<float>(), b_d.data<float>(), c_d.data<float>());
+  Tensor c = Tensor::empty({33, 130});
+  cpu::gemm<float>(cpu::Backend{}, false, false, 33, 130, 7, a.data<float>(), b.data<float>(), c.data<float>());
+  for (Impl impl : {Impl::Hand, Impl::Vendor}) {
+    SCOPED_TRACE(impl_name(impl));
+    KernelsGuard kernels(impl);
+    EXPECT_EQ(gemm_impl(kCuda, DType::F32), impl);
+    const Tensor c_op = matmul(a_d, b_d);
+    Tensor c_d = Tensor::empty({33, 130}, DType::F32, kCuda);
+    {
+      cuda::DeviceGuard guard(0);
+      const float *ap = a_d.data<float>(), *bp = b_d.data<float>();
+      if (impl == Impl::Hand) cuda::gemm<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp, c_d.data<float>());
+      else cuda::gemm_vendor<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp, c_d.data<float>());
+    }
+    EXPECT_EQ(c_op.to_vector<float>(), c_d.to_vector<float>());
+    EXPECT_TRUE(near("cuda::gemm", c_d, c, sum_rtol(DType::F32)));
   }
-  cpu::gemm<float>(false, false, 33, 130, 7, a.data<float>(), b.data<float>(), c.data<float>());
-  EXPECT_TRUE(near("cuda::gemm hand", c_d, c, sum_rtol(DType::F32)));
-  reset_kernel_impl();
 }
 
 TEST(GemmCuda, VendorMatchesCpu) {
@@ -169,20 +177,19 @@ TEST(GemmCuda, VendorMatchesCpu) {
   check_path_all_shapes<double>({true, GemmKernel::Naive});
 }
 
-TEST(GemmCuda, DefaultIsHandUnderTheSimulatorAndVendorOnRequest) {
+TEST(GemmCuda, DefaultIsTheSameInEveryBuild) {
   KILN_SKIP_WITHOUT_CUDA();
-  reset_kernel_impl();
-#if KILN_CUDA_SIM
+  // No simulator special case: without KILN_KERNELS the default is Vendor here as on a GPU
+  // (the simulator's test preset asks for hand through KILN_KERNELS), for CUDA and CPU alike.
   if (const char* env = std::getenv("KILN_KERNELS"); env == nullptr || *env == '\0') {
-    EXPECT_EQ(cuda_kernel_impl(), Impl::Hand);  // the simulator runs our kernels by default
-    EXPECT_EQ(kernel_impl(), Impl::Vendor);     // the CPU default is unchanged
+    EXPECT_EQ(default_impl(), Impl::Vendor);
+    EXPECT_EQ(gemm_impl(kCuda, DType::F32), Impl::Vendor);
   }
-#endif
+  EXPECT_EQ(gemm_impl(kCuda, DType::F32), current_impl());
   // matmul through cuBLAS (the simulated one under the simulator).
   const Tensor a = Tensor::ones({2, 3}, DType::F32, kCuda);
-  set_kernel_impl(Impl::Vendor);
+  KernelsGuard vendor(Impl::Vendor);
   EXPECT_EQ(matmul(a, a, false, true).to_vector<float>(), std::vector<float>(4, 3.0f));
-  reset_kernel_impl();
 }
 
 #if !KILN_CUDA_SIM  // too large for the simulator's hand kernels
@@ -201,7 +208,7 @@ TEST(GemmCuda, HandMatchesVendorOnLargerSizes) {
         cuda::DeviceGuard guard(0);
         cuda::gemm_hand<float>(GemmKernel::RegisterBlocked, ta, tb, s.m, s.n, s.k, a.data<float>(),
                                b.data<float>(), hand.data<float>());
-        cuda::gemm_vendor<float>(ta, tb, s.m, s.n, s.k, a.data<float>(), b.data<float>(),
+        cuda::gemm_vendor<float>(cuda::Backend{}, ta, tb, s.m, s.n, s.k, a.data<float>(), b.data<float>(),
                                  vendor.data<float>());
       }
       EXPECT_TRUE(near("hand vs cuBLAS m" + std::to_string(s.m) + (ta ? " A^T" : "") +

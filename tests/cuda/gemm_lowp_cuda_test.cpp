@@ -63,6 +63,13 @@ Tensor reference(bool ta, bool tb, const Mnk& s, const Tensor& a32, const Tensor
   return Tensor::from_vector(c, {s.m, s.n});
 }
 
+// The twin of `impl`: cuda::gemm_lowp (ours) or cuda::gemm_lowp_vendor (cuBLAS).
+void gemm_lowp_of(Impl impl, DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                  const uint16_t* a, const uint16_t* b, float* c) {
+  if (impl == Impl::Vendor) cuda::gemm_lowp_vendor(cuda::Backend{}, in, ta, tb, m, n, k, a, b, c);
+  else cuda::gemm_lowp(cuda::Backend{}, in, ta, tb, m, n, k, a, b, c);
+}
+
 // One case: random inputs rounded to `in`, C on cuda:0 through `impl`, against the reference.
 void check(DType in, Impl impl, bool ta, bool tb, const Mnk& s, uint32_t seed) {
   const std::string what = std::string(impl_name(impl)) + " " + dtype_name(in) + " m" +
@@ -76,7 +83,7 @@ void check(DType in, Impl impl, bool ta, bool tb, const Mnk& s, uint32_t seed) {
   Tensor c_d = Tensor::full({s.m, s.n}, std::numeric_limits<double>::quiet_NaN(), DType::F32, kCuda);
   {
     cuda::DeviceGuard guard(0);
-    cuda::gemm_lowp(in, impl, ta, tb, s.m, s.n, s.k, bits(a_d), bits(b_d), c_d.data<float>());
+    gemm_lowp_of(impl, in, ta, tb, s.m, s.n, s.k, bits(a_d), bits(b_d), c_d.data<float>());
   }
   EXPECT_TRUE(near(what, c_d.to(DType::F64), want, sum_rtol(DType::F32)));
 }
@@ -115,8 +122,8 @@ TEST(GemmLowpCuda, EmptyKWritesZeros) {
     Tensor c = Tensor::full({7, 33}, std::numeric_limits<double>::quiet_NaN(), DType::F32, kCuda);
     {
       cuda::DeviceGuard guard(0);
-      cuda::gemm_lowp(DType::BF16, impl, false, true, 7, 33, 0, bits(empty), bits(empty),
-                      c.data<float>());
+      gemm_lowp_of(impl, DType::BF16, false, true, 7, 33, 0, bits(empty), bits(empty),
+                   c.data<float>());
     }
     EXPECT_EQ(c.to_vector<float>(), std::vector<float>(7 * 33, 0.0f)) << impl_name(impl);
   }
@@ -180,7 +187,7 @@ TEST(GemmLowpCuda, HandIsAnF32GemmOfTheWidenedInputs) {
     Tensor want = Tensor::empty({s.m, s.n}, DType::F32, kCuda);
     {
       cuda::DeviceGuard guard(0);
-      cuda::gemm_lowp(in, Impl::Hand, true, true, s.m, s.n, s.k, bits(a16), bits(b16),
+      cuda::gemm_lowp(cuda::Backend{}, in, true, true, s.m, s.n, s.k, bits(a16), bits(b16),
                       got.data<float>());
       cuda::gemm_hand<float>(cuda::GemmKernel::RegisterBlocked, true, true, s.m, s.n, s.k,
                              a32.data<float>(), b32.data<float>(), want.data<float>());
@@ -203,13 +210,14 @@ TEST(GemmLowpCuda, OtherDtypesAreAnError) {
   float* c = a.data<float>();
   for (DType bad : {DType::F32, DType::F64}) {
     try {
-      cuda::gemm_lowp(bad, Impl::Hand, false, false, 1, 1, 1, p, p, c);
+      cuda::gemm_lowp(cuda::Backend{}, bad, false, false, 1, 1, 1, p, p, c);
       FAIL() << "no error for " << dtype_name(bad);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("bf16 or f16"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(cuda::gemm_lowp(DType::BF16, Impl::Vendor, false, false, -1, 1, 1, p, p, c), Error);
+  EXPECT_THROW(cuda::gemm_lowp_vendor(cuda::Backend{}, DType::BF16, false, false, -1, 1, 1, p, p, c),
+               Error);
 }
 
 }  // namespace

@@ -26,12 +26,6 @@
 namespace kiln {
 namespace {
 
-// Sets the kernel choice for a scope (restores the default after).
-struct ImplScopeForTest {
-  explicit ImplScopeForTest(Impl impl) { set_kernel_impl(impl); }
-  ~ImplScopeForTest() { reset_kernel_impl(); }
-};
-
 using testing::max_abs_diff;
 using testing::random_tensor;
 
@@ -144,7 +138,7 @@ TEST(Autocast, SoftmaxAndLossesAreUntouched) {
 // gradients as NCHW. (Keeping nChw16c for oneDNN's bf16 kernels was measured slower on ResNet-50:
 // 22 img/s against 30 img/s through NCHW, whose layout oneDNN picks itself.)
 TEST(Autocast, BlockedConvolutionMatchesNchw) {
-  ImplScopeForTest vendor(Impl::Vendor);
+  KernelsGuard vendor(Impl::Vendor);
   for (bool frozen_weight : {false, true}) {
     const Tensor x0 = random_tensor({2, 16, 7, 6}, 8, -1.0, 1.0, DType::F32);
     const Tensor w0 = random_tensor({32, 16, 3, 3}, 9, -0.3, 0.3, DType::F32);

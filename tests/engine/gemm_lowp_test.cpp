@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-// The choice gemm_lowp makes, and that it computes what the chosen path computes.
+// The path each twin takes, and that it computes what that path computes.
 TEST(GemmLowp, ChoosesThePathItReports) {
   EXPECT_STREQ(cpu::gemm_lowp_path(DType::BF16, Impl::Hand),
                cpu::cpu_has_avx512_bf16() ? "avx512-bf16" : "convert+f32");
@@ -193,7 +193,11 @@ TEST(GemmLowp, ChoosesThePathItReports) {
     for (Impl impl : {Impl::Hand, Impl::Vendor}) {
       const auto a = random_bits(t, s.m * s.k, 7), b = random_bits(t, s.k * s.n, 8);
       std::vector<float> c = nan_filled(s);
-      cpu::gemm_lowp(t, impl, true, false, s.m, s.n, s.k, a.data(), b.data(), c.data());
+      if (impl == Impl::Vendor)
+        cpu::gemm_lowp_vendor(cpu::Backend{}, t, true, false, s.m, s.n, s.k, a.data(), b.data(),
+                              c.data());
+      else
+        cpu::gemm_lowp(cpu::Backend{}, t, true, false, s.m, s.n, s.k, a.data(), b.data(), c.data());
       const Reference r = reference(t, true, false, s, a, b);
       for (size_t e = 0; e < c.size(); ++e)
         ASSERT_LE(std::fabs(c[e] - r.c[e]), 1e-5 * r.bound[e])
@@ -214,7 +218,10 @@ TEST(GemmLowp, HandKernelAvailableWhereTheCpuHasIt) {
 TEST(GemmLowp, RefusesWhatItCannotRun) {
   float c = 0;
   const uint16_t x = 0;
-  EXPECT_THROW(cpu::gemm_lowp(DType::F32, Impl::Hand, false, false, 1, 1, 1, &x, &x, &c), Error);
+  EXPECT_THROW(cpu::gemm_lowp(cpu::Backend{}, DType::F32, false, false, 1, 1, 1, &x, &x, &c),
+               Error);
+  EXPECT_THROW(
+      cpu::gemm_lowp_vendor(cpu::Backend{}, DType::F32, false, false, 1, 1, 1, &x, &x, &c), Error);
   EXPECT_THROW(cpu::gemm_lowp_with(LowpGemmPath::Avx512Bf16, DType::F16, false, false, 1, 1, 1,
                                    &x, &x, &c),
                Error);

@@ -100,19 +100,13 @@ double max_abs_diff(const Tensor& a, const std::vector<double>& b) {
   return m;
 }
 
-// Restores the kernel choice when a test ends, whatever it set.
-struct ImplGuard {
-  Impl saved = kernel_impl();
-  ~ImplGuard() { set_kernel_impl(saved); }
-};
-
 // Runs conv2d forward and backward (with upstream gradient dy) in `dtype` under `impl`.
 struct Grads {
   Tensor y, dx, dw, db;
 };
 Grads run(const Case& cs, const Tensor& x64, const Tensor& w64, const Tensor& b64,
         const Tensor& dy64, DType dtype, Impl impl) {
-  set_kernel_impl(impl);
+  KernelsGuard kernels(impl);
   // Fresh leaves every time (to() may return the same tensor when the dtype already fits).
   auto leaf = [dtype](const Tensor& t) { return t.to(dtype).clone().set_requires_grad(true); };
   Tensor x = leaf(x64), w = leaf(w64);
@@ -123,7 +117,6 @@ Grads run(const Case& cs, const Tensor& x64, const Tensor& w64, const Tensor& b6
 }
 
 TEST(Conv2d, HandMatchesNaiveReference) {
-  ImplGuard guard;
   uint32_t seed = 100;
   for (const Case& cs : kCases) {
     SCOPED_TRACE(name(cs));
@@ -151,7 +144,6 @@ TEST(Conv2d, HandMatchesNaiveReference) {
 
 TEST(Conv2d, FrozenWeightTrainedBias) {
   // Only x and b need gradients: backward-weight runs for db alone (x is not even saved).
-  ImplGuard guard;
   Case cs{3, 2, 6, 5, 4, 3, 3, 1, 1, true};
   Tensor x64 = random_tensor({3, 2, 6, 5}, 7), w64 = random_tensor({4, 2, 3, 3}, 8);
   Tensor b64 = random_tensor({4}, 9), dy64 = random_tensor({3, 4, 6, 5}, 10);
@@ -159,7 +151,7 @@ TEST(Conv2d, FrozenWeightTrainedBias) {
                       b64.to_vector<double>(), dy64.to_vector<double>());
   for (Impl impl : {Impl::Hand, Impl::Vendor}) {
     SCOPED_TRACE(impl_name(impl));
-    set_kernel_impl(impl);
+    KernelsGuard kernels(impl);
     Tensor x = x64.to(DType::F32).set_requires_grad(true);
     Tensor w = w64.to(DType::F32);
     Tensor b = b64.to(DType::F32).set_requires_grad(true);
@@ -171,7 +163,6 @@ TEST(Conv2d, FrozenWeightTrainedBias) {
 }
 
 TEST(Conv2d, HandBackwardIsBitReproducible) {
-  ImplGuard guard;
   // Big enough (> 2^20 multiply-adds) for the kernels to split the batch over threads.
   Case cs{17, 8, 12, 12, 8, 3, 3, 1, 1, true};
   Tensor x = random_tensor({17, 8, 12, 12}, 1), w = random_tensor({8, 8, 3, 3}, 2);
@@ -230,7 +221,7 @@ TEST(Conv2d, ModuleShapesInitAndPrinting) {
 // F(4x4, 3x3); forward and both gradients agree with the direct algorithm to the larger
 // rounding error that transform has (1e-4 relative allowed).
 TEST(Conv2d, WinogradAgreesWithDirect) {
-  set_kernel_impl(Impl::Vendor);
+  KernelsGuard kernels(Impl::Vendor);
   Tensor x = random_tensor({32, 64, 16, 16}, 70, -1, 1, DType::F32);
   Tensor w = random_tensor({64, 64, 3, 3}, 71, -0.1, 0.1, DType::F32);
   Tensor g = random_tensor({32, 64, 16, 16}, 72, -1, 1, DType::F32);
@@ -255,7 +246,6 @@ TEST(Conv2d, WinogradAgreesWithDirect) {
   Tensor y0 = run(false, dx0, dw0);
   Tensor y1 = run(true, dx1, dw1);
   set_conv_winograd(false);
-  reset_kernel_impl();
   EXPECT_LT(rel(y1, y0), 1e-4);
   EXPECT_LT(rel(dx1, dx0), 1e-4);
   EXPECT_LT(rel(dw1, dw0), 1e-4);

@@ -42,11 +42,6 @@ double rel_diff(const Tensor& a, const Tensor& b) {
   return max_abs_diff(a, b) / (scale > 0 ? scale : 1.0);
 }
 
-struct KernelImplGuard {
-  explicit KernelImplGuard(Impl impl) { set_kernel_impl(impl); }
-  ~KernelImplGuard() { reset_kernel_impl(); }
-};
-
 TEST(Layout, RoundTripAndChannelOrder) {
   Tensor x = random_tensor({2, 32, 3, 5}, 1);
   Tensor b = to_channel_blocks(x);
@@ -66,18 +61,18 @@ TEST(Layout, RoundTripAndChannelOrder) {
 TEST(Layout, PreferredLayoutIsBlockedOnlyWhereItPays) {
   Tensor f32 = Tensor::zeros({1, 16, 2, 2});
   {
-    KernelImplGuard vendor(Impl::Vendor);
+    KernelsGuard vendor(Impl::Vendor);
     EXPECT_EQ(preferred_layout(f32, 64), Layout::NCHW16c);
     EXPECT_EQ(preferred_layout(f32, 24), Layout::NCHW);  // not a multiple of 16
     EXPECT_EQ(preferred_layout(f32.to(DType::F64), 64), Layout::NCHW);
   }
-  KernelImplGuard hand(Impl::Hand);
+  KernelsGuard hand(Impl::Hand);
   EXPECT_EQ(preferred_layout(f32, 64), Layout::NCHW);
 }
 
 // Conv2d on blocked activations (oneDNN reading and writing nChw16c) against the NCHW op.
 void check_blocked_conv(Impl impl, int64_t stride, int64_t pad, int64_t k, bool bias) {
-  KernelImplGuard guard(impl);
+  KernelsGuard guard(impl);
   Tensor x = random_tensor({3, 32, 9, 7}, 10, -1, 1, DType::F32);
   Tensor w = random_tensor({48, 32, k, k}, 11, -0.2, 0.2, DType::F32);
   Tensor b = bias ? random_tensor({48}, 12, -1, 1, DType::F32) : Tensor();
@@ -110,7 +105,7 @@ TEST(Layout, BlockedConvFallsBackToNchwKernels) {
 }
 
 TEST(Layout, BlockedConvLoneBiasGradient) {
-  KernelImplGuard vendor(Impl::Vendor);
+  KernelsGuard vendor(Impl::Vendor);
   Tensor x = random_tensor({2, 16, 5, 5}, 20, -1, 1, DType::F32);
   Tensor w = random_tensor({16, 16, 3, 3}, 21, -0.2, 0.2, DType::F32);
   Tensor b = with_grad(random_tensor({16}, 22, -1, 1, DType::F32));
@@ -122,7 +117,7 @@ TEST(Layout, BlockedConvLoneBiasGradient) {
 }
 
 TEST(Layout, BlockedConvRejectsChannelCountsThatDoNotBlock) {
-  KernelImplGuard vendor(Impl::Vendor);
+  KernelsGuard vendor(Impl::Vendor);
   Tensor xb = to_channel_blocks(Tensor::zeros({1, 16, 4, 4}));
   EXPECT_THROW(conv2d(xb, Tensor::zeros({8, 16, 1, 1}), Tensor()), Error);   // K = 8
   EXPECT_THROW(conv2d(xb, Tensor::zeros({16, 32, 1, 1}), Tensor()), Error);  // C = 32
@@ -131,7 +126,7 @@ TEST(Layout, BlockedConvRejectsChannelCountsThatDoNotBlock) {
 TEST(Layout, NchwInputBlockedOutputConv) {
   // A ResNet stem: 3 input channels (cannot be blocked) and a blocked output.
   for (Impl impl : {Impl::Vendor, Impl::Hand}) {
-    KernelImplGuard guard(impl);
+    KernelsGuard guard(impl);
     Tensor x = random_tensor({2, 3, 11, 10}, 50, -1, 1, DType::F32);
     Tensor w = with_grad(random_tensor({16, 3, 7, 7}, 51, -0.2, 0.2, DType::F32));
     Tensor wr = with_grad(w.detach().clone());

@@ -65,15 +65,6 @@ double rtol_for(DType t, double f32_rtol = kRtolF32) {
   return t == DType::F64 ? kRtolF64 : f32_rtol;
 }
 
-// Sets the kernel implementation for one scope and restores the previous one.
-class ImplGuard {
- public:
-  explicit ImplGuard(Impl impl) : prev_(kernel_impl()) { set_kernel_impl(impl); }
-  ~ImplGuard() { set_kernel_impl(prev_); }
-
- private:
-  Impl prev_;
-};
 
 // Test names are the fixture names ("PyTorch/LinearParity.ForwardBackward/linear").
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
@@ -129,7 +120,7 @@ TEST_P(Conv2dParity, ForwardBackward) {
   const Impl impl = std::get<1>(GetParam());
   const std::string tag = name + " [" + impl_name(impl) + "]";
   announce(tag);
-  ImplGuard guard(impl);  // f64 always runs the hand kernels (oneDNN here is f32 only)
+  KernelsGuard kernels(impl);  // f64 always runs the hand kernels (oneDNN here is f32 only)
   Fixture f(name);
   Tensor x = f.leaf("x"), w = f.leaf("weight");
   Tensor b = f.has("bias") ? f.leaf("bias") : Tensor();

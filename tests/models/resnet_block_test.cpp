@@ -26,6 +26,7 @@
 
 #include "parity/parity_harness.h"
 #include "engine/autograd.h"
+#include "engine/impl.h"
 #include "engine/ops.h"
 #include "engine/philox.h"
 #include "layers/layout.h"
@@ -194,13 +195,14 @@ TEST(ResNetBlocks, GradcheckDouble) {
 }
 
 // Blocks whose convolutions all have multiples of 16 channels: on the CPU in f32 with the
-// vendor kernels (the default) they run channel-blocked and return a blocked output. Compared
+// vendor kernels (asked for here) they run channel-blocked and return a blocked output. Compared
 // with the NCHW composition above (plain kernels), forward and backward, in both modes.
 // Tolerance (near: relative to each tensor's largest value). The blocked BatchNorm kernels sum
 // their statistics in another order (and in float), so the normalised values differ by a few
 // float roundings, which the next convolution and BatchNorm pass on. Measured worst: 3.3e-7
 // (a weight gradient); 1e-5 leaves a margin and is far below a wrong channel order or mask.
 TEST(ResNetBlocks, BlockedLayoutMatchesTheNchwComposition) {
+  KernelsGuard vendor(Impl::Vendor);
   const std::vector<BlockSpec> blocks = {
       {false, 16, 16, 1, false, 64, {2, 16, 6, 7}, {}},
       {false, 16, 32, 2, true, 64, {2, 16, 6, 7}, {}},

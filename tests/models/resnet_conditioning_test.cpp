@@ -46,9 +46,8 @@ NamedTensors run_f64(const ResNetCase& c) {
 Measured measure(const ResNetCase& c, const NamedTensors& f64, Impl impl) {
   Measured m;
   m.f64 = f64;
-  set_kernel_impl(impl);
+  KernelsGuard kernels(impl);
   m.f32 = test::run_case(*test::make_case_model(c, DType::F32, kCpu), c);
-  reset_kernel_impl();
   m.gaps = testing::precision_gaps(m.f32, m.f64);
   return m;
 }
@@ -81,7 +80,7 @@ struct Layer4_1 {
   Tensor h, v, y, pre;
 };
 Layer4_1 run_layer4_1(const ResNetCase& c, ResNet& m, DType dtype) {
-  set_kernel_impl(Impl::Hand);
+  KernelsGuard kernels(Impl::Hand);
   m.train();
   Tensor x = test::case_images(c, dtype);
   std::shared_ptr<Module> block;
@@ -101,7 +100,6 @@ Layer4_1 run_layer4_1(const ResNetCase& c, ResNet& m, DType dtype) {
   l.v = conv2->forward(l.h);
   l.y = bn2->forward(l.v);
   l.pre = add(l.y, x);
-  reset_kernel_impl();
   return l;
 }
 

@@ -89,13 +89,6 @@ ResNetConfig small_bottleneck_config() {
 
 std::string small_kiln_path() { return (fixture_dir() / "resnet_bottleneck_small.kiln").string(); }
 
-// Sets the kernel implementation for one scope, then forgets the choice (impl.h).
-class ImplGuard {
- public:
-  explicit ImplGuard(Impl impl) { set_kernel_impl(impl); }
-  ~ImplGuard() { reset_kernel_impl(); }
-};
-
 // The worst measured error of one kind across a test, printed with KILN_PARITY_VERBOSE=1.
 struct Worst {
   std::map<std::string, std::pair<double, std::string>> by_kind;
@@ -326,7 +319,7 @@ class ResNet18Parity : public ::testing::TestWithParam<Impl> {};
 TEST_P(ResNet18Parity, TrainStepAndEvalMatchTorchvision) {
   const Impl impl = GetParam();
   const std::string tag = std::string("resnet18 [") + impl_name(impl) + "]";
-  ImplGuard guard(impl);
+  KernelsGuard kernels(impl);
   Fixture f("resnet18_hashed");
   auto model = make_resnet("resnet18", 10);
   fill_hashed(*model);
@@ -454,7 +447,7 @@ class BottleneckParity : public ::testing::TestWithParam<Impl> {};
 TEST_P(BottleneckParity, TrainStepAndEvalMatchTorchvision) {
   const Impl impl = GetParam();
   const std::string tag = std::string("bottleneck_small [") + impl_name(impl) + "]";
-  ImplGuard guard(impl);
+  KernelsGuard kernels(impl);
   Fixture f("resnet_bottleneck_small");
   auto model = load_small_bottleneck();
   Worst worst;
@@ -604,7 +597,7 @@ class ResNetFold : public ::testing::TestWithParam<Impl> {};
 
 TEST_P(ResNetFold, FoldedEvalLogitsMatchAndTheBatchNormsAreGone) {
   const std::string tag = std::string("fold [") + impl_name(GetParam()) + "]";
-  ImplGuard guard(GetParam());
+  KernelsGuard kernels(GetParam());
   Fixture f("resnet_bottleneck_small");
   const Tensor x = f.tensor("x"), labels = f.tensor("labels");
   auto model = load_small_bottleneck();
@@ -683,7 +676,7 @@ TEST(ResNetDepths, EveryDepthTrainsAndEvaluates) {
     for (Impl impl : {Impl::Vendor, Impl::Hand}) {
       if (impl == Impl::Hand && !with_hand) continue;
       SCOPED_TRACE(::testing::Message() << name << " " << impl_name(impl));
-      set_kernel_impl(impl);
+      KernelsGuard kernels(impl);
       auto model = make_resnet(name, 7);
       // Four images: layer4 is 1x1 at 32x32, so its BNs normalise 4 values per channel.
       Tensor x = testing::random_tensor({4, 3, 32, 32}, 90, -1, 1, DType::F32);
@@ -708,7 +701,6 @@ TEST(ResNetDepths, EveryDepthTrainsAndEvaluates) {
       Tensor logits = model->forward(x);
       ASSERT_EQ(logits.shape(), Shape({4, 7}));
       for (double v : logits.to_vector<double>()) ASSERT_TRUE(std::isfinite(v));
-      reset_kernel_impl();
     }
   }
 }

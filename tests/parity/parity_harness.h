@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -150,16 +151,17 @@ inline Tensor leaf_on(const Tensor& t, Device device, bool requires_grad = true)
   return out;
 }
 
-// Sets the kernel implementation (hand or vendor) for a scope, then goes back to the default
-// (KILN_KERNELS, or nobody's choice: under the simulator hand on CUDA and vendor on the CPU).
-// Restoring with set_kernel_impl(kernel_impl()) would turn a default into an explicit choice.
-class ImplScope {
- public:
-  explicit ImplScope(Impl impl) { set_kernel_impl(impl); }
-  ~ImplScope() { reset_kernel_impl(); }
-  ImplScope(const ImplScope&) = delete;
-  ImplScope& operator=(const ImplScope&) = delete;
-};
+// Sets the kernel implementation (hand or vendor) of this thread for a scope.
+using ImplScope = KernelsGuard;
+
+// The same for a Variant's enter and leave callbacks, which cannot hold a scoped guard: enter
+// pushes a KernelsGuard on this thread's stack, leave pops it (they nest as guards do).
+inline std::vector<std::unique_ptr<KernelsGuard>>& variant_kernels() {
+  thread_local std::vector<std::unique_ptr<KernelsGuard>> guards;
+  return guards;
+}
+inline void enter_kernels(Impl impl) { variant_kernels().push_back(std::make_unique<KernelsGuard>(impl)); }
+inline void leave_kernels() { variant_kernels().pop_back(); }
 
 // How a result is compared: the kind, and for Near (relative, see near()) or Abs (absolute)
 // the bound. Tol::exact() is bit_identical, Tol::same_values() same_values().

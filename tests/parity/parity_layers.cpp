@@ -72,12 +72,12 @@ std::vector<Variant> conv_cuda_variants(bool with_default) {
   for (cuda::ConvKernel kernel : {cuda::ConvKernel::ImplicitGemm, cuda::ConvKernel::Direct})
     out.push_back({std::string("hand ") + cuda::conv_kernel_name(kernel),
                    [kernel] {
-                     set_kernel_impl(Impl::Hand);
+                     testing::enter_kernels(Impl::Hand);
                      cuda::set_conv2d_cuda_options({kernel, cuda::ConvTile::Auto, 0});
                    },
                    [] {
                      cuda::set_conv2d_cuda_options({});
-                     reset_kernel_impl();
+                     testing::leave_kernels();
                    }});
 #endif
   return out;

@@ -1,6 +1,7 @@
 // gemm.cu: C = op(A) op(B) + beta C on the GPU, row-major like cpu::gemm, in three steps from
-// naive to fast, plus the cuBLAS path; the fourth step, on tensor cores (16-bit inputs, f32
-// result), is gemm_tensor_core.cu. The steps are tested against the CPU
+// naive to fast (gemm runs the fastest that applies, gemm_hand any), plus the cuBLAS twin
+// gemm_vendor (engine/ops_matmul.cpp picks one); the fourth step, on tensor cores (16-bit
+// inputs, f32 result), is gemm_tensor_core.cu. The steps are tested against the CPU
 // (tests/cuda/gemm_cuda_test.cpp, gemm_tensor_core_test.cpp) and timed by apps/gemm_bench;
 // docs/cuda.md explains them (their GPU figures come from tools/gpu_check.sh).
 //
@@ -55,7 +56,6 @@
 #include "engine/cuda/kernels/gemm_shape.h"
 #include "engine/cuda/launch.h"
 #include "engine/error.h"
-#include "engine/impl.h"
 #include "engine/ops_cuda.h"
 #include "engine/cuda/blas.h"
 
@@ -368,8 +368,8 @@ void gemm_hand(GemmKernel kernel, bool ta, bool tb, int64_t m, int64_t n, int64_
 }
 
 template <typename T>
-void gemm_vendor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
-                 T beta) {
+void gemm_vendor(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
+                 T* c, T beta) {
   const GemmShape s = gemm_shape("gemm (cuBLAS)", ta, tb, m, n, k);
   if (s.m == 0 || s.n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
@@ -383,20 +383,21 @@ void gemm_vendor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
 }
 
 template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
+void gemm(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c,
           T beta) {
-  if (cuda_kernel_impl() == Impl::Vendor) return gemm_vendor(ta, tb, m, n, k, a, b, c, beta);
-  // Hand: the fastest step that applies. Double stops at the tiled kernel.
+  // The fastest step that applies. Double stops at the tiled kernel.
   const GemmKernel kernel =
       std::is_same_v<T, float> ? GemmKernel::RegisterBlocked : GemmKernel::Tiled;
   gemm_hand(kernel, ta, tb, m, n, k, a, b, c, beta);
 }
 
 #define KILN_INSTANTIATE(T)                                                                   \
-  template void gemm<T>(bool, bool, int64_t, int64_t, int64_t, const T*, const T*, T*, T);      \
+  template void gemm<T>(Backend, bool, bool, int64_t, int64_t, int64_t, const T*, const T*, T*,  \
+                        T);                                                                     \
   template void gemm_hand<T>(GemmKernel, bool, bool, int64_t, int64_t, int64_t, const T*,       \
                              const T*, T*, T);                                                  \
-  template void gemm_vendor<T>(bool, bool, int64_t, int64_t, int64_t, const T*, const T*, T*, T);
+  template void gemm_vendor<T>(Backend, bool, bool, int64_t, int64_t, int64_t, const T*,        \
+                               const T*, T*, T);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

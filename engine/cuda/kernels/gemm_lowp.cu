@@ -4,20 +4,22 @@
 // https://arxiv.org/abs/1710.03740). Shapes, transposes and leading dimensions as gemm.cu
 // (engine/cuda/kernels/gemm_shape.h); declared in engine/ops_cuda.h.
 //
-// Vendor: cublasGemmEx with CUDA_R_16BF / CUDA_R_16F inputs, a CUDA_R_32F output and
+// gemm_lowp_vendor: cublasGemmEx with CUDA_R_16BF / CUDA_R_16F inputs, a CUDA_R_32F output and
 //   CUBLAS_COMPUTE_32F (cuBLAS Library, "cublasGemmEx", https://docs.nvidia.com/cuda/cublas/).
 //   The product of two 16-bit values is exact in f32, so the tensor cores' result differs from
 //   an f32 GEMM on the widened inputs only in the order of the sum. Like gemm.cu's cuBLAS path,
 //   the row-major product is asked of the column-major library as C^T = op(B)^T op(A)^T: a
 //   row-major (M,N) matrix is a column-major (N,M) one, so the operands swap places.
 //
-// Hand: on devices with bf16/f16 tensor cores (compute capability 8.0+, and the simulator),
-//   step 4 of gemm.cu reads the 16-bit values directly. Elsewhere A and B are widened to f32 on
-//   the device (copy.h's convert: the exact widening of engine/host_device.h) into scratch
-//   tensors from the caching allocator, and the f32 hand GEMM multiplies them. The scratch goes
+// gemm_lowp (ours): on devices with bf16/f16 tensor cores (compute capability 8.0+, and the
+//   simulator), step 4 of our GEMM (gemm_tensor_core.cu) reads the 16-bit values directly.
+//   Elsewhere A and B are widened to f32 on the device (copy.h's convert: the exact widening of
+//   engine/host_device.h) into scratch tensors from the caching allocator, and the f32 hand GEMM
+//   multiplies them. The scratch goes
 //   back to the allocator when the call returns; the kernels that read it are queued on
-//   current_stream(), where the next user of the block queues too. gemm_lowp_hand() below is
-//   the one place the Hand path is chosen.
+//   current_stream(), where the next user of the block queues too.
+//
+// Which of the two an op runs is decided by gemm_impl (engine/impl.h), not here.
 #include "engine/cuda/runtime.h"
 
 #include <cstdint>
@@ -27,7 +29,6 @@
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/kernels/gemm_shape.h"
 #include "engine/error.h"
-#include "engine/impl.h"
 #include "engine/ops_cuda.h"
 #include "engine/tensor.h"
 
@@ -40,11 +41,22 @@ Tensor f32_scratch(int64_t n) {
   return Tensor::empty({n}, DType::F32, Device(DeviceType::CUDA, current_device()));
 }
 
-// The Hand path. A (M,K) or (K,M) and B (K,N) or (N,K) are widened whole: their element
-// counts do not depend on the transposes.
-void gemm_lowp_hand(DType in, bool ta, bool tb, const GemmShape& s, const uint16_t* a,
-                    const uint16_t* b, float* c) {
-  if (tensor_cores_available()) {  // step 4 of gemm.cu: the 16-bit values straight in
+// The shape of the product, after checking `in` and the sizes (s.m or s.n 0: nothing to write).
+GemmShape lowp_shape(DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  KILN_CHECK(is_low_precision(in), "gemm_lowp: the inputs must be bf16 or f16, not ",
+             dtype_name(in), " (use cuda::gemm for f32 and f64)");
+  return gemm_shape("gemm_lowp", ta, tb, m, n, k);
+}
+
+}  // namespace
+
+// A (M,K) or (K,M) and B (K,N) or (N,K) are widened whole: their element counts do not depend
+// on the transposes.
+void gemm_lowp(Backend, DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+               const uint16_t* a, const uint16_t* b, float* c) {
+  const GemmShape s = lowp_shape(in, ta, tb, m, n, k);
+  if (s.m == 0 || s.n == 0) return;
+  if (tensor_cores_available()) {  // step 4: the 16-bit values straight in
     gemm_tensor_core(in, ta, tb, s.m, s.n, s.k, a, b, c);
     return;
   }
@@ -58,9 +70,11 @@ void gemm_lowp_hand(DType in, bool ta, bool tb, const GemmShape& s, const uint16
                    static_cast<const float*>(b32.raw_data()), c, 0.0f);
 }
 
-// The Vendor path: cublasGemmEx, row-major through the column-major identity (file comment).
-void gemm_lowp_vendor(DType in, bool ta, bool tb, const GemmShape& s, const uint16_t* a,
-                      const uint16_t* b, float* c) {
+// cublasGemmEx, row-major through the column-major identity (file comment).
+void gemm_lowp_vendor(Backend, DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const uint16_t* a, const uint16_t* b, float* c) {
+  const GemmShape s = lowp_shape(in, ta, tb, m, n, k);
+  if (s.m == 0 || s.n == 0) return;
   const cudaDataType_t type = in == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   const float alpha = 1.0f, beta = 0.0f;
   // Leading dimensions must be >= 1 even for empty operands.
@@ -69,18 +83,6 @@ void gemm_lowp_vendor(DType in, bool ta, bool tb, const GemmShape& s, const uint
                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k, &alpha, b,
                                      type, ldb, a, type, lda, &beta, c, CUDA_R_32F, ldc,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
-
-}  // namespace
-
-void gemm_lowp(DType in, Impl impl, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-               const uint16_t* a, const uint16_t* b, float* c) {
-  KILN_CHECK(is_low_precision(in), "gemm_lowp: the inputs must be bf16 or f16, not ",
-             dtype_name(in), " (use cuda::gemm for f32 and f64)");
-  const GemmShape s = gemm_shape("gemm_lowp", trans_a, trans_b, m, n, k);
-  if (s.m == 0 || s.n == 0) return;
-  if (impl == Impl::Vendor) gemm_lowp_vendor(in, trans_a, trans_b, s, a, b, c);
-  else gemm_lowp_hand(in, trans_a, trans_b, s, a, b, c);
 }
 
 }  // namespace kiln::cuda
