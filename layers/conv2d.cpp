@@ -1,13 +1,9 @@
-// conv2d.cpp: the conv2d op (shape checks, dispatch to the kernels, autograd node) and the
-// Conv2d module. The kernels live in conv2d_cpu.cpp (CPU hand), conv2d_dnnl.cpp (CPU vendor),
-// conv2d_cuda.cu (CUDA hand) and conv2d_cudnn.cu (CUDA vendor).
+// conv2d.cpp: the conv2d op (shape checks, the choice of kernels, the one autograd node of
+// conv2d and its autocast path) and the Conv2d module. layers/conv2d.h maps the whole family.
 //
-// Dispatch is two plain choices: the device (on_device), then the implementation conv_impl
-// (engine/impl.h) chose when the op ran forward (the backward node keeps it):
-//   CPU:  Hand -> im2col + GEMM, Vendor -> oneDNN (f32 only; f64, which gradient checks use,
-//         always takes the hand kernels).
-//   CUDA: Hand -> implicit GEMM, Vendor -> cuDNN (f32 and f64; under the CUDA simulator its
-//         host-computed stand-in).
+// Dispatch is two plain choices: the implementation conv_impl (engine/impl.h) picks when the op
+// runs forward (the backward node keeps it), then the device (run_kernel), whose backend's tag
+// picks the twin: conv2d_forward (hand) or conv2d_forward_vendor, and so on.
 #include "layers/conv2d.h"
 
 #include <atomic>
@@ -49,36 +45,6 @@ bool conv_winograd() {
 
 namespace conv_detail {
 
-// y (N, K, P, Q) = conv(x, w) + b.
-void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
-             Impl impl) {
-  on_device("conv2d", x.device(), [&] {
-    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* bp = b.defined() ? b.data<T>() : nullptr;
-      if constexpr (std::is_same_v<T, float>) {
-        if (impl == Impl::Vendor) {
-          conv2d_forward_dnnl(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-          return;
-        }
-      }
-      conv2d_forward_cpu<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-    });
-  }, [&] {
-    dispatch_floating(x.dtype(), "conv2d", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* bp = b.defined() ? b.data<T>() : nullptr;
-      if (impl == Impl::Vendor) {
-        cuda::conv2d_forward_cudnn<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-        return;
-      }
-      cuda::conv2d_forward_cuda<T>(x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
-    });
-  });
-}
-
-}  // namespace conv_detail
-
 namespace {
 
 // The tensor's elements, or nullptr for an undefined tensor (a gradient nobody needs).
@@ -87,67 +53,70 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? t.data<T>() : nullptr;
 }
 
+// Whether backend B has a vendor convolution of T: cuDNN has float and double, oneDNN float
+// only (conv_impl never asks for it with double: engine/impl.cpp).
+template <typename B, typename T>
+constexpr bool kHasVendorConv = std::is_same_v<B, cuda::Backend> || std::is_same_v<T, float>;
+
+// db = the sum of dy over all but the channel dims, for the oneDNN backward passes, which
+// compute db only in the weight pass: a lone db (a frozen weight, a trained bias) is summed
+// here. dy is (N, K, P, Q) or blocked (N, K/16, P, Q, 16); bf16/f16 under autocast, widened
+// exactly to db's f32.
+void bias_grad_alone(const Tensor& dy, Tensor& db, const ConvGeometry& g) {
+  const Tensor d = dy.dtype() == db.dtype() ? dy : dy.to(db.dtype());
+  db.copy_(sum(d, {0, 2, 3}).reshape({g.k}));
+}
+
 }  // namespace
 
-namespace conv_detail {
-
-// The gradients of x, w, b that are defined (allocated) by the caller; undefined ones are
-// skipped. x is needed for dw, w for dx.
-void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
-                  Tensor& db, const ConvGeometry& g, Impl impl) {
-  on_device("conv2d_backward", dy.device(), [&] {
-    dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T *dxp = data_or_null<T>(dx), *dwp = data_or_null<T>(dw), *dbp = data_or_null<T>(db);
-      const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
-      if constexpr (std::is_same_v<T, float>) {
-        if (impl == Impl::Vendor) {
-          // oneDNN computes db only together with dw (it needs x): a lone db (frozen weight,
-          // trained bias) is a plain sum over dy, done by the hand kernel.
-          conv2d_backward_dnnl(xp, dy.data<T>(), wp, dxp, dwp, dwp ? dbp : nullptr, g);
-          if (dbp && !dwp) {
-            if (g.y_blocked)  // dy is (N, K/16, P, Q, 16): sum all but the channel dims
-              db.copy_(sum(dy, {0, 2, 3}).reshape({g.k}));
-            else
-              conv2d_backward_weight_cpu<T>(nullptr, dy.data<T>(), nullptr, dbp, g);
-          }
-          return;
-        }
-      }
-      if (dxp) conv2d_backward_data_cpu<T>(dy.data<T>(), wp, dxp, g);
-      if (dwp || dbp) conv2d_backward_weight_cpu<T>(xp, dy.data<T>(), dwp, dbp, g);
-    });
-  }, [&] {
-    dispatch_floating(dy.dtype(), "conv2d_backward", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T *dxp = data_or_null<T>(dx), *dwp = data_or_null<T>(dw), *dbp = data_or_null<T>(db);
-      const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
+void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
+                 Impl impl) {
+  run_kernel("conv2d", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* bp = data_or_null<T>(b);
+    if constexpr (kHasVendorConv<decltype(backend), T>) {
       if (impl == Impl::Vendor) {
-        cuda::conv2d_backward_cudnn<T>(xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+        conv2d_forward_vendor(backend, x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
         return;
       }
-      if (dxp) cuda::conv2d_backward_data_cuda<T>(dy.data<T>(), wp, dxp, g);
-      if (dwp || dbp) cuda::conv2d_backward_weight_cuda<T>(xp, dy.data<T>(), dwp, dbp, g);
-    });
+    }
+    conv2d_forward(backend, x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
   });
 }
 
-// (N, C, H, W), or (N, C/16, H, W, 16) in the blocked layout.
+void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
+                  Tensor& db, const ConvGeometry& g, Impl impl) {
+  run_kernel("conv2d_backward", dy.device(), dy.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    T *dxp = data_or_null<T>(dx), *dwp = data_or_null<T>(dw), *dbp = data_or_null<T>(db);
+    const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
+    if constexpr (kHasVendorConv<decltype(backend), T>) {
+      if (impl == Impl::Vendor) {  // one call for every gradient
+        conv2d_backward_vendor(backend, xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+        return;
+      }
+    }
+    if (dxp) conv2d_backward_data(backend, dy.data<T>(), wp, dxp, g);
+    if (dwp || dbp) conv2d_backward_weight(backend, xp, dy.data<T>(), dwp, dbp, g);
+  });
+}
+
 Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked) {
   if (blocked) return {n, c / kChannelBlock, h, w, kChannelBlock};
   return {n, c, h, w};
 }
 
-}  // namespace conv_detail
-
 namespace {
 
-using conv_detail::activation_shape;
-
+// The backward of conv2d and of its autocast path: the gradients of x, w and b that are needed,
+// from the implementation the forward ran (the node keeps it).
 struct Conv2dBackward : Node {
   ConvGeometry g{};
   Impl impl = Impl::Hand;
   bool has_bias = false;
+  // Autocast (conv2d_lowp.cpp): the saved operands are bf16/f16, the gradient is rounded to
+  // their dtype for the products, and every gradient returned is f32.
+  bool autocast = false;
   // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
 
   std::vector<Tensor> apply(const Tensor& grad_out) override {
@@ -156,7 +125,7 @@ struct Conv2dBackward : Node {
                shape_str(grad_out.shape()), ", expected ", shape_str(y_shape));
     const Tensor& x = saved[0];
     const Tensor& w = saved[1];
-    const DType dt = grad_out.dtype();
+    const DType dt = autocast ? DType::F32 : grad_out.dtype();
     const Device dev = grad_out.device();
     Tensor dx, dw, db;
     if (next[0]) dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev);
@@ -166,16 +135,47 @@ struct Conv2dBackward : Node {
       if (dw.defined()) dw.zero_();
       if (db.defined()) db.zero_();
     } else {
-      conv_detail::run_backward(x, w, grad_out, dx, dw, db, g, impl);
+      const Tensor dy = autocast ? grad_out.to(x.defined() ? x.dtype() : w.dtype()) : grad_out;
+      // oneDNN sums db only with dw (conv2d_kernels.h): a lone db is summed apart.
+      const bool lone_db = impl == Impl::Vendor && dev.is_cpu() && db.defined() && !dw.defined();
+      Tensor kernel_db = lone_db ? Tensor() : db;
+      if (autocast)
+        run_backward_lowp(x, w, dy, dx, dw, kernel_db, g, impl);
+      else
+        run_backward(x, w, dy, dx, dw, kernel_db, g, impl);
+      if (lone_db) bias_grad_alone(dy, db, g);
     }
     std::vector<Tensor> grads{dx, dw};
     if (has_bias) grads.push_back(db);
     return grads;
   }
-  const char* name() const override { return "Conv2dBackward"; }
+  const char* name() const override {
+    return autocast ? "Conv2dAutocastBackward" : "Conv2dBackward";
+  }
 };
 
 }  // namespace
+
+void record_backward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b,
+                     const Tensor& x_op, const Tensor& w_op, const ConvGeometry& g, Impl impl,
+                     bool autocast) {
+  const bool with_b = b.defined();
+  if (!(with_b ? any_requires_grad({&x, &w, &b}) : any_requires_grad({&x, &w}))) return;
+  auto node = std::make_shared<Conv2dBackward>();
+  node->g = g;
+  node->impl = impl;
+  node->has_bias = with_b;
+  node->autocast = autocast;
+  // Save only what backward reads: x for dw, w for dx.
+  node->saved = {w.requires_grad() ? x_op : Tensor(), x.requires_grad() ? w_op : Tensor()};
+  std::vector<Tensor> inputs{x, w};
+  if (with_b) inputs.push_back(b);
+  set_history(y, node, inputs);
+}
+
+}  // namespace conv_detail
+
+using conv_detail::activation_shape;
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
@@ -236,20 +236,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
                            x.device());
   if (g.n > 0) conv_detail::run_forward(x, w, b, y, g, impl);
-
-  const bool with_b = b.defined();
-  if (with_b ? any_requires_grad({&x, &w, &b}) : any_requires_grad({&x, &w})) {
-    auto node = std::make_shared<Conv2dBackward>();
-    node->g = g;
-    node->impl = impl;
-    node->has_bias = with_b;
-    // Save only what backward reads: x for dw, w for dx.
-    node->saved = {w.requires_grad() ? x.detach() : Tensor(),
-                   x.requires_grad() ? w.detach() : Tensor()};
-    std::vector<Tensor> inputs{x, w};
-    if (with_b) inputs.push_back(b);
-    set_history(y, node, inputs);
-  }
+  conv_detail::record_backward(y, x, w, b, x.detach(), w.detach(), g, impl, /*autocast=*/false);
   return y;
 }
 

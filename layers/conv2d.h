@@ -8,11 +8,27 @@
 //                                                         [q*stride - padding + s]
 // (x reads as zero outside the image). Same stride and padding in both directions.
 //
-// Kernels (see layers/conv2d_kernels.h): conv_impl() (engine/impl.h) picks Impl::Hand (im2col +
-// OpenBLAS GEMM on the CPU, layers/conv2d_cpu.cpp; implicit GEMM on CUDA, layers/conv2d_cuda.cu)
-// or Impl::Vendor (oneDNN, layers/conv2d_dnnl.cpp, f32 only: f64 always uses the hand kernels;
-// cuDNN, layers/conv2d_cudnn.cu).
 // Backward computes only the gradients needed.
+//
+// The family, file by file (internal files are included by layers/ alone):
+//   conv2d.h                   this header: the op, the module, the map
+//   conv2d.cpp                 the op: shape checks, conv_impl's choice (engine/impl.h), the
+//                              calls into the kernel twins (run_kernel), the one backward node
+//                              (also autocast's) and the bias gradient oneDNN leaves alone
+//   conv2d_lowp.cpp            the op under autocast: bf16/f16 operands, f32 results
+//   conv2d_dispatch.h          what conv2d.cpp and conv2d_lowp.cpp share (conv_detail)
+//   conv2d_kernels.h           the kernels' declarations and contracts, ConvGeometry: twins
+//                              cpu::/cuda::conv2d_forward (hand), conv2d_forward_vendor, ...
+//   conv2d_cpu.cpp             CPU hand: im2col + OpenBLAS GEMM, float and double
+//   conv2d_dnnl.cpp            CPU vendor: oneDNN, float (the primitives and their cache)
+//   conv2d_dnnl_lowp.cpp       CPU vendor, bf16/f16 inputs with f32 outputs (mixed precision)
+//   conv2d_dnnl_primitives.h   the oneDNN machinery the two files above share
+//   conv2d_cuda.cu             CUDA hand: step 1 direct loops, step 2 implicit GEMM (host side)
+//   conv2d_implicit_gemm.cuh   the implicit-GEMM kernel and its three problems (device code)
+//   conv2d_cudnn.cu            CUDA vendor: cuDNN, float and double, and bf16/f16 inputs (the
+//                              simulated cuDNN under the CUDA simulator)
+// Hand or vendor: conv_impl (engine/impl.h) applies the thread's setting (KernelsGuard,
+// KILN_KERNELS) and what exists (oneDNN is f32 only: f64 always runs the hand kernels).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +46,8 @@ namespace kiln {
 // Winograd's F(4x4, 3x3) minimal filtering instead (Lavin & Gray, "Fast Algorithms for
 // Convolutional Neural Networks", 2016, https://arxiv.org/abs/1509.09308): fewer multiplies,
 // at the price of a larger rounding error (~1e-5 relative in f32 instead of ~1e-6).
+// Process-wide, a benchmark and test knob: it chooses among oneDNN's algorithms only; whether
+// oneDNN runs at all is conv_impl's decision (engine/impl.h).
 void set_conv_winograd(bool on);
 bool conv_winograd();
 

@@ -1,4 +1,6 @@
-// conv2d_cpu.cpp: the hand CPU kernels of Conv2d: im2col + GEMM.
+// conv2d_cpu.cpp: the hand CPU kernels of Conv2d, im2col + GEMM: cpu::conv2d_forward,
+// conv2d_backward_data and conv2d_backward_weight (layers/conv2d_kernels.h; the family's map is
+// in layers/conv2d.h).
 //
 // The idea (Chellapilla et al. 2006; Caffe made it famous). A convolution output pixel is a
 // dot product between the K filters and the C*R*S input values under the filter window. If we
@@ -49,7 +51,7 @@
 // The pointers of a copy loop never alias: telling the compiler lets it vectorise freely.
 #define KILN_RESTRICT __restrict__
 
-namespace kiln {
+namespace kiln::cpu {
 namespace {
 
 // ---- GEMM: one name for float and double ---------------------------------------------------------
@@ -187,7 +189,7 @@ void col2im(const T* dcol,  // dcol is (C*R*S, P*Q)
 
 // ---- forward ---------------------------------------------------------------------------------------
 template <typename T>
-void conv2d_forward_cpu(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
+void conv2d_forward(Backend, const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const bool pointwise = is_pointwise(g);
 #pragma omp parallel for schedule(static) if (use_team(g))
@@ -210,7 +212,7 @@ void conv2d_forward_cpu(const T* x, const T* w, const T* b, T* y, const ConvGeom
 
 // ---- backward-data ---------------------------------------------------------------------------------
 template <typename T>
-void conv2d_backward_data_cpu(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+void conv2d_backward_data(Backend, const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const bool pointwise = is_pointwise(g);
 #pragma omp parallel for schedule(static) if (use_team(g))
@@ -226,7 +228,7 @@ void conv2d_backward_data_cpu(const T* dy, const T* w, T* dx, const ConvGeometry
 
 // ---- backward-weight -------------------------------------------------------------------------------
 template <typename T>
-void conv2d_backward_weight_cpu(const T* x, const T* dy, T* dw, T* db, const ConvGeometry& g) {
+void conv2d_backward_weight(Backend, const T* x, const T* dy, T* dw, T* db, const ConvGeometry& g) {
   const int64_t crs = g.c * g.r * g.s, pq = g.p * g.q, chw = g.c * g.h * g.w;
   const int64_t kcrs = g.k * crs;
   const bool pointwise = is_pointwise(g);
@@ -276,17 +278,14 @@ void conv2d_backward_weight_cpu(const T* x, const T* dy, T* dw, T* db, const Con
   }
 }
 
-template void conv2d_forward_cpu<float>(const float*, const float*, const float*, float*,
-                                        const ConvGeometry&);
-template void conv2d_forward_cpu<double>(const double*, const double*, const double*, double*,
-                                         const ConvGeometry&);
-template void conv2d_backward_data_cpu<float>(const float*, const float*, float*,
-                                              const ConvGeometry&);
-template void conv2d_backward_data_cpu<double>(const double*, const double*, double*,
-                                               const ConvGeometry&);
-template void conv2d_backward_weight_cpu<float>(const float*, const float*, float*, float*,
-                                                const ConvGeometry&);
-template void conv2d_backward_weight_cpu<double>(const double*, const double*, double*, double*,
-                                                 const ConvGeometry&);
+#define KILN_INSTANTIATE_CONV(T)                                                             \
+  template void conv2d_forward<T>(Backend, const T*, const T*, const T*, T*,                 \
+                                  const ConvGeometry&);                                      \
+  template void conv2d_backward_data<T>(Backend, const T*, const T*, T*, const ConvGeometry&); \
+  template void conv2d_backward_weight<T>(Backend, const T*, const T*, T*, T*,               \
+                                          const ConvGeometry&);
+KILN_INSTANTIATE_CONV(float)
+KILN_INSTANTIATE_CONV(double)
+#undef KILN_INSTANTIATE_CONV
 
-}  // namespace kiln
+}  // namespace kiln::cpu

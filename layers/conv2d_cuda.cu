@@ -1,5 +1,6 @@
-// conv2d_cuda.cu: the hand CUDA kernels of Conv2d, in two steps (conv2d_cpu.cpp is the
-// specification; the notation is the one of conv2d_kernels.h).
+// conv2d_cuda.cu: the hand CUDA kernels of Conv2d, cuda::conv2d_forward, conv2d_backward_data
+// and conv2d_backward_weight, in two steps (conv2d_cpu.cpp is the specification; the notation
+// is the one of conv2d_kernels.h; the family's map is in layers/conv2d.h).
 //
 // Step 1, the direct kernels (ConvKernel::Direct): one thread per element of the result, plain
 // loops over the sum, exactly the formula of conv2d.h. Forward: a thread per y[n][k][p][q] sums
@@ -34,7 +35,8 @@
 //   backward-weight  dw = dy  * col^T      M = K  N = C*R*S  Kred = N*P*Q
 //                    A(k, npq) = dy[n][k][pq]    B(npq, crs) = col again
 //
-// One kernel template runs all three (conv_implicit_gemm_kernel); a "problem" struct per GEMM
+// One kernel template runs all three (conv_implicit_gemm_kernel, with the problems in
+// layers/conv2d_implicit_gemm.cuh, namespace conv_detail); a "problem" struct per GEMM
 // says how to find A(i, kk), B(kk, j) and where C(i, j) goes. The kernel is the classic
 // register-blocked GEMM (engine/cuda/kernels/gemm.cu step 3 explains each idea):
 //   - a block of 256 threads (16 x 16) computes a BM x BN tile of the result, walking the
@@ -82,6 +84,10 @@
 #include "layers/conv2d_kernels.h"
 
 namespace kiln::cuda {
+
+// The implicit GEMM's kernel, problems and ConvDims (conv2d_implicit_gemm.cuh): this file is
+// their one user.
+using namespace conv_detail;
 
 namespace {
 
@@ -289,7 +295,7 @@ const char* conv_kernel_name(ConvKernel kernel) {
 }
 
 template <typename T>
-void conv2d_forward_cuda(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
+void conv2d_forward(Backend, const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
   const ConvDims d = conv_dims(g);
   if (d.n == 0) return;
   const ConvCudaOptions opt = conv2d_cuda_options();
@@ -305,7 +311,7 @@ void conv2d_forward_cuda(const T* x, const T* w, const T* b, T* y, const ConvGeo
 }
 
 template <typename T>
-void conv2d_backward_data_cuda(const T* dy, const T* w, T* dx, const ConvGeometry& g) {
+void conv2d_backward_data(Backend, const T* dy, const T* w, T* dx, const ConvGeometry& g) {
   const ConvDims d = conv_dims(g);
   if (d.n == 0) return;
   const ConvCudaOptions opt = conv2d_cuda_options();
@@ -321,7 +327,7 @@ void conv2d_backward_data_cuda(const T* dy, const T* w, T* dx, const ConvGeometr
 }
 
 template <typename T>
-void conv2d_backward_weight_cuda(const T* x, const T* dy, T* dw, T* db, const ConvGeometry& g) {
+void conv2d_backward_weight(Backend, const T* x, const T* dy, T* dw, T* db, const ConvGeometry& g) {
   const ConvDims d = conv_dims(g);
   const ConvCudaOptions opt = conv2d_cuda_options();
   if (dw) {
@@ -367,10 +373,12 @@ void conv2d_backward_weight_cuda(const T* x, const T* dy, T* dw, T* db, const Co
   }
 }
 
-#define KILN_INSTANTIATE_CONV(T)                                                               \
-  template void conv2d_forward_cuda<T>(const T*, const T*, const T*, T*, const ConvGeometry&); \
-  template void conv2d_backward_data_cuda<T>(const T*, const T*, T*, const ConvGeometry&);     \
-  template void conv2d_backward_weight_cuda<T>(const T*, const T*, T*, T*, const ConvGeometry&);
+#define KILN_INSTANTIATE_CONV(T)                                                             \
+  template void conv2d_forward<T>(Backend, const T*, const T*, const T*, T*,                 \
+                                  const ConvGeometry&);                                      \
+  template void conv2d_backward_data<T>(Backend, const T*, const T*, T*, const ConvGeometry&); \
+  template void conv2d_backward_weight<T>(Backend, const T*, const T*, T*, T*,               \
+                                          const ConvGeometry&);
 KILN_INSTANTIATE_CONV(float)
 KILN_INSTANTIATE_CONV(double)
 #undef KILN_INSTANTIATE_CONV

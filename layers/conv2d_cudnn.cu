@@ -1,4 +1,5 @@
-// conv2d_cudnn.cu: the vendor CUDA path of Conv2d, through cuDNN 9's convolution API (the
+// conv2d_cudnn.cu: the vendor CUDA path of Conv2d (cuda::conv2d_forward_vendor,
+// conv2d_backward_vendor and their _lowp_ forms), through cuDNN 9's convolution API (the
 // "legacy" descriptor API: cudnnConvolutionForward / BackwardData / BackwardFilter). Under the
 // CUDA simulator cuDNN is its simulated subset (engine/cuda/sim/cudnn.h).
 //
@@ -24,7 +25,7 @@
 // sums dy per channel with cudnnConvolutionBackwardBias. Layouts are our plain NCHW and KCRS:
 // cuDNN takes them as they are, no reorders.
 //
-// Mixed precision (conv2d_forward_cudnn_lowp, conv2d_backward_cudnn_lowp): x, w and dy in bf16
+// Mixed precision (conv2d_forward_lowp_vendor, conv2d_backward_lowp_vendor): x, w and dy in bf16
 // or f16, summed in float on the tensor cores: cuDNN's PSEUDO_HALF_CONFIG and
 // PSEUDO_BFLOAT16_CONFIG (CUDNN_DATA_HALF or CUDNN_DATA_BFLOAT16 descriptors, compute type
 // FLOAT, CUDNN_TENSOR_OP_MATH; cuDNN API reference, cudnnConvolutionForward's table of
@@ -76,7 +77,7 @@ bool is_16bit(cudnnDataType_t dt) { return dt == CUDNN_DATA_HALF || dt == CUDNN_
 // The cuDNN type of a 16-bit Kiln dtype; an Error for the others.
 cudnnDataType_t cudnn_lowp_dtype(DType in, const char* who) {
   KILN_CHECK(is_low_precision(in), who, ": x, w (and dy) must be bf16 or f16, not ",
-             dtype_name(in), " (conv2d_forward_cudnn / conv2d_backward_cudnn take f32 and f64)");
+             dtype_name(in), " (conv2d_forward_vendor / conv2d_backward_vendor take f32 and f64)");
   return in == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
 }
 
@@ -337,7 +338,8 @@ void run_backward_filter(cudnnHandle_t handle, const Plan& plan,
 }  // namespace
 
 template <typename T>
-void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g) {
+void conv2d_forward_vendor(Backend, const T* x, const T* w, const T* b, T* y,
+                           const ConvGeometry& g) {
   if (g.n == 0) return;
   cudnnHandle_t handle = cudnn_handle();
   std::unique_lock<std::mutex> lock(g_plans_mutex);
@@ -351,8 +353,8 @@ void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGe
 }
 
 template <typename T>
-void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T* db,
-                           const ConvGeometry& g) {
+void conv2d_backward_vendor(Backend, const T* x, const T* dy, const T* w, T* dx, T* dw, T* db,
+                            const ConvGeometry& g) {
   if (g.n == 0) return;  // the op zeroes dw and db of an empty batch itself
   cudnnHandle_t handle = cudnn_handle();
   std::unique_lock<std::mutex> lock(g_plans_mutex);
@@ -370,10 +372,10 @@ void conv2d_backward_cudnn(const T* x, const T* dy, const T* w, T* dx, T* dw, T*
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y, dy, &zero, plan.bias, db));
 }
 
-void conv2d_forward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* w, const float* b,
-                               float* y, const ConvGeometry& g) {
-  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_forward_cudnn_lowp");
-  if (g.n == 0) return;
+bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* w,
+                                const float* b, float* y, const ConvGeometry& g) {
+  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_forward_lowp_vendor");
+  if (g.n == 0) return true;
   cudnnHandle_t handle = cudnn_handle();
   // cuDNN writes y in the input type: into scratch, widened into the f32 y afterwards.
   const int64_t y_count = g.n * g.k * g.p * g.q;
@@ -387,13 +389,14 @@ void conv2d_forward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* w, c
   convert(y16.raw_data(), in, y, DType::F32, y_count);
   const float one = 1;
   if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y));
+  return true;
 }
 
-void conv2d_backward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* dy,
-                                const uint16_t* w, float* dx, float* dw, float* db,
-                                const ConvGeometry& g) {
-  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_backward_cudnn_lowp");
-  if (g.n == 0) return;  // as conv2d_backward_cudnn: the op zeroes dw and db of an empty batch
+bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* dy,
+                                 const uint16_t* w, float* dx, float* dw, float* db,
+                                 const ConvGeometry& g) {
+  const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_backward_lowp_vendor");
+  if (g.n == 0) return true;  // as conv2d_backward_vendor: the op zeroes dw and db of an empty batch
   cudnnHandle_t handle = cudnn_handle();
   // dx and dw come out of cuDNN in the input type: into scratch, widened afterwards.
   const int64_t x_count = g.n * g.c * g.h * g.w, w_count = g.k * g.c * g.r * g.s;
@@ -423,15 +426,16 @@ void conv2d_backward_cudnn_lowp(DType in, const uint16_t* x, const uint16_t* dy,
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_f32, dy32.raw_data(), &zero,
                                                   plan.bias, db));
   }
+  return true;
 }
 
-template void conv2d_forward_cudnn<float>(const float*, const float*, const float*, float*,
+#define KILN_INSTANTIATE_CONV(T)                                                              \
+  template void conv2d_forward_vendor<T>(Backend, const T*, const T*, const T*, T*,           \
+                                         const ConvGeometry&);                                \
+  template void conv2d_backward_vendor<T>(Backend, const T*, const T*, const T*, T*, T*, T*,  \
                                           const ConvGeometry&);
-template void conv2d_forward_cudnn<double>(const double*, const double*, const double*, double*,
-                                           const ConvGeometry&);
-template void conv2d_backward_cudnn<float>(const float*, const float*, const float*, float*,
-                                           float*, float*, const ConvGeometry&);
-template void conv2d_backward_cudnn<double>(const double*, const double*, const double*,
-                                            double*, double*, double*, const ConvGeometry&);
+KILN_INSTANTIATE_CONV(float)
+KILN_INSTANTIATE_CONV(double)
+#undef KILN_INSTANTIATE_CONV
 
 }  // namespace kiln::cuda

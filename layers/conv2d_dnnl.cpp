@@ -1,5 +1,7 @@
-// conv2d_dnnl.cpp: the vendor CPU path of Conv2d, through oneDNN (Debian's libdnnl, v2.6), the
-// library PyTorch's CPU convolutions use. Float here; double always takes the hand kernels.
+// conv2d_dnnl.cpp: the vendor CPU path of Conv2d, cpu::conv2d_forward_vendor and
+// cpu::conv2d_backward_vendor, through oneDNN (Debian's libdnnl, v2.6), the library PyTorch's
+// CPU convolutions use. Float here; double always takes the hand kernels (conv_impl,
+// engine/impl.h).
 // The primitives, their cache and their execution are shared with the bf16/f16 entry points
 // of conv2d_dnnl_lowp.cpp through conv2d_dnnl_primitives.h.
 //
@@ -309,14 +311,16 @@ void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void*
 
 // ---- the f32 entry points (conv2d_kernels.h) ----------------------------------------------------
 
-void conv2d_forward_dnnl(const float* x, const float* w, const float* b, float* y,
-                         const ConvGeometry& g) {
+namespace cpu {
+
+void conv2d_forward_vendor(Backend, const float* x, const float* w, const float* b, float* y,
+                           const ConvGeometry& g) {
   dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, b != nullptr, DType::F32);
   dnnl_conv::run_forward(*cp, x, w, b, y);
 }
 
-void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float* dx,
-                          float* dw, float* db, const ConvGeometry& g) {
+void conv2d_backward_vendor(Backend, const float* x, const float* dy, const float* w, float* dx,
+                            float* dw, float* db, const ConvGeometry& g) {
   dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, db != nullptr, DType::F32);
   // f32 always has kernels: these create the primitives (or throw naming the shape).
   if (dw || db) dnnl_conv::backward_weights_kind(*cp, g, DType::F32);
@@ -324,4 +328,5 @@ void conv2d_backward_dnnl(const float* x, const float* dy, const float* w, float
   dnnl_conv::run_backward(*cp, x, dy, w, dx, dw, db);
 }
 
+}  // namespace cpu
 }  // namespace kiln

@@ -1,4 +1,5 @@
-// conv2d_dnnl_lowp.cpp: oneDNN convolutions of mixed-precision training: x, w and dy in bf16 or
+// conv2d_dnnl_lowp.cpp: oneDNN convolutions of mixed-precision training,
+// cpu::conv2d_forward_lowp_vendor and cpu::conv2d_backward_lowp_vendor: x, w and dy in bf16 or
 // f16, y, dx, dw and db in f32 (contract: conv2d_kernels.h). oneDNN reads the 16-bit inputs,
 // multiplies them exactly and sums in f32, like the GEMMs of engine/gemm_lowp_cpu.h.
 //
@@ -14,7 +15,7 @@
 #include "layers/conv2d_dnnl_primitives.h"
 #include "layers/conv2d_kernels.h"
 
-namespace kiln {
+namespace kiln::cpu {
 namespace {
 
 void check_lowp_call(DType in, const ConvGeometry& g, const char* who) {
@@ -26,18 +27,19 @@ void check_lowp_call(DType in, const ConvGeometry& g, const char* who) {
 
 }  // namespace
 
-bool conv2d_forward_dnnl_lowp(DType in, const uint16_t* x, const uint16_t* w, const float* b,
-                              float* y, const ConvGeometry& g) {
-  check_lowp_call(in, g, "conv2d_forward_dnnl_lowp");
+bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* w,
+                                const float* b, float* y, const ConvGeometry& g) {
+  check_lowp_call(in, g, "conv2d_forward_lowp_vendor");
   dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, b != nullptr, in);
   if (cp == nullptr || dnnl_conv::forward_kind(*cp) != dnnl_conv::KernelKind::Fast) return false;
   dnnl_conv::run_forward(*cp, x, w, b, y);
   return true;
 }
 
-bool conv2d_backward_dnnl_lowp(DType in, const uint16_t* x, const uint16_t* dy, const uint16_t* w,
-                               float* dx, float* dw, float* db, const ConvGeometry& g) {
-  check_lowp_call(in, g, "conv2d_backward_dnnl_lowp");
+bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* dy,
+                                 const uint16_t* w, float* dx, float* dw, float* db,
+                                 const ConvGeometry& g) {
+  check_lowp_call(in, g, "conv2d_backward_lowp_vendor");
   const bool weights = dw != nullptr || db != nullptr;
   dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, db != nullptr, in);
   if (cp == nullptr) return false;
@@ -49,4 +51,4 @@ bool conv2d_backward_dnnl_lowp(DType in, const uint16_t* x, const uint16_t* dy, 
   return true;
 }
 
-}  // namespace kiln
+}  // namespace kiln::cpu

@@ -1,7 +1,7 @@
 // conv2d_implicit_gemm.cuh: step 2 of the hand CUDA convolution, the implicit-GEMM kernel and
-// its three "problems" (forward, backward-data, backward-weight). Device code only, included by
-// layers/conv2d_cuda.cu alone, whose top comment explains the method; split out to keep each
-// file readable in one sitting.
+// its three "problems" (forward, backward-data, backward-weight), in kiln::cuda::conv_detail.
+// Device code and the geometry it indexes with, included by layers/conv2d_cuda.cu alone, whose
+// top comment explains the method; split out to keep each file readable in one sitting.
 #pragma once
 
 #include "engine/cuda/runtime.h"
@@ -14,9 +14,7 @@
 #include "engine/error.h"
 #include "layers/conv2d_kernels.h"
 
-namespace kiln::cuda {
-namespace {
-
+namespace kiln::cuda::conv_detail {
 
 // The geometry in 32-bit integers (the host checked every tensor has < 2^31 elements), with
 // the products the kernels use over and over.
@@ -28,7 +26,7 @@ struct ConvDims {
   int rs, hw, pq, chw, crs, krs;
 };
 
-ConvDims conv_dims(const ConvGeometry& g) {
+inline ConvDims conv_dims(const ConvGeometry& g) {
   const int64_t x_numel = g.n * g.c * g.h * g.w, y_numel = g.n * g.k * g.p * g.q;
   const int64_t w_numel = g.k * g.c * g.r * g.s;
   KILN_CHECK(x_numel < INT_MAX && y_numel < INT_MAX && w_numel < INT_MAX,
@@ -333,5 +331,4 @@ __global__ void conv2d_sum_splits_kernel(const T* __restrict__ partial, T* __res
   }
 }
 
-}  // namespace
-}  // namespace kiln::cuda
+}  // namespace kiln::cuda::conv_detail

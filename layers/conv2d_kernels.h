@@ -1,16 +1,15 @@
 // conv2d_kernels.h: the raw kernels of Conv2d (internal to layers/; include conv2d.h to use
-// convolutions). Kernels see contiguous row-major buffers and a ConvGeometry; all shape and
-// device checks happened before, in conv2d.cpp.
+// convolutions, and read its top comment for the map of every conv2d file). Kernels see
+// contiguous row-major buffers and a ConvGeometry; all shape and device checks happened before,
+// in conv2d.cpp.
 //
-//   CPU hand    (conv2d_cpu.cpp)    im2col + GEMM (OpenBLAS), OpenMP over the images of the
-//                                   batch; templated on float and double
-//   CPU vendor  (conv2d_dnnl.cpp)   oneDNN primitives, float; and (conv2d_dnnl_lowp.cpp) bf16 /
-//                                   f16 inputs with f32 outputs, for mixed precision
-//   CUDA hand   (conv2d_cuda.cu)    implicit GEMM (im2col done on the fly while loading tiles),
-//                                   float and double; plus the direct loops it is checked against
-//   CUDA vendor (conv2d_cudnn.cu)   cuDNN, float and double, and bf16/f16 inputs with f32
-//                                   outputs (mixed precision); the simulated cuDNN under the
-//                                   simulator
+// Every kernel has a twin of the same name and signature in the other backend's namespace,
+// whose first parameter is that namespace's Backend (engine/dispatch.h): conv2d.cpp calls them
+// unqualified and the backend's type picks the twin. The hand kernels are conv2d_forward,
+// conv2d_backward_data and conv2d_backward_weight; the vendor library's carry the suffix
+// _vendor (oneDNN on the CPU, float only; cuDNN on CUDA, float and double), and the
+// low-precision ones of mixed precision (bf16 / f16 inputs, f32 outputs) are vendor only:
+// conv2d_forward_lowp_vendor, conv2d_backward_lowp_vendor.
 //
 // Names: x (N, C, H, W) input, w (K, C, R, S) weights, b (K) bias, y (N, K, P, Q) output,
 // with P = (H + 2*pad - R) / stride + 1 and Q = (W + 2*pad - S) / stride + 1.
@@ -19,6 +18,7 @@
 
 #include <cstdint>
 
+#include "engine/backend.h"
 #include "engine/dtype.h"
 
 namespace kiln {
@@ -34,44 +34,54 @@ struct ConvGeometry {
   bool x_blocked = false, y_blocked = false;
 };
 
-// ---- hand kernels (conv2d_cpu.cpp) -------------------------------------------------------------
+}  // namespace kiln
+
+namespace kiln::cpu {
+
+// ---- hand kernels (conv2d_cpu.cpp): im2col + GEMM (OpenBLAS), float and double ---------------
 // y = conv(x, w) + b. b may be null (no bias). y is written, never read.
 template <typename T>
-void conv2d_forward_cpu(const T* x,  // x is (N, C, H, W)
-                        const T* w,  // w is (K, C, R, S)
-                        const T* b,  // b is (K) or null
-                        T* y,        // y is (N, K, P, Q)
-                        const ConvGeometry& g);
+void conv2d_forward(Backend,
+                    const T* x,  // x is (N, C, H, W)
+                    const T* w,  // w is (K, C, R, S)
+                    const T* b,  // b is (K) or null
+                    T* y,        // y is (N, K, P, Q)
+                    const ConvGeometry& g);
 
 // dx = conv_transpose(dy, w). dx is written, never read.
 template <typename T>
-void conv2d_backward_data_cpu(const T* dy,  // dy is (N, K, P, Q)
-                              const T* w,   // w is (K, C, R, S)
-                              T* dx,        // dx is (N, C, H, W)
-                              const ConvGeometry& g);
+void conv2d_backward_data(Backend,
+                          const T* dy,  // dy is (N, K, P, Q)
+                          const T* w,   // w is (K, C, R, S)
+                          T* dx,        // dx is (N, C, H, W)
+                          const ConvGeometry& g);
 
 // dw = sum over images of dy[n] * im2col(x[n])^T; db = sum of dy over (N, P, Q).
 // dw or db may be null when that gradient is not needed. Both are written, never read.
 // Bit-reproducible for a fixed thread count (partial sums reduced in thread order).
 template <typename T>
-void conv2d_backward_weight_cpu(const T* x,   // x is (N, C, H, W)
-                                const T* dy,  // dy is (N, K, P, Q)
-                                T* dw,        // dw is (K, C, R, S) or null
-                                T* db,        // db is (K) or null
-                                const ConvGeometry& g);
+void conv2d_backward_weight(Backend,
+                            const T* x,   // x is (N, C, H, W)
+                            const T* dy,  // dy is (N, K, P, Q)
+                            T* dw,        // dw is (K, C, R, S) or null
+                            T* db,        // db is (K) or null
+                            const ConvGeometry& g);
 
-// ---- vendor kernels (conv2d_dnnl.cpp), float only ------------------------------------------------
-// Same contracts as the hand kernels above. Backward is one call: dy is reordered into
-// oneDNN's layout once for both gradients. dx, dw, db may each be null (not needed).
-void conv2d_forward_dnnl(const float* x, const float* w, const float* b, float* y,
-                         const ConvGeometry& g);
-void conv2d_backward_dnnl(const float* x,   // x is (N, C, H, W)
-                          const float* dy,  // dy is (N, K, P, Q)
-                          const float* w,   // w is (K, C, R, S)
-                          float* dx,        // dx is (N, C, H, W) or null
-                          float* dw,        // dw is (K, C, R, S) or null
-                          float* db,        // db is (K) or null
-                          const ConvGeometry& g);
+// ---- vendor kernels (conv2d_dnnl.cpp): oneDNN, float only --------------------------------------
+// Same contracts as the hand kernels above; x, dx and y, dy may be channel-blocked (g says).
+// Backward is one call: dy is reordered into oneDNN's layout once for both gradients. dx, dw,
+// db may each be null (not needed), but db only with dw: oneDNN sums the bias gradient in the
+// weight pass (conv2d.cpp computes a lone db itself).
+void conv2d_forward_vendor(Backend, const float* x, const float* w, const float* b, float* y,
+                           const ConvGeometry& g);
+void conv2d_backward_vendor(Backend,
+                            const float* x,   // x is (N, C, H, W)
+                            const float* dy,  // dy is (N, K, P, Q)
+                            const float* w,   // w is (K, C, R, S)
+                            float* dx,        // dx is (N, C, H, W) or null
+                            float* dw,        // dw is (K, C, R, S) or null
+                            float* db,        // db is (K) or null, and null when dw is
+                            const ConvGeometry& g);
 
 // ---- vendor kernels for mixed precision (conv2d_dnnl_lowp.cpp) ----------------------------------
 // oneDNN convolution with bf16/f16 x and w, f32 bias and f32 y (forward); dy low precision,
@@ -79,23 +89,24 @@ void conv2d_backward_dnnl(const float* x,   // x is (N, C, H, W)
 // patterns. NCHW only (g.x_blocked and g.y_blocked false). Return false, doing nothing, when
 // oneDNN has no non-reference implementation for `in` on this CPU (the caller then converts
 // and runs the f32 kernels). The products are exact and summed in f32.
-bool conv2d_forward_dnnl_lowp(DType in,
-                              const uint16_t* x,  // x is (N, C, H, W)
-                              const uint16_t* w,  // w is (K, C, R, S)
-                              const float* b,     // b is (K) or null
-                              float* y,           // y is (N, K, P, Q), written, never read
-                              const ConvGeometry& g);
-// dx, dw, db may each be null (not needed); x may be null when dw and db are, w when dx is.
-bool conv2d_backward_dnnl_lowp(DType in,
-                               const uint16_t* x,   // x is (N, C, H, W)
-                               const uint16_t* dy,  // dy is (N, K, P, Q)
-                               const uint16_t* w,   // w is (K, C, R, S)
-                               float* dx,           // dx is (N, C, H, W) or null
-                               float* dw,           // dw is (K, C, R, S) or null
-                               float* db,           // db is (K) or null
-                               const ConvGeometry& g);
+bool conv2d_forward_lowp_vendor(Backend, DType in,
+                                const uint16_t* x,  // x is (N, C, H, W)
+                                const uint16_t* w,  // w is (K, C, R, S)
+                                const float* b,     // b is (K) or null
+                                float* y,           // y is (N, K, P, Q), written, never read
+                                const ConvGeometry& g);
+// dx, dw, db may each be null (not needed), db only with dw as in conv2d_backward_vendor; x may
+// be null when dw and db are, w when dx is.
+bool conv2d_backward_lowp_vendor(Backend, DType in,
+                                 const uint16_t* x,   // x is (N, C, H, W)
+                                 const uint16_t* dy,  // dy is (N, K, P, Q)
+                                 const uint16_t* w,   // w is (K, C, R, S)
+                                 float* dx,           // dx is (N, C, H, W) or null
+                                 float* dw,           // dw is (K, C, R, S) or null
+                                 float* db,           // db is (K) or null, and null when dw is
+                                 const ConvGeometry& g);
 
-}  // namespace kiln
+}  // namespace kiln::cpu
 
 // ---- CUDA (layers/conv2d_cuda.cu, layers/conv2d_cudnn.cu) -------------------------------------
 // The same contracts as the CPU kernels, with device pointers of the current device. Work is
@@ -105,25 +116,28 @@ bool conv2d_backward_dnnl_lowp(DType in,
 // algorithms too, wherever cuDNN offers one for the shape (conv2d_cudnn.cu).
 namespace kiln::cuda {
 
-// ---- hand kernels (conv2d_cuda.cu) -----------------------------------------------------------
+// ---- hand kernels (conv2d_cuda.cu): implicit GEMM, float and double ---------------------------
 template <typename T>
-void conv2d_forward_cuda(const T* x,  // x is (N, C, H, W)
-                         const T* w,  // w is (K, C, R, S)
-                         const T* b,  // b is (K) or null
-                         T* y,        // y is (N, K, P, Q), written, never read
-                         const ConvGeometry& g);
+void conv2d_forward(Backend,
+                    const T* x,  // x is (N, C, H, W)
+                    const T* w,  // w is (K, C, R, S)
+                    const T* b,  // b is (K) or null
+                    T* y,        // y is (N, K, P, Q), written, never read
+                    const ConvGeometry& g);
 template <typename T>
-void conv2d_backward_data_cuda(const T* dy,  // dy is (N, K, P, Q)
-                               const T* w,   // w is (K, C, R, S)
-                               T* dx,        // dx is (N, C, H, W), written, never read
-                               const ConvGeometry& g);
+void conv2d_backward_data(Backend,
+                          const T* dy,  // dy is (N, K, P, Q)
+                          const T* w,   // w is (K, C, R, S)
+                          T* dx,        // dx is (N, C, H, W), written, never read
+                          const ConvGeometry& g);
 // dw or db may be null (not needed); x may be null when dw is.
 template <typename T>
-void conv2d_backward_weight_cuda(const T* x,   // x is (N, C, H, W)
-                                 const T* dy,  // dy is (N, K, P, Q)
-                                 T* dw,        // dw is (K, C, R, S) or null
-                                 T* db,        // db is (K) or null
-                                 const ConvGeometry& g);
+void conv2d_backward_weight(Backend,
+                            const T* x,   // x is (N, C, H, W)
+                            const T* dy,  // dy is (N, K, P, Q)
+                            T* dw,        // dw is (K, C, R, S) or null
+                            T* db,        // db is (K) or null
+                            const ConvGeometry& g);
 
 // Which hand kernel runs, for the tests and benchmarks (conv2d_cuda.cu explains each step):
 //   Direct        step 1: one thread per output element, plain loops (the readable reference)
@@ -137,44 +151,49 @@ struct ConvCudaOptions {
   ConvTile tile = ConvTile::Auto;
   int weight_splits = 0;  // backward-weight split-K factor; 0 = chosen per shape
 };
-// Process-wide; tests force each launch branch with it, benchmarks compare the steps. Set it
-// while no convolution runs on another thread.
+// Process-wide; tests force each launch branch with it, benchmarks compare the steps. It only
+// chooses among the hand kernels: whether the hand or the vendor kernels run at all is
+// conv_impl's decision (engine/impl.h). Set it while no convolution runs on another thread.
 ConvCudaOptions conv2d_cuda_options();
 void set_conv2d_cuda_options(const ConvCudaOptions& options);
 const char* conv_kernel_name(ConvKernel kernel);  // "direct" | "implicit-gemm"
 
 // ---- vendor kernels (conv2d_cudnn.cu): cuDNN (simulated under the simulator) ----------------
-// Same contracts as the hand kernels. Backward is one call; dx, dw, db may each be null.
+// Same contracts as the hand kernels. Backward is one call; dx, dw, db may each be null (db
+// also without dw: cuDNN sums it on its own).
 template <typename T>
-void conv2d_forward_cudnn(const T* x, const T* w, const T* b, T* y, const ConvGeometry& g);
-template <typename T>
-void conv2d_backward_cudnn(const T* x,   // x is (N, C, H, W), or null when dw is
-                           const T* dy,  // dy is (N, K, P, Q)
-                           const T* w,   // w is (K, C, R, S), or null when dx is
-                           T* dx,        // dx is (N, C, H, W) or null
-                           T* dw,        // dw is (K, C, R, S) or null
-                           T* db,        // db is (K) or null
+void conv2d_forward_vendor(Backend, const T* x, const T* w, const T* b, T* y,
                            const ConvGeometry& g);
+template <typename T>
+void conv2d_backward_vendor(Backend,
+                            const T* x,   // x is (N, C, H, W), or null when dw is
+                            const T* dy,  // dy is (N, K, P, Q)
+                            const T* w,   // w is (K, C, R, S), or null when dx is
+                            T* dx,        // dx is (N, C, H, W) or null
+                            T* dw,        // dw is (K, C, R, S) or null
+                            T* db,        // db is (K) or null
+                            const ConvGeometry& g);
 
 // Mixed precision through cuDNN: x, w (and dy) are bf16 or f16 bit patterns (`in` is
 // DType::BF16 or DType::F16), the sums run in float on tensor cores (CUDNN_DATA_BFLOAT16 /
 // CUDNN_DATA_HALF with compute type FLOAT, CUDNN_TENSOR_OP_MATH). cuDNN writes y, dx and dw in
 // `in`: each is computed into scratch, rounded once to `in`, and widened into the f32 output.
-// b and db are f32: y = widen(conv(x, w)) + b, db = the f32 sum of widened dy.
-void conv2d_forward_cudnn_lowp(DType in,
-                               const uint16_t* x,  // x is (N, C, H, W)
-                               const uint16_t* w,  // w is (K, C, R, S)
-                               const float* b,     // b is (K) or null
-                               float* y,           // y is (N, K, P, Q), written, never read
-                               const ConvGeometry& g);
-// dx, dw, db may each be null (not needed); x may be null when dw is, w when dx is.
-void conv2d_backward_cudnn_lowp(DType in,
-                                const uint16_t* x,   // x is (N, C, H, W)
-                                const uint16_t* dy,  // dy is (N, K, P, Q)
-                                const uint16_t* w,   // w is (K, C, R, S)
-                                float* dx,           // dx is (N, C, H, W) or null
-                                float* dw,           // dw is (K, C, R, S) or null
-                                float* db,           // db is (K) or null
+// b and db are f32: y = widen(conv(x, w)) + b, db = the f32 sum of widened dy. They return
+// true (they always run), as the CPU twins do when oneDNN has a kernel.
+bool conv2d_forward_lowp_vendor(Backend, DType in,
+                                const uint16_t* x,  // x is (N, C, H, W)
+                                const uint16_t* w,  // w is (K, C, R, S)
+                                const float* b,     // b is (K) or null
+                                float* y,           // y is (N, K, P, Q), written, never read
                                 const ConvGeometry& g);
+// dx, dw, db may each be null (not needed); x may be null when dw is, w when dx is.
+bool conv2d_backward_lowp_vendor(Backend, DType in,
+                                 const uint16_t* x,   // x is (N, C, H, W)
+                                 const uint16_t* dy,  // dy is (N, K, P, Q)
+                                 const uint16_t* w,   // w is (K, C, R, S)
+                                 float* dx,           // dx is (N, C, H, W) or null
+                                 float* dw,           // dw is (K, C, R, S) or null
+                                 float* db,           // db is (K) or null
+                                 const ConvGeometry& g);
 
 }  // namespace kiln::cuda

@@ -1,5 +1,5 @@
 // conv2d_cudnn_lowp_cuda_test.cpp: the mixed-precision cuDNN convolutions (layers/conv2d_cudnn.cu:
-// conv2d_forward_cudnn_lowp, conv2d_backward_cudnn_lowp; the simulated cuDNN under the
+// cuda::conv2d_forward_lowp_vendor, conv2d_backward_lowp_vendor; the simulated cuDNN under the
 // simulator): bf16 and f16 x, w and dy, f32 b, y, dx, dw, db, against loops in double on the same
 // rounded inputs. Odd shapes: batch 1, one channel, stride 2, padding, 1x1 filters, outputs of
 // one pixel. Outputs are filled with NaN first (written, never read); each of dx, dw, db may be
@@ -141,11 +141,12 @@ void check_case(const Case& t, DType in, uint32_t seed) {
   Tensor dx = nan_f32({g.n, g.c, g.h, g.w}), dw = nan_f32({g.k, g.c, g.r, g.s}), db = nan_f32({g.k});
   {
     cuda::DeviceGuard guard(0);
-    cuda::conv2d_forward_cudnn_lowp(in, bits(in_t.x_d), bits(in_t.w_d), in_t.b_d.data<float>(),
-                                    f32(y), g);
-    cuda::conv2d_forward_cudnn_lowp(in, bits(in_t.x_d), bits(in_t.w_d), nullptr, f32(y_nobias), g);
-    cuda::conv2d_backward_cudnn_lowp(in, bits(in_t.x_d), bits(in_t.dy_d), bits(in_t.w_d), f32(dx),
-                                     f32(dw), f32(db), g);
+    cuda::conv2d_forward_lowp_vendor(cuda::Backend{}, in, bits(in_t.x_d), bits(in_t.w_d),
+                                     in_t.b_d.data<float>(), f32(y), g);
+    cuda::conv2d_forward_lowp_vendor(cuda::Backend{}, in, bits(in_t.x_d), bits(in_t.w_d), nullptr,
+                                     f32(y_nobias), g);
+    cuda::conv2d_backward_lowp_vendor(cuda::Backend{}, in, bits(in_t.x_d), bits(in_t.dy_d),
+                                      bits(in_t.w_d), f32(dx), f32(dw), f32(db), g);
   }
   EXPECT_TRUE(near(what + " y - b", without_bias(y.to(testing::kCpu), in_t.b32), ref.y, rtol));
   EXPECT_TRUE(near(what + " y (no bias)", y_nobias.to(DType::F64), ref.y, rtol));
@@ -177,8 +178,8 @@ TEST(Conv2dCudnnLowp, EachGradientMayBeLeftOut) {
   Tensor db_all = nan_f32({g.k});
   {
     cuda::DeviceGuard guard(0);
-    cuda::conv2d_backward_cudnn_lowp(DType::BF16, bits(in_t.x_d), bits(in_t.dy_d), bits(in_t.w_d),
-                                     f32(dx_all), f32(dw_all), f32(db_all), g);
+    cuda::conv2d_backward_lowp_vendor(cuda::Backend{}, DType::BF16, bits(in_t.x_d), bits(in_t.dy_d),
+                                      bits(in_t.w_d), f32(dx_all), f32(dw_all), f32(db_all), g);
   }
   for (int mask = 0; mask < 8; ++mask) {
     const bool want_dx = mask & 1, want_dw = mask & 2, want_db = mask & 4;
@@ -187,9 +188,9 @@ TEST(Conv2dCudnnLowp, EachGradientMayBeLeftOut) {
     Tensor db = want_db ? nan_f32({g.k}) : Tensor();
     {
       cuda::DeviceGuard guard(0);
-      cuda::conv2d_backward_cudnn_lowp(DType::BF16, want_dw ? bits(in_t.x_d) : nullptr,
-                                       bits(in_t.dy_d), want_dx ? bits(in_t.w_d) : nullptr,
-                                       f32(dx), f32(dw), f32(db), g);
+      cuda::conv2d_backward_lowp_vendor(
+          cuda::Backend{}, DType::BF16, want_dw ? bits(in_t.x_d) : nullptr, bits(in_t.dy_d),
+          want_dx ? bits(in_t.w_d) : nullptr, f32(dx), f32(dw), f32(db), g);
     }
     const std::string what = "mask " + std::to_string(mask);
     if (want_dx) {
@@ -215,8 +216,8 @@ TEST(Conv2dCudnnLowp, BackwardIsDeterministic) {
     dx[run] = nan_f32({g.n, g.c, g.h, g.w}), dw[run] = nan_f32({g.k, g.c, g.r, g.s});
     db[run] = nan_f32({g.k});
     cuda::DeviceGuard guard(0);
-    cuda::conv2d_backward_cudnn_lowp(DType::F16, bits(in_t.x_d), bits(in_t.dy_d), bits(in_t.w_d),
-                                     f32(dx[run]), f32(dw[run]), f32(db[run]), g);
+    cuda::conv2d_backward_lowp_vendor(cuda::Backend{}, DType::F16, bits(in_t.x_d), bits(in_t.dy_d),
+                                      bits(in_t.w_d), f32(dx[run]), f32(dw[run]), f32(db[run]), g);
   }
   EXPECT_TRUE(bit_identical("dx", dx[0], dx[1]));
   EXPECT_TRUE(bit_identical("dw", dw[0], dw[1]));
@@ -231,19 +232,20 @@ TEST(Conv2dCudnnLowp, EmptyBatchAndOtherDtypes) {
   Tensor y = Tensor::empty({0}, DType::F32, kCuda);
   cuda::DeviceGuard guard(0);
   // N = 0: nothing to compute, nothing touched (the op zeroes dw and db of an empty batch).
-  EXPECT_NO_THROW(cuda::conv2d_forward_cudnn_lowp(DType::BF16, nullptr, nullptr, nullptr,
-                                                  y.data<float>(), g));
-  EXPECT_NO_THROW(cuda::conv2d_backward_cudnn_lowp(DType::F16, nullptr, nullptr, nullptr, nullptr,
-                                                   nullptr, nullptr, g));
+  EXPECT_NO_THROW(cuda::conv2d_forward_lowp_vendor(cuda::Backend{}, DType::BF16, nullptr, nullptr,
+                                                   nullptr, y.data<float>(), g));
+  EXPECT_NO_THROW(cuda::conv2d_backward_lowp_vendor(cuda::Backend{}, DType::F16, nullptr, nullptr,
+                                                    nullptr, nullptr, nullptr, nullptr, g));
   for (DType bad : {DType::F32, DType::F64}) {
     try {
-      cuda::conv2d_forward_cudnn_lowp(bad, nullptr, nullptr, nullptr, nullptr, kCases[0].geometry());
+      cuda::conv2d_forward_lowp_vendor(cuda::Backend{}, bad, nullptr, nullptr, nullptr, nullptr,
+                                       kCases[0].geometry());
       FAIL() << "no error for " << dtype_name(bad);
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("bf16 or f16"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(cuda::conv2d_backward_cudnn_lowp(bad, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                  nullptr, kCases[0].geometry()),
+    EXPECT_THROW(cuda::conv2d_backward_lowp_vendor(cuda::Backend{}, bad, nullptr, nullptr, nullptr,
+                                                   nullptr, nullptr, nullptr, kCases[0].geometry()),
                  Error);
   }
 }

@@ -1,6 +1,7 @@
-// conv2d_lowp_test.cpp: the oneDNN convolutions of mixed precision (conv2d_forward_dnnl_lowp,
-// conv2d_backward_dnnl_lowp in layers/conv2d_kernels.h): bf16 / f16 x, w and dy, f32 y, dx, dw,
-// db. Against direct loops in double over the same rounded inputs, element by element:
+// conv2d_lowp_test.cpp: the oneDNN convolutions of mixed precision
+// (cpu::conv2d_forward_lowp_vendor, cpu::conv2d_backward_lowp_vendor in layers/conv2d_kernels.h):
+// bf16 / f16 x, w and dy, f32 y, dx, dw, db. Against direct loops in double over the same rounded
+// inputs, element by element:
 //   |got - want| <= 1e-5 * (sum of |products| that make the element),
 // the error of f32 sums. Geometries: 1x1, 3x3 pad 1, stride 2, 5x5 as in the MNIST CNN, with
 // and without bias; forward, and each gradient alone and all together. Where oneDNN refuses a
@@ -143,7 +144,8 @@ TEST_P(Conv2dLowp, ForwardAndEachGradient) {
       const float* bp = with_bias ? b.data() : nullptr;
 
       std::vector<float> y(ref.y.value.size(), kSentinel);
-      const bool ran = conv2d_forward_dnnl_lowp(t, x.data(), w.data(), bp, y.data(), g);
+      const bool ran =
+          cpu::conv2d_forward_lowp_vendor(cpu::Backend{}, t, x.data(), w.data(), bp, y.data(), g);
       if (must_run(t)) {
         EXPECT_TRUE(ran) << "oneDNN refused bf16 on a CPU with AVX512_BF16";
       }
@@ -159,8 +161,8 @@ TEST_P(Conv2dLowp, ForwardAndEachGradient) {
         if (want.db && !with_bias) continue;
         std::vector<float> dx(ref.dx.value.size(), kSentinel), dw(ref.dw.value.size(), kSentinel),
             db(ref.db.value.size(), kSentinel);
-        const bool ran_bwd = conv2d_backward_dnnl_lowp(
-            t, x.data(), dy.data(), w.data(), want.dx ? dx.data() : nullptr,
+        const bool ran_bwd = cpu::conv2d_backward_lowp_vendor(
+            cpu::Backend{}, t, x.data(), dy.data(), w.data(), want.dx ? dx.data() : nullptr,
             want.dw ? dw.data() : nullptr, want.db ? db.data() : nullptr, g);
         if (must_run(t)) {
           EXPECT_TRUE(ran_bwd) << "oneDNN refused bf16 backward";
@@ -185,10 +187,12 @@ TEST_P(Conv2dLowp, RefusesBlockedLayoutsAndOtherDtypes) {
   g.x_blocked = true;
   const std::vector<uint16_t> x(512), w(512);
   std::vector<float> y(512);
-  EXPECT_THROW(conv2d_forward_dnnl_lowp(GetParam(), x.data(), w.data(), nullptr, y.data(), g),
+  EXPECT_THROW(cpu::conv2d_forward_lowp_vendor(cpu::Backend{}, GetParam(), x.data(), w.data(),
+                                               nullptr, y.data(), g),
                Error);
   g.x_blocked = false;
-  EXPECT_THROW(conv2d_forward_dnnl_lowp(DType::F32, x.data(), w.data(), nullptr, y.data(), g),
+  EXPECT_THROW(cpu::conv2d_forward_lowp_vendor(cpu::Backend{}, DType::F32, x.data(), w.data(),
+                                               nullptr, y.data(), g),
                Error);
 }
 
