@@ -1,11 +1,11 @@
-// gemm_tensor_core_test.cpp: step 4 of the hand GEMM (engine/cuda/kernels/gemm.cu), the
-// tensor-core kernel, against a CPU product in double of the same rounded inputs: bf16 and
-// f16, all four transpose combinations, sizes on and off the 16-element fragments and the
-// 128x128 block tile (1, 15, 17, 33, 64, 100, 129), K over several 32-deep slices (the double
-// buffer), operands one element off 16-byte alignment (the scalar loads and stores), K = 0,
-// and the errors. Under the simulator the wmma calls run on sim/mma.h's model; the barriers
-// of the kernel are each needed for these results (tools/sim_mutants.sh removes them one at a
-// time; this test also runs with the warps shuffled, gemm_tensor_core_test_shuffle).
+// gemm_tensor_core_test.cpp: step 4 of the hand GEMM, the tensor-core kernel
+// (engine/cuda/kernels/gemm_tensor_core.cu), against a CPU product in double of the same rounded
+// inputs: bf16 and f16, all four transpose combinations, sizes on and off the 16-element fragments
+// and the 128x128 block tile (1, 15, 17, 33, 64, 100, 129), K over several 32-deep slices (the
+// double buffer), operands one element off 16-byte alignment (the scalar loads and stores), K = 0,
+// and the errors. Under the simulator the wmma calls run on sim/mma.h's model; the barriers of the
+// kernel are each needed for these results (tools/sim_mutants.sh removes them one at a time; this
+// test also runs with the warps shuffled, gemm_tensor_core_test_shuffle).
 //
 // Tolerance: the products of two 16-bit values are exact in f32, so the only error is the f32
 // summation of K products. Recursive summation in any order is within K u sum_p |a_ip b_pj|
