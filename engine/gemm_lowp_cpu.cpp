@@ -111,7 +111,8 @@ void run_matmul(Matmul& mm, const uint16_t* a, const uint16_t* b, float* c) {
 
 // The path the twin of `impl` takes for `in`, before any per-shape fallback.
 LowpGemmPath choose_path(DType in, Impl impl) {
-  if (impl == Impl::Vendor) return onednn_has_kernel(in) ? LowpGemmPath::OneDnn : LowpGemmPath::ConvertF32;
+  if (impl == Impl::Vendor)
+    return onednn_has_kernel(in) ? LowpGemmPath::OneDnn : LowpGemmPath::ConvertF32;
   if (in == DType::BF16 && cpu_has_avx512_bf16()) return LowpGemmPath::Avx512Bf16;
   return LowpGemmPath::ConvertF32;
 }

@@ -41,8 +41,8 @@ void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len,
 // CPU's one f32/f64 GEMM, which both kernel settings run (engine/impl.cpp, gemm_impl); the CUDA
 // twin is our own GEMM, and cuda::gemm_vendor is cuBLAS.
 template <typename T>
-void gemm(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, const T* b,
-          T* c, T beta = T(0));
+void gemm(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
+          const T* b, T* c, T beta = T(0));
 
 // out = x with dims d0 and d1 swapped; x has shape dims[0..rank).
 template <typename T>

@@ -69,8 +69,8 @@ void bias_grad_alone(const Tensor& dy, Tensor& db, const ConvGeometry& g) {
 
 }  // namespace
 
-void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y, const ConvGeometry& g,
-                 Impl impl) {
+void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                 const ConvGeometry& g, Impl impl) {
   run_kernel("conv2d", x.device(), x.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     const T* bp = data_or_null<T>(b);

@@ -396,7 +396,7 @@ bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uin
                                  const uint16_t* w, float* dx, float* dw, float* db,
                                  const ConvGeometry& g) {
   const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_backward_lowp_vendor");
-  if (g.n == 0) return true;  // as conv2d_backward_vendor: the op zeroes dw and db of an empty batch
+  if (g.n == 0) return true;  // as conv2d_backward_vendor: the op zeroes dw, db of an empty batch
   cudnnHandle_t handle = cudnn_handle();
   // dx and dw come out of cuDNN in the input type: into scratch, widened afterwards.
   const int64_t x_count = g.n * g.c * g.h * g.w, w_count = g.k * g.c * g.r * g.s;

@@ -38,8 +38,8 @@ Tensor from_channel_blocks(const Tensor& x) {
 Layout preferred_layout(const Tensor& x, int64_t channels) {
   // Under autocast the low-precision convolutions take NCHW only (layers/conv2d_lowp.cpp).
   const bool fast = x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
-                    conv_impl(x.device(), x.dtype()) == Impl::Vendor && channels % kChannelBlock == 0 &&
-                    !autocast_applies(x);
+                    conv_impl(x.device(), x.dtype()) == Impl::Vendor &&
+                    channels % kChannelBlock == 0 && !autocast_applies(x);
   return fast ? Layout::NCHW16c : Layout::NCHW;
 }
 

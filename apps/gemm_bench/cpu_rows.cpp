@@ -54,7 +54,8 @@ bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios)
       if (kernel != "blas") continue;
       Tensor c = Tensor::empty({n, n});
       const double ms = time_ms(o, [&] {
-        cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a.data<float>(), b.data<float>(), c.data<float>());
+        cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a.data<float>(), b.data<float>(),
+                         c.data<float>());
       });
       gflops["f32 blas"] = flops / (ms * 1e6);
       std::printf("N %6lld  f32   %-8s %-12s %10.1f GFLOP/s  %9.3f ms\n",
@@ -69,8 +70,8 @@ bool cpu_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios)
       // The inputs rounded to t, and the reference: OpenBLAS on exactly those values.
       Tensor a16 = a.to(t), b16 = b.to(t);
       Tensor a_wide = a16.to(DType::F32), b_wide = b16.to(DType::F32), ref = Tensor::empty({n, n});
-      cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a_wide.data<float>(), b_wide.data<float>(),
-                       ref.data<float>());
+      cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, a_wide.data<float>(),
+                       b_wide.data<float>(), ref.data<float>());
       const std::vector<float> want = ref.to_vector<float>();
       const auto* ap = static_cast<const uint16_t*>(a16.raw_data());
       const auto* bp = static_cast<const uint16_t*>(b16.raw_data());

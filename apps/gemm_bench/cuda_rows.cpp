@@ -55,7 +55,8 @@ void run_kernel(const std::string& kernel, int64_t n, const void* a, const void*
   }
   const auto* af = static_cast<const float*>(a);
   const auto* bf = static_cast<const float*>(b);
-  if (kernel == "vendor") return cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, af, bf, c);
+  if (kernel == "vendor")
+    return cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, af, bf, c);
   cuda::GemmKernel k = cuda::GemmKernel::RegisterBlocked;  // "hand" and "regblock"
   if (kernel == "naive") k = cuda::GemmKernel::Naive;
   if (kernel == "tiled") k = cuda::GemmKernel::Tiled;
@@ -102,13 +103,14 @@ Inputs make_inputs(DType in, const Tensor& a, const Tensor& b, int64_t n, const 
     Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
     {
       cuda::DeviceGuard guard(0);
-      cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, aw_d.data<float>(), bw_d.data<float>(),
-                               c_d.data<float>());
+      cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, aw_d.data<float>(),
+                               bw_d.data<float>(), c_d.data<float>());
     }
     x.reference = c_d.to_vector<float>();
   } else if (n <= 2048) {
     Tensor c = Tensor::empty({n, n});
-    cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, aw.data<float>(), bw.data<float>(), c.data<float>());
+    cpu::gemm<float>(cpu::Backend{}, false, false, n, n, n, aw.data<float>(), bw.data<float>(),
+                     c.data<float>());
     x.reference = c.to_vector<float>();
   }
   return x;

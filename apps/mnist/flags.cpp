@@ -144,8 +144,10 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--warmup-epochs", o.warmup_epochs, "with --batch-per-rank: epochs of linear "
                  "learning-rate warm-up from --lr to --lr x workers (default 1)")
       ->check(apps::at_least(0.0));
-  app.add_option("--kernels", o.kernels, "hand (our kernels: im2col + GEMM) | vendor (oneDNN on "
-                 "the CPU, cuBLAS/cuDNN on a GPU); default: $KILN_KERNELS or vendor")->check(apps::one_of({"hand", "vendor"}));
+  app.add_option("--kernels", o.kernels,
+                 "hand (our kernels: im2col + GEMM) | vendor (oneDNN on "
+                 "the CPU, cuBLAS/cuDNN on a GPU); default: $KILN_KERNELS or vendor")
+      ->check(apps::one_of({"hand", "vendor"}));
 }
 
 void check_output_flags(const Options& o) {

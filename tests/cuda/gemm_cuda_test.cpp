@@ -69,8 +69,8 @@ void check_gemm(const Path& path, bool ta, bool tb, const Mnk& s, T beta, bool m
 
   Tensor c_cpu = c0.clone();
   if (beta == T(0)) c_cpu.fill_(0.0);  // BLAS with beta = 0 ignores C too, but keep NaN out
-  cpu::gemm<T>(cpu::Backend{}, ta, tb, s.m, s.n, s.k, a.data<T>() + off, b.data<T>() + off, c_cpu.data<T>() + off,
-               beta);
+  cpu::gemm<T>(cpu::Backend{}, ta, tb, s.m, s.n, s.k, a.data<T>() + off, b.data<T>() + off,
+               c_cpu.data<T>() + off, beta);
 
   const Tensor a_d = a.to(kCuda), b_d = b.to(kCuda);
   Tensor c_d = c0.to(kCuda);
@@ -153,7 +153,8 @@ TEST(GemmCuda, MatmulRunsTheTwinTheSettingNames) {
   const Tensor a = random_tensor({33, 7}, 5, -1, 1, DType::F32), b = random_tensor({7, 130}, 6, -1, 1, DType::F32);
   const Tensor a_d = a.to(kCuda), b_d = b.to(kCuda);
   Tensor c = Tensor::empty({33, 130});
-  cpu::gemm<float>(cpu::Backend{}, false, false, 33, 130, 7, a.data<float>(), b.data<float>(), c.data<float>());
+  cpu::gemm<float>(cpu::Backend{}, false, false, 33, 130, 7, a.data<float>(), b.data<float>(),
+                   c.data<float>());
   for (Impl impl : {Impl::Hand, Impl::Vendor}) {
     SCOPED_TRACE(impl_name(impl));
     KernelsGuard kernels(impl);
@@ -163,8 +164,11 @@ TEST(GemmCuda, MatmulRunsTheTwinTheSettingNames) {
     {
       cuda::DeviceGuard guard(0);
       const float *ap = a_d.data<float>(), *bp = b_d.data<float>();
-      if (impl == Impl::Hand) cuda::gemm<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp, c_d.data<float>());
-      else cuda::gemm_vendor<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp, c_d.data<float>());
+      if (impl == Impl::Hand)
+        cuda::gemm<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp, c_d.data<float>());
+      else
+        cuda::gemm_vendor<float>(cuda::Backend{}, false, false, 33, 130, 7, ap, bp,
+                                 c_d.data<float>());
     }
     EXPECT_EQ(c_op.to_vector<float>(), c_d.to_vector<float>());
     EXPECT_TRUE(near("cuda::gemm", c_d, c, sum_rtol(DType::F32)));
@@ -208,8 +212,8 @@ TEST(GemmCuda, HandMatchesVendorOnLargerSizes) {
         cuda::DeviceGuard guard(0);
         cuda::gemm_hand<float>(GemmKernel::RegisterBlocked, ta, tb, s.m, s.n, s.k, a.data<float>(),
                                b.data<float>(), hand.data<float>());
-        cuda::gemm_vendor<float>(cuda::Backend{}, ta, tb, s.m, s.n, s.k, a.data<float>(), b.data<float>(),
-                                 vendor.data<float>());
+        cuda::gemm_vendor<float>(cuda::Backend{}, ta, tb, s.m, s.n, s.k, a.data<float>(),
+                                 b.data<float>(), vendor.data<float>());
       }
       EXPECT_TRUE(near("hand vs cuBLAS m" + std::to_string(s.m) + (ta ? " A^T" : "") +
                            (tb ? " B^T" : ""),

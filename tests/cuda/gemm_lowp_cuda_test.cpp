@@ -216,8 +216,8 @@ TEST(GemmLowpCuda, OtherDtypesAreAnError) {
       EXPECT_NE(std::string(e.what()).find("bf16 or f16"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(cuda::gemm_lowp_vendor(cuda::Backend{}, DType::BF16, false, false, -1, 1, 1, p, p, c),
-               Error);
+  EXPECT_THROW(
+      cuda::gemm_lowp_vendor(cuda::Backend{}, DType::BF16, false, false, -1, 1, 1, p, p, c), Error);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 //     statistics, every parameter after the step, the eval logits.
 // The convolutions run the hand implicit GEMM with KILN_KERNELS=hand (the simulator's test runs,
 // tools/gpu_check.sh's first) and cuDNN with vendor (the resnet_cuda_test_vendor run, the
-// simulated cuDNN under the simulator; on a GPU FP32 without TF32). The sizes keep each simulated test within a minute on two cores.
+// simulated cuDNN under the simulator; on a GPU FP32 without TF32). The sizes keep each
+// simulated test within a minute on two cores.
 //
 // Conditioning (docs/resnet.md). A comparison of two devices is only as tight as the dtype
 // carries the case, so the ResNet-18 tests measure that first: they run the case on the CPU in

@@ -407,8 +407,9 @@ void reductions(Table& t) {
 }
 
 std::vector<Variant> hand_and_vendor() {
-  return {{"hand", [] { testing::enter_kernels(Impl::Hand); }, [] { testing::leave_kernels(); }},
-          {"vendor", [] { testing::enter_kernels(Impl::Vendor); }, [] { testing::leave_kernels(); }}};
+  return {
+      {"hand", [] { testing::enter_kernels(Impl::Hand); }, [] { testing::leave_kernels(); }},
+      {"vendor", [] { testing::enter_kernels(Impl::Vendor); }, [] { testing::leave_kernels(); }}};
 }
 
 void matmul_transpose_softmax(Table& t) {

@@ -160,7 +160,9 @@ inline std::vector<std::unique_ptr<KernelsGuard>>& variant_kernels() {
   thread_local std::vector<std::unique_ptr<KernelsGuard>> guards;
   return guards;
 }
-inline void enter_kernels(Impl impl) { variant_kernels().push_back(std::make_unique<KernelsGuard>(impl)); }
+inline void enter_kernels(Impl impl) {
+  variant_kernels().push_back(std::make_unique<KernelsGuard>(impl));
+}
 inline void leave_kernels() { variant_kernels().pop_back(); }
 
 // How a result is compared: the kind, and for Near (relative, see near()) or Abs (absolute)
