@@ -147,7 +147,8 @@ void gemm<double>(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
 }
 
 template <typename T>
-void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1) {
+void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0,
+               int64_t d1) {
   // Walk the output in order; find each element's source through the swapped strides.
   std::vector<int64_t> in_stride(static_cast<size_t>(rank)), out_dims(dims, dims + rank);
   int64_t s = 1;
@@ -230,7 +231,7 @@ void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf) {
   template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);                  \
   template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);            \
   template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);         \
-  template void transpose<T>(const T*, T*, const int64_t*, int64_t, int64_t, int64_t);         \
+  template void transpose<T>(Backend, const T*, T*, const int64_t*, int64_t, int64_t, int64_t); \
   template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);            \
   template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t, int64_t, \
                                     bool);                                                     \

@@ -46,7 +46,8 @@ void gemm(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 
 // out = x with dims d0 and d1 swapped; x has shape dims[0..rank).
 template <typename T>
-void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1);
+void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0,
+               int64_t d1);
 
 // Softmax / log-softmax of x (outer, len, inner) over len.
 template <typename T>

@@ -97,7 +97,8 @@ void gemm_lowp_vendor(Backend, DType in, bool trans_a, bool trans_b, int64_t m, 
 
 // out = x with dims d0 and d1 swapped; x has shape dims[0..rank) (dims is a HOST array).
 template <typename T>
-void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1);
+void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0,
+               int64_t d1);
 
 // Softmax / log-softmax of x (outer, len, inner) over len.
 template <typename T>

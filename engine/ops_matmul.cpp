@@ -92,16 +92,9 @@ Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
   Shape out_shape = a.shape();
   std::swap(out_shape[static_cast<size_t>(d0)], out_shape[static_cast<size_t>(d1)]);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  on_device("transpose", a.device(), [&] {
-    dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cpu::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
-    });
-  }, [&] {
-    dispatch_floating(a.dtype(), "transpose", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      cuda::transpose<T>(a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
-    });
+  run_kernel("transpose", a.device(), a.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    transpose(backend, a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
   });
   if (any_requires_grad({&a})) set_history(out, std::make_shared<TransposeBackward>(d0, d1), {a});
   return out;

@@ -87,7 +87,8 @@ __global__ void transpose_gather_kernel(const T* __restrict__ x, T* __restrict__
 }  // namespace
 
 template <typename T>
-void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0, int64_t d1) {
+void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0,
+               int64_t d1) {
   const cudaStream_t stream = current_stream();
   if (d0 == d1) {  // nothing moves
     int64_t n = 1;
@@ -119,7 +120,9 @@ void transpose(const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0
   }
 }
 
-template void transpose<float>(const float*, float*, const int64_t*, int64_t, int64_t, int64_t);
-template void transpose<double>(const double*, double*, const int64_t*, int64_t, int64_t, int64_t);
+template void transpose<float>(Backend, const float*, float*, const int64_t*, int64_t, int64_t,
+                               int64_t);
+template void transpose<double>(Backend, const double*, double*, const int64_t*, int64_t, int64_t,
+                                int64_t);
 
 }  // namespace kiln::cuda
