@@ -22,10 +22,21 @@
 //                               (ranks [n, n + S) run comm/parameter_server.h's serve()).
 #pragma once
 
-#include "comm/communicator.h"
+#include <cstddef>
+
 #include "comm/transport.h"
 
 namespace kiln::comm {
+
+// Tuning shared by the algorithms (a Communicator keeps one: comm/communicator.h).
+struct AlgorithmOptions {
+  // Ring: each of the N chunks travels in sub-chunks of at most this many bytes, so the
+  // reduction of one sub-chunk overlaps the transfer of the next (pipelining).
+  size_t ring_subchunk_bytes = 1 << 20;
+  // Parameter server (synchronous allreduce): shard layout. 0: one shard per member rank
+  // (co-located servers); S > 0: S dedicated server ranks, ranks [members, members + S).
+  int ps_servers = 0;
+};
 
 void ring_allreduce(Transport& t, int n, const Buffer& buf, ReduceOp op,
                     const AlgorithmOptions& options);

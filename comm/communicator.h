@@ -1,8 +1,9 @@
 // communicator.h: collectives over a Transport, blocking or asynchronous.
 //
-//   auto comm = comm::make_communicator("mpi");          // or "local" inside run_local(), "nccl"
-//   comm->allreduce(grad, ReduceOp::Average, Algorithm::Ring);
-//   std::shared_ptr<Work> w = comm->allreduce_async(bucket, ReduceOp::Sum, Algorithm::Ring);
+//   comm::Communicator comm(comm::make_transport("mpi"));  // or "nccl"; local ranks: the
+//                                                          // transport run_local() passes
+//   comm.allreduce(grad, ReduceOp::Average, Algorithm::Ring);
+//   std::shared_ptr<Work> w = comm.allreduce_async(bucket, ReduceOp::Sum, Algorithm::Ring);
 //   ... backward continues ...
 //   w->wait();
 //
@@ -42,6 +43,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/algorithms.h"
 #include "comm/transport.h"
 #include "engine/tensor.h"
 #if KILN_WITH_CUDA
@@ -55,16 +57,6 @@ enum class Algorithm : uint8_t { Ring, HalvingDoubling, BinaryBlocks, ParameterS
 const char* algorithm_name(Algorithm a);  // "ring", "hd", "bb", "ps", "native"
 // "ring" | "hd" | "bb" | "ps" | "native"; anything else is a Usage error listing these.
 Algorithm parse_algorithm(const std::string& name);
-
-// Tuning shared by the algorithms.
-struct AlgorithmOptions {
-  // Ring: each of the N chunks travels in sub-chunks of at most this many bytes, so the
-  // reduction of one sub-chunk overlaps the transfer of the next (pipelining).
-  size_t ring_subchunk_bytes = 1 << 20;
-  // Parameter server (synchronous allreduce): shard layout. 0: one shard per member rank
-  // (co-located servers); S > 0: S dedicated server ranks, ranks [members, members + S).
-  int ps_servers = 0;
-};
 
 // The handle of an asynchronous operation.
 class Work {

@@ -21,12 +21,9 @@ constexpr size_t kAlign = 64;
 constexpr size_t kMapThreshold = size_t{128} << 10;
 
 
-// Sizes are rounded so that nearby requests share blocks: to 64 B below 4 KiB, to 4 KiB above.
-size_t round_size(size_t bytes) {
-  if (bytes == 0) bytes = 1;
-  size_t step = bytes < 4096 ? 64 : 4096;
-  return (bytes + step - 1) / step * step;
-}
+// Sizes are rounded so that nearby requests share blocks: to 64 B up to 4 KiB, to 4 KiB above
+// (round_block_size, allocator.h).
+size_t round_size(size_t bytes) { return round_block_size(bytes, kAlign, 4096, 4096); }
 
 // Under AddressSanitizer every block comes from its malloc, whose redzones catch a write past a
 // block's end (pages of an mmap'ed block are followed by whatever is mapped next).

@@ -32,6 +32,20 @@ struct MemoryStats {
   int64_t os_allocs = 0;       // real allocations: aligned_alloc, cudaMalloc or cudaHostAlloc
 };
 
+// The block size a caching allocator hands out for a request of `bytes`: rounded up to a
+// multiple of small_step up to `threshold` bytes, of large_step above (0 bytes counts as 1, so
+// every block has an address of its own). Rounding lets nearby sizes share cached blocks. The
+// rule is shared by the three allocators; the steps are each one's own, chosen for its memory:
+//   CPU (allocator.cpp)                 64 B (its alignment) up to 4 KiB, then 4 KiB pages
+//   CUDA (cuda/caching_allocator.cpp)   512 B up to 1 MiB, then 2 MiB (the driver's device page)
+//   pinned (cuda/pinned_allocator.cpp)  4 KiB pages throughout (page-locking works on pages)
+inline size_t round_block_size(size_t bytes, size_t small_step, size_t threshold,
+                               size_t large_step) {
+  if (bytes == 0) bytes = 1;
+  const size_t step = bytes <= threshold ? small_step : large_step;
+  return (bytes + step - 1) / step * step;
+}
+
 // One pool serves every CPU "device" (cpu:0, cpu:1, ... are places for teaching model
 // parallelism, not separate memories), but bytes are also counted per device index, so a
 // pipeline stage on cpu:1 can report its own peak. The per-device stats have current and peak

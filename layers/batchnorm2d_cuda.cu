@@ -59,8 +59,7 @@ __device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t ch, int64_t
 }
 
 unsigned element_blocks(int64_t total) {
-  const unsigned b = blocks_for(total, kElementThreads);
-  return b < kMaxElementBlocks ? b : kMaxElementBlocks;
+  return grid_stride_blocks_1d(total, kElementThreads, kMaxElementBlocks);
 }
 
 // ---- Kernels --------------------------------------------------------------------------------

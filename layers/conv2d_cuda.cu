@@ -258,8 +258,7 @@ void launch_implicit_gemm(const Problem& pb, int splits, ConvTile forced) {
 
 // One thread per element for `total` elements, grid-stride beyond 65535 blocks.
 LaunchConfig elementwise_config(int64_t total) {
-  const unsigned blocks = std::min(blocks_for(total, kDirectThreads), 65535u);
-  return LaunchConfig{dim3(blocks), dim3(kDirectThreads), 0, current_stream()};
+  return grid_stride_config_1d(total, kDirectThreads, 65535u, current_stream());
 }
 
 // Backward-weight's split-K factor: enough splits that ~512 blocks of 64x64 run, but no split

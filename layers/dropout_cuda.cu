@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "engine/philox.h"
 #include "layers/dropout_kernels.h"
@@ -45,10 +46,8 @@ template <typename T>
 void apply_mask(const T* in, T* out, int64_t n, float p, T scale, uint64_t seed,
                 uint64_t base) {
   if (n == 0) return;
-  const unsigned blocks = blocks_for((n + 3) / 4, kThreads);
   launch(dropout_apply_mask_kernel<T>,
-         LaunchConfig{dim3(blocks < kMaxBlocks ? blocks : kMaxBlocks), dim3(kThreads), 0,
-                      current_stream()},
+         grid_stride_config_1d((n + 3) / 4, kThreads, kMaxBlocks, current_stream()),
          in, out, n, p, scale, seed, base);
 }
 

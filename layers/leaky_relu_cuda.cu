@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "layers/leaky_relu_kernels.h"
 
@@ -20,9 +21,7 @@ constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 4096;  // beyond 1M elements, threads loop
 
 LaunchConfig config_for(int64_t n) {
-  const unsigned blocks = blocks_for(n, kThreads);
-  return LaunchConfig{dim3(blocks < kMaxBlocks ? blocks : kMaxBlocks), dim3(kThreads), 0,
-                      current_stream()};
+  return grid_stride_config_1d(n, kThreads, kMaxBlocks, current_stream());
 }
 
 template <typename T>

@@ -70,10 +70,7 @@ __device__ long long block_min(long long v, long long* scratch) {
   return v;
 }
 
-unsigned capped_blocks(int64_t work) {
-  const unsigned b = blocks_for(work, kThreads);
-  return b < kMaxBlocks ? b : kMaxBlocks;
-}
+unsigned capped_blocks(int64_t work) { return grid_stride_blocks_1d(work, kThreads, kMaxBlocks); }
 
 // ---- Cross-entropy --------------------------------------------------------------------------
 

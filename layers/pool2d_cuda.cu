@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "engine/error.h"
 #include "layers/pool2d_kernels.h"
@@ -66,8 +67,7 @@ PoolDims pool_dims(const char* op, const Pool2dGeometry& g) {
 }
 
 LaunchConfig elementwise_config(int64_t n) {
-  const unsigned blocks = std::min(blocks_for(n, kThreads), kMaxBlocks);
-  return LaunchConfig{dim3(blocks), dim3(kThreads), 0, current_stream()};
+  return grid_stride_config_1d(n, kThreads, kMaxBlocks, current_stream());
 }
 
 // The outputs o (along one dimension) whose window [o*stride - pad, o*stride - pad + kernel)

@@ -56,6 +56,10 @@ constexpr size_t kSmallGranule = 512;       // requests up to kLargeThreshold
 constexpr size_t kLargeThreshold = 1 << 20;  // 1 MiB
 constexpr size_t kLargeGranule = 2 << 20;    // 2 MiB, the driver's page size for device memory
 
+// A block's bookkeeping. Not shared with the pinned pool's Block (pinned_allocator.cpp): a
+// device block belongs to one device and stream and lists the other streams that used it,
+// freed to its stream's list; a pinned block serves every device and stream and keeps one
+// event per stream instead. (The CPU pool needs no record beyond the size: allocator.cpp.)
 struct Block {
   size_t size = 0;  // rounded
   int device = 0;
@@ -206,9 +210,7 @@ void* device_malloc(State& s, DevicePool& pool, size_t bytes, size_t size, int d
 }  // namespace
 
 size_t round_size(size_t bytes) {
-  if (bytes == 0) bytes = 1;
-  const size_t step = bytes <= kLargeThreshold ? kSmallGranule : kLargeGranule;
-  return (bytes + step - 1) / step * step;
+  return round_block_size(bytes, kSmallGranule, kLargeThreshold, kLargeGranule);
 }
 
 void* allocate(size_t bytes, int device) {

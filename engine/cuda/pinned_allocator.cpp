@@ -17,6 +17,9 @@ namespace {
 
 constexpr size_t kPage = 4096;
 
+// A pinned block's bookkeeping. Not the caching allocator's Block (caching_allocator.cpp): a
+// pinned block has no device or stream of its own (any stream of any device copies from it),
+// so it keeps the last event of each stream that used it rather than a home stream.
 struct Block {
   size_t size = 0;  // rounded
   bool in_use = false;
@@ -84,10 +87,7 @@ void release_cached_locked(State& s) {
 
 }  // namespace
 
-size_t round_size(size_t bytes) {
-  if (bytes == 0) bytes = 1;
-  return (bytes + kPage - 1) / kPage * kPage;
-}
+size_t round_size(size_t bytes) { return round_block_size(bytes, kPage, kPage, kPage); }
 
 void* allocate(size_t bytes) {
   const size_t size = round_size(bytes);

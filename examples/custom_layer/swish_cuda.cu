@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "swish.h"
 #include "swish_kernels.h"
@@ -18,9 +19,7 @@ constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 4096;
 
 kiln::cuda::LaunchConfig config_for(int64_t n) {
-  const unsigned blocks = kiln::cuda::blocks_for(n, kThreads);
-  return kiln::cuda::LaunchConfig{dim3(blocks < kMaxBlocks ? blocks : kMaxBlocks), dim3(kThreads),
-                                  0, kiln::cuda::current_stream()};
+  return kiln::cuda::grid_stride_config_1d(n, kThreads, kMaxBlocks, kiln::cuda::current_stream());
 }
 
 template <typename T>

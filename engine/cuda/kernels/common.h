@@ -39,13 +39,28 @@ __device__ __forceinline__ double fma_t(double a, double b, double c) { return _
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
+// The 1-D grid of a grid-stride kernel over n items: ceil(n / threads) blocks (at least 1, so
+// an empty launch stays valid), at most max_blocks. Beyond that each thread loops,
+//   for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+// so any n fits in one launch. The one place this sizing is written: every kernel file that
+// launches such a loop calls it with its own block size and cap.
+inline unsigned grid_stride_blocks_1d(int64_t n, int threads, unsigned max_blocks) {
+  const unsigned b = blocks_for(n, threads);
+  return b < max_blocks ? b : max_blocks;
+}
+// ... and its launch configuration: `threads` per block, no dynamic shared memory.
+inline LaunchConfig grid_stride_config_1d(int64_t n, int threads, unsigned max_blocks,
+                                          cudaStream_t stream) {
+  return LaunchConfig{dim3(grid_stride_blocks_1d(n, threads, max_blocks)), dim3(threads), 0,
+                      stream};
+}
+
 // Threads per block of the simple one-element-per-thread kernels, and the most blocks they
-// launch: beyond that, each thread loops (a grid-stride loop), so any n fits in one launch.
+// launch (grid_stride_blocks_1d).
 constexpr int kElementwiseThreads = 256;
 constexpr unsigned kMaxElementwiseBlocks = 8192;
 inline unsigned elementwise_blocks(int64_t n) {
-  const unsigned b = blocks_for(n, kElementwiseThreads);
-  return b < kMaxElementwiseBlocks ? b : kMaxElementwiseBlocks;
+  return grid_stride_blocks_1d(n, kElementwiseThreads, kMaxElementwiseBlocks);
 }
 
 constexpr int kWarpSize = 32;

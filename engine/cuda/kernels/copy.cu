@@ -10,13 +10,13 @@
 // (not the GPU's own cvt instructions, which agree on f16 but might not on every NaN payload).
 #include "engine/cuda/runtime.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <type_traits>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/launch.h"
 
@@ -27,8 +27,7 @@ constexpr int kThreads = 256;
 constexpr unsigned kMaxBlocks = 4096;
 
 LaunchConfig config_for(int64_t n) {
-  return LaunchConfig{dim3(std::min(blocks_for(n, kThreads), kMaxBlocks)), dim3(kThreads), 0,
-                      current_stream()};
+  return grid_stride_config_1d(n, kThreads, kMaxBlocks, current_stream());
 }
 
 // data is (n).
