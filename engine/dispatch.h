@@ -20,7 +20,6 @@
 #pragma once
 
 #include <string>
-#include <type_traits>
 
 #include "engine/backend.h"
 #include "engine/build_config.h"
@@ -51,16 +50,6 @@ void on_device(const char* op, Device device, Fn&& fn) {
   } else {
     no_cuda_backend(op);
   }
-}
-
-// The older form, two lambdas that differ only in cpu:: vs cuda::; call sites are moving to the
-// one-lambda forms above and below, and this goes when the last one has.
-template <typename OnCpu, typename OnCuda>
-void on_device(const char* op, Device device, OnCpu&& on_cpu, OnCuda&& on_cuda) {
-  on_device(op, device, [&](auto backend) {
-    if constexpr (std::is_same_v<decltype(backend), cpu::Backend>) on_cpu();
-    else on_cuda();
-  });
 }
 
 // Calls fn(backend, TypeTag<T>{}) with the backend of `device` and T the element type of
