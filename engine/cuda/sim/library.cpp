@@ -4,6 +4,7 @@
 #include "engine/cuda/sim/library.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
