@@ -141,6 +141,28 @@ TEST_F(SimRuntime, RegistryTurnsMemoryBugsIntoErrors) {
   (void)cudaGetLastError();
 }
 
+// Device memory comes from the host heap here, so a host block could follow a device block
+// directly (allocators without chunk headers, such as ThreadSanitizer's, do that). On a GPU a
+// host pointer is never device memory; the simulator must agree for every interleaving.
+TEST_F(SimRuntime, HostMemoryNextToDeviceMemoryIsNeverDeviceMemory) {
+  std::vector<void*> device_blocks;
+  std::vector<void*> host_blocks;
+  for (size_t i = 1; i <= 256; ++i) {
+    const size_t bytes = 64 * (i % 8 + 1);
+    void* d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+    device_blocks.push_back(d);
+    void* h = std::malloc(bytes);
+    ASSERT_NE(h, nullptr);
+    host_blocks.push_back(h);
+    cudaPointerAttributes attributes{};
+    ASSERT_EQ(cudaPointerGetAttributes(&attributes, h), cudaSuccess);
+    EXPECT_EQ(attributes.type, cudaMemoryTypeUnregistered) << "host block " << i;
+  }
+  for (void* h : host_blocks) std::free(h);
+  for (void* d : device_blocks) EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
 TEST_F(SimRuntime, CapacityLimitGivesOutOfMemory) {
   size_t free0 = 0, total0 = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total0), cudaSuccess);

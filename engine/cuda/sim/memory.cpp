@@ -1,7 +1,11 @@
 // sim/memory.cpp: device and pinned host memory of the simulated CUDA runtime.
 //
-// "Device memory" is host memory from posix_memalign (64-byte aligned, the exact size asked,
-// so AddressSanitizer catches a kernel reading one element past the end). Every allocation is
+// "Device memory" is host memory from posix_memalign, 64-byte aligned, with a 64-byte guard
+// after the size asked. On a GPU, device and host memory never share an address range; here
+// they share the heap, and without the guard a host buffer could start exactly one past the end
+// of a device allocation, where the registry (which counts one-past-the-end as inside, for
+// end pointers) would call it device memory. Under AddressSanitizer the guard is poisoned, so a
+// kernel reading one element past the end is still caught. Every allocation is
 // entered in a registry (address -> size, device). The registry is what makes the simulator a
 // debugging tool: cudaFree of a pointer that is not the start of a live allocation, a copy
 // whose device range leaves its allocation, or a memset on another device's memory returns
@@ -23,9 +27,29 @@
 
 #include "engine/cuda/sim/internal.h"
 
+// AddressSanitizer's manual poisoning (sanitizer/asan_interface.h), a no-op in other builds.
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_SIM_ASAN 1
+#endif
+#endif
+#ifdef KILN_SIM_ASAN
+#include <sanitizer/asan_interface.h>
+#define KILN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define KILN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define KILN_POISON(p, n) ((void)(p), (void)(n))
+#define KILN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace kiln::sim {
 
 namespace {
+// Unused bytes after every allocation: no other heap block can start at its end.
+constexpr size_t kGuardBytes = 64;
+
 struct Allocation {
   size_t size;
   MemoryKind kind;
@@ -55,8 +79,8 @@ bool range_in(const void* p, size_t count, MemoryKind kind, int device) {
 
 void* allocate(size_t size, MemoryKind kind, int device) {
   void* p = nullptr;
-  // posix_memalign needs size > 0 for a unique pointer; a 0-byte request still gets one.
-  if (posix_memalign(&p, 64, size > 0 ? size : 1) != 0) return nullptr;
+  if (posix_memalign(&p, 64, size + kGuardBytes) != 0) return nullptr;
+  KILN_POISON(static_cast<char*>(p) + size, kGuardBytes);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_allocations[static_cast<const char*>(p)] = Allocation{size, kind, device};
   return p;
@@ -67,6 +91,7 @@ cudaError_t release(void* p, MemoryKind kind) {
   auto it = g_allocations.find(static_cast<const char*>(p));
   if (it == g_allocations.end() || it->second.kind != kind) return fail(cudaErrorInvalidValue);
   if (kind == MemoryKind::Device) g_used[static_cast<size_t>(it->second.device)] -= it->second.size;
+  KILN_UNPOISON(static_cast<char*>(p) + it->second.size, kGuardBytes);
   g_allocations.erase(it);
   std::free(p);
   return cudaSuccess;
