@@ -91,6 +91,8 @@ void uniform_(Tensor& t, double lo, double hi, Generator& gen) {
   fill_on_host(t, "uniform_", [&](Tensor& h) {
     const int64_t n = h.numel();
     const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(n));
+    KILN_CHECK(range.device_offset == nullptr, "uniform_: the generator is inside a CUDA graph "
+               "capture; initialise tensors before capturing");
     const uint64_t base = range.base;
     dispatch_floating(h.dtype(), "uniform_", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -105,6 +107,8 @@ void normal_(Tensor& t, double mean, double stddev, Generator& gen) {
   fill_on_host(t, "normal_", [&](Tensor& h) {
     const int64_t n = h.numel();
     const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(2 * ((n + 1) / 2)));
+    KILN_CHECK(range.device_offset == nullptr, "normal_: the generator is inside a CUDA graph "
+               "capture; initialise tensors before capturing");
     const uint64_t base = range.base;
     dispatch_floating(h.dtype(), "normal_", [&](auto tag) {
       using T = typename decltype(tag)::type;

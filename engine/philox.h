@@ -44,23 +44,38 @@ KILN_HOST_DEVICE inline uint32_t philox_u32(uint64_t key, uint64_t base, uint64_
 }
 
 // Hands out disjoint counter ranges of one seed. Thread-safe.
+//
+// Under CUDA graph capture (engine/cuda/step_graph.h) a kernel's arguments are recorded once
+// and replayed unchanged, so a base counter passed by value would give every replay the same
+// dropout mask. During a capture the generator therefore hands out bases relative to the
+// capture's start, with `device_offset`: a device scalar the kernel adds to the base when it
+// runs. Before each replay the graph's owner sets that scalar to offset() and advances the
+// generator by the counters one replay consumes (advance()), so replay k draws exactly the
+// numbers an eager step k would. PyTorch's CUDA generator does the same ("philox_cuda_state":
+// a seed, an offset pointer and an intra-graph offset).
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0x6b696c6eu) : seed_(seed) {}
+
   uint64_t seed() const { return seed_; }
+
   // Reserves n numbers; returns the base counter to pass to philox_u32 with index 0..n-1.
   uint64_t reserve(uint64_t n) { return reserve_range(n).base; }
+
   // The same, with the seed read under the same lock (a concurrent set_state cannot pair a
-  // base with the wrong seed).
+  // base with the wrong seed). While a graph captures, base is relative and device_offset is
+  // the device scalar to add to it (null otherwise): only device kernels can honour it.
   struct Range {
     uint64_t seed, base;
+    const uint64_t* device_offset = nullptr;
   };
   Range reserve_range(uint64_t n) {
     std::lock_guard<std::mutex> lock(mu_);
-    Range r{seed_, offset_};
+    Range r{seed_, offset_, capture_offset_};
     offset_ += (n + 3) / 4;
     return r;
   }
+
   uint64_t offset() const { return offset_; }
   void set_state(uint64_t seed, uint64_t offset) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,10 +83,34 @@ class Generator {
     offset_ = offset;
   }
 
+  // Graph capture: ranges reserved until end_capture() count from 0 and carry device_offset.
+  // end_capture() restores the offset held before the capture and returns the counters the
+  // captured work consumes (what advance() must add per replay).
+  void begin_capture(const uint64_t* device_offset) {
+    std::lock_guard<std::mutex> lock(mu_);
+    saved_offset_ = offset_;
+    offset_ = 0;
+    capture_offset_ = device_offset;
+  }
+  uint64_t end_capture() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t consumed = offset_;
+    offset_ = saved_offset_;
+    capture_offset_ = nullptr;
+    return consumed;
+  }
+  bool capturing() const { return capture_offset_ != nullptr; }
+  void advance(uint64_t counters) {
+    std::lock_guard<std::mutex> lock(mu_);
+    offset_ += counters;
+  }
+
  private:
   std::mutex mu_;
   uint64_t seed_;
   uint64_t offset_ = 0;
+  uint64_t saved_offset_ = 0;
+  const uint64_t* capture_offset_ = nullptr;
 };
 
 // The generator used by init and dropout unless one is passed: the process-wide one, or on a

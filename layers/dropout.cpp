@@ -44,7 +44,9 @@ static inline void mask_group(const T* x, T* y, int64_t count, const PhiloxOut& 
 // x, y are (n): y[i] = keep(i) ? x[i] * scale : 0.
 template <typename T>
 void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                     uint64_t base) {
+                     uint64_t base, const uint64_t* base_offset) {
+  // Only a CUDA kernel inside a captured graph reads its base from the device.
+  KILN_CHECK(base_offset == nullptr, "dropout: a CPU tensor inside a CUDA graph capture");
   const int64_t full = n / 4;  // complete groups; the last n % 4 elements form a partial one
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < full; ++j)
@@ -58,18 +60,22 @@ void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uin
 // gy, gx are (n): gx[i] = keep(i) ? gy[i] * scale : 0 (the same mask, recomputed).
 template <typename T>
 void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                      uint64_t base) {
-  dropout_forward(Backend{}, gy, gx, n, p, scale, seed, base);
+                      uint64_t base, const uint64_t* base_offset) {
+  dropout_forward(Backend{}, gy, gx, n, p, scale, seed, base, base_offset);
 }
 
 template void dropout_forward<float>(Backend, const float*, float*, int64_t, float, float,
-                                     uint64_t, uint64_t);
+                                     uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_forward<double>(Backend, const double*, double*, int64_t, float, double,
-                                      uint64_t, uint64_t);
+                                      uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_backward<float>(Backend, const float*, float*, int64_t, float, float,
-                                      uint64_t, uint64_t);
+                                      uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_backward<double>(Backend, const double*, double*, int64_t, float, double,
-                                       uint64_t, uint64_t);
+                                       uint64_t, uint64_t,
+                                     const uint64_t*);
 
 }  // namespace cpu
 
@@ -78,26 +84,30 @@ namespace {
 enum class Pass { Forward, Backward };
 
 // Applies the mask of (seed, base) to `in` (x in forward, grad_out in backward).
-Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale, uint64_t seed,
-                  uint64_t base) {
+Tensor apply_mask(Pass pass, const Tensor& in, float p, double scale,
+                  const Generator::Range& range) {
+  const uint64_t seed = range.seed, base = range.base;
+  const uint64_t* base_offset = range.device_offset;
   const char* op = pass == Pass::Forward ? "dropout" : "dropout_backward";
   Tensor out = Tensor::empty(in.shape(), in.dtype(), in.device());
   run_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     if (pass == Pass::Backward)
-      dropout_backward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+      dropout_backward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base,
+                       base_offset);
     else
-      dropout_forward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base);
+      dropout_forward(backend, in.data<T>(), out.data<T>(), in.numel(), p, T(scale), seed, base,
+                      base_offset);
   });
   return out;
 }
 
 struct DropoutBackward : Node {
-  uint64_t seed = 0, base = 0;
+  Generator::Range range{0, 0};
   float p = 0;
   double scale = 1;
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    return {apply_mask(Pass::Backward, grad_out, p, scale, seed, base)};
+    return {apply_mask(Pass::Backward, grad_out, p, scale, range)};
   }
   const char* name() const override { return "DropoutBackward"; }
 };
@@ -110,14 +120,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   KILN_CHECK(is_floating(x.dtype()), "dropout: expected an f32 or f64 tensor, got ", x.str());
   if (!training || p == 0.0) return x;
   const Generator::Range range = gen.reserve_range(static_cast<uint64_t>(x.numel()));
-  const uint64_t base = range.base, seed = range.seed;
   const float pf = static_cast<float>(p);
   const double scale = 1.0 / (1.0 - p);
-  Tensor y = apply_mask(Pass::Forward, x, pf, scale, seed, base);
+  Tensor y = apply_mask(Pass::Forward, x, pf, scale, range);
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<DropoutBackward>();
-    node->seed = seed;
-    node->base = base;
+    node->range = range;
     node->p = pf;
     node->scale = scale;
     set_history(y, node, {x});

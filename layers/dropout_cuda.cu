@@ -29,7 +29,8 @@ constexpr unsigned kMaxBlocks = 4096;  // grid-stride beyond 1M groups (4M eleme
 template <typename T>
 __global__ void dropout_apply_mask_kernel(const T* __restrict__ in, T* __restrict__ out,
                                           int64_t n, float p, T scale, uint64_t seed,
-                                          uint64_t base) {
+                                          uint64_t base, const uint64_t* base_offset) {
+  if (base_offset != nullptr) base += *base_offset;  // a replayed graph's offset (philox.h)
   const int64_t groups = (n + 3) / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < groups;
@@ -44,34 +45,38 @@ __global__ void dropout_apply_mask_kernel(const T* __restrict__ in, T* __restric
 
 template <typename T>
 void apply_mask(const T* in, T* out, int64_t n, float p, T scale, uint64_t seed,
-                uint64_t base) {
+                uint64_t base, const uint64_t* base_offset) {
   if (n == 0) return;
   launch(dropout_apply_mask_kernel<T>,
          grid_stride_config_1d((n + 3) / 4, kThreads, kMaxBlocks, current_stream()),
-         in, out, n, p, scale, seed, base);
+         in, out, n, p, scale, seed, base, base_offset);
 }
 
 }  // namespace
 
 template <typename T>
 void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                     uint64_t base) {
-  apply_mask(x, y, n, p, scale, seed, base);
+                     uint64_t base, const uint64_t* base_offset) {
+  apply_mask(x, y, n, p, scale, seed, base, base_offset);
 }
 
 template <typename T>
 void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                      uint64_t base) {
-  apply_mask(gy, gx, n, p, scale, seed, base);
+                      uint64_t base, const uint64_t* base_offset) {
+  apply_mask(gy, gx, n, p, scale, seed, base, base_offset);
 }
 
 template void dropout_forward<float>(Backend, const float*, float*, int64_t, float, float,
-                                     uint64_t, uint64_t);
+                                     uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_forward<double>(Backend, const double*, double*, int64_t, float, double,
-                                      uint64_t, uint64_t);
+                                      uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_backward<float>(Backend, const float*, float*, int64_t, float, float,
-                                      uint64_t, uint64_t);
+                                      uint64_t, uint64_t,
+                                     const uint64_t*);
 template void dropout_backward<double>(Backend, const double*, double*, int64_t, float, double,
-                                       uint64_t, uint64_t);
+                                       uint64_t, uint64_t,
+                                     const uint64_t*);
 
 }  // namespace kiln::cuda

@@ -7,6 +7,9 @@
 // element 4j + k using output k; a kept element is x * scale, a dropped one x * 0. The mask is
 // therefore bit-identical on the CPU and on every CUDA device for the same (seed, base),
 // whatever the launch configuration.
+//
+// `base_offset` is null, or (CUDA, inside a captured graph: engine/philox.h) a device scalar the
+// kernel adds to `base` when it runs, so that each replay draws new numbers.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +28,12 @@ namespace cpu {
 // keep(i) = dropout_keep(philox_u32(seed, base, i), p).
 template <typename T>
 void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                     uint64_t base);
+                     uint64_t base, const uint64_t* base_offset);
 
 // gy, gx are (n): gx[i] = gy[i] * (keep(i) ? scale : 0), the forward's mask recomputed.
 template <typename T>
 void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                      uint64_t base);
+                      uint64_t base, const uint64_t* base_offset);
 
 }  // namespace cpu
 
@@ -39,10 +42,10 @@ namespace cuda {
 // The same on device arrays; launched on current_stream().
 template <typename T>
 void dropout_forward(Backend, const T* x, T* y, int64_t n, float p, T scale, uint64_t seed,
-                     uint64_t base);
+                     uint64_t base, const uint64_t* base_offset);
 template <typename T>
 void dropout_backward(Backend, const T* gy, T* gx, int64_t n, float p, T scale, uint64_t seed,
-                      uint64_t base);
+                      uint64_t base, const uint64_t* base_offset);
 
 }  // namespace cuda
 

@@ -118,6 +118,29 @@ TEST(Generator, ReserveHandsOutDisjointRanges) {
   EXPECT_EQ(gen.reserve(3), 100u);
 }
 
+// A capture hands out bases relative to its start, tagged with the device offset to add at
+// replay; afterwards the generator is where it was, and advance() moves it by one replay.
+TEST(Generator, CaptureHandsOutRelativeRangesAndRestoresTheOffset) {
+  Generator gen(5);
+  gen.set_state(5, 40);
+  const uint64_t device_scalar = 0;  // stands for a device pointer: only its identity matters
+  gen.begin_capture(&device_scalar);
+  EXPECT_TRUE(gen.capturing());
+  const Generator::Range a = gen.reserve_range(10);  // 3 counters
+  const Generator::Range b = gen.reserve_range(4);   // 1 counter
+  EXPECT_EQ(a.base, 0u);
+  EXPECT_EQ(b.base, 3u);
+  EXPECT_EQ(a.device_offset, &device_scalar);
+  EXPECT_EQ(gen.end_capture(), 4u);  // counters one replay consumes
+  EXPECT_FALSE(gen.capturing());
+  EXPECT_EQ(gen.offset(), 40u);
+  const Generator::Range c = gen.reserve_range(1);
+  EXPECT_EQ(c.base, 40u);
+  EXPECT_EQ(c.device_offset, nullptr);
+  gen.advance(4);
+  EXPECT_EQ(gen.offset(), 45u);
+}
+
 TEST(Generator, ConcurrentReservesNeverOverlap) {
   Generator gen(1);
   const int threads = 4, per_thread = 1000;
