@@ -5,6 +5,9 @@ kiln_test(tensor_cuda_test SOURCES tensor_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 kiln_test(caching_allocator_test SOURCES caching_allocator_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Its private pools, the memory of CUDA graph captures.
+kiln_test(caching_allocator_pool_test SOURCES caching_allocator_pool_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 # Its own binary: it limits the simulated device memory before the first CUDA call.
 kiln_test(caching_allocator_oom_test SOURCES caching_allocator_oom_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
