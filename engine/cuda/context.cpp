@@ -99,6 +99,7 @@ namespace {
 // blocks is safe.
 struct ThreadStreams {
   std::vector<cudaStream_t> by_device;
+  std::vector<cudaStream_t> guarded;  // per device: the innermost StreamGuard's stream, or null
   ~ThreadStreams() {
     AllowSync allow("a thread's streams are drained when it ends");
     for (size_t d = 0; d < by_device.size(); ++d) {
@@ -116,6 +117,9 @@ thread_local ThreadStreams thread_streams;
 
 cudaStream_t current_stream(int device) {
   check_device(device);
+  const std::vector<cudaStream_t>& guarded = thread_streams.guarded;
+  if (static_cast<size_t>(device) < guarded.size() && guarded[static_cast<size_t>(device)])
+    return guarded[static_cast<size_t>(device)];
   std::vector<cudaStream_t>& streams = thread_streams.by_device;
   if (streams.size() <= static_cast<size_t>(device)) streams.resize(device_count(), nullptr);
   cudaStream_t& s = streams[static_cast<size_t>(device)];
@@ -127,6 +131,15 @@ cudaStream_t current_stream(int device) {
 }
 
 cudaStream_t current_stream() { return current_stream(current_device()); }
+
+StreamGuard::StreamGuard(int device, cudaStream_t stream) : device_(device) {
+  check_device(device);
+  std::vector<cudaStream_t>& guarded = thread_streams.guarded;
+  if (guarded.size() <= static_cast<size_t>(device)) guarded.resize(device_count(), nullptr);
+  previous_ = std::exchange(guarded[static_cast<size_t>(device)], stream);
+}
+
+StreamGuard::~StreamGuard() { thread_streams.guarded[static_cast<size_t>(device_)] = previous_; }
 
 void synchronize(SyncSite site) {
   stream_synchronize(current_stream(), site.named("cuda::synchronize()"));

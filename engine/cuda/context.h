@@ -47,8 +47,25 @@ void check_device(int index);
 int current_device();  // this host thread's current device (cudaGetDevice)
 
 // This host thread's compute stream on the current device / on `device`. Created on first use.
+// Inside a StreamGuard for the device, the guard's stream instead.
 cudaStream_t current_stream();
 cudaStream_t current_stream(int device);
+
+// Makes `stream` (a stream of cuda:`device`, owned by the caller) this thread's current stream
+// on `device` until the end of the scope, then restores the previous one; guards nest. Every
+// op queues its work on current_stream(), so this sends a region's work to another stream: a
+// CUDA graph capture (graph.h) runs on a stream of its own. Made and destroyed on one thread.
+class StreamGuard {
+ public:
+  StreamGuard(int device, cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_;
+  cudaStream_t previous_;  // the enclosing guard's stream, or null: the thread's own
+};
 
 // An event marks a point in a stream. Other streams (of any device) can wait for it without
 // blocking the host; the host can wait for it or poll it; two timing events give the GPU time

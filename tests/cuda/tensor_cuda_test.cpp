@@ -3,11 +3,12 @@
 // Copies are compared as bytes: a copy, a fill and a dtype conversion are exact operations
 // (one static_cast per element, the same on the host and the device), so no tolerance is
 // allowed. Covered: device discovery and its errors (cuda:7), the device guard, per-thread
-// streams, events; round trips of every dtype host -> cuda:0 -> cuda:1 -> host; conversion of
-// every dtype pair on the device == on the host, for host->device, device->host, on one device
-// and across devices; fill_, zeros/ones/full, from_vector, item, to_vector, clone; pinned
-// memory and non_blocking copies; autograd through to(device); two host threads at once; and
-// the cuBLAS/cuDNN handles (simulated under the simulator) and the TF32 switch.
+// streams and the stream guard, events; round trips of every dtype host -> cuda:0 -> cuda:1 ->
+// host; conversion of every dtype pair on the device == on the host, for host->device,
+// device->host, on one device and across devices; fill_, zeros/ones/full, from_vector, item,
+// to_vector, clone; pinned memory and non_blocking copies; autograd through to(device); two
+// host threads at once; and the cuBLAS/cuDNN handles (simulated under the simulator) and the
+// TF32 switch.
 // Tests that need cuda:1 skip on a one-GPU machine; all skip without a GPU (real CUDA build).
 #include <gtest/gtest.h>
 
@@ -138,6 +139,38 @@ TEST(CudaContext, OneStreamPerThreadAndDevice) {
     cuda::DeviceGuard guard(1);
     EXPECT_EQ(cuda::current_stream(), on_1);
   }
+}
+
+TEST(CudaContext, StreamGuardSendsTheScopesWorkToAnotherStream) {
+  KILN_SKIP_WITHOUT_CUDA();
+  cudaStream_t mine = cuda::current_stream(0);
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  {
+    cuda::StreamGuard guard(0, a);
+    EXPECT_EQ(cuda::current_stream(), a);
+    EXPECT_EQ(cuda::current_stream(0), a);
+    // Ops queue on the guarded stream: a tensor's block is allocated for it.
+    Tensor t = Tensor::full({8}, 2.0, DType::F32, Device(DeviceType::CUDA, 0));
+    EXPECT_EQ(t.to_vector<float>(), std::vector<float>(8, 2.0f));
+    {
+      cuda::StreamGuard inner(0, b);
+      EXPECT_EQ(cuda::current_stream(0), b);
+    }
+    EXPECT_EQ(cuda::current_stream(0), a);
+    // Another thread, and another device, keep their own streams.
+    cudaStream_t other_thread = nullptr;
+    std::thread([&] { other_thread = cuda::current_stream(0); }).join();
+    EXPECT_NE(other_thread, a);
+    if (cuda::device_count() >= 2) {
+      EXPECT_NE(cuda::current_stream(1), a);
+    }
+  }
+  EXPECT_EQ(cuda::current_stream(0), mine);
+  ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(a), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(b), cudaSuccess);
 }
 
 TEST(CudaContext, EventsOrderStreamsAndTime) {
