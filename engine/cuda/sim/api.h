@@ -4,7 +4,8 @@
 // Semantics follow the CUDA Runtime API reference, its "Error Handling", "Device
 // Management", "Memory Management", "Stream Management" and "Event Management" sections:
 // https://docs.nvidia.com/cuda/cuda-runtime-api/
-// Implemented in device.cpp (errors, devices, streams, events) and memory.cpp (memory).
+// Implemented in device.cpp (errors, devices), streams.cpp (streams, events), memory.cpp
+// (memory) and graphs.cpp (stream capture, graphs).
 // Differences from a GPU, in one place:
 //   - Device memory is host memory (64-byte aligned). Every allocation is registered with its
 //     device, so freeing twice, freeing a stranger pointer, or copying out of bounds returns
@@ -39,11 +40,21 @@ enum cudaError_t : int {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorPeerAccessNotEnabled = 705,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureMerge = 902,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
   cudaErrorUnknown = 999,
 };
 using cudaError = cudaError_t;
@@ -144,6 +155,58 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);  // cudaErrorNotReady until the record has run
 // Milliseconds between two completed timing events (host wall time in the simulator).
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// ---- Graphs and stream capture ------------------------------------------------------------
+// Work queued on a capturing stream is recorded into a graph instead of run; the graph is
+// instantiated once and launched as one unit of stream work (graphs.cpp, and the CUDA C++
+// Programming Guide, "CUDA Graphs": https://docs.nvidia.com/cuda/cuda-c-programming-guide/).
+struct CUgraph_st;
+struct CUgraphExec_st;
+struct CUgraphNode_st;
+struct cudaGraphEdgeData_st;
+using cudaGraph_t = CUgraph_st*;
+using cudaGraphExec_t = CUgraphExec_st*;
+using cudaGraphNode_t = CUgraphNode_st*;
+using cudaGraphEdgeData = cudaGraphEdgeData_st;
+
+enum cudaStreamCaptureStatus : int {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+// Which "potentially unsafe" calls (cudaMalloc, synchronous copies, ...) a capture forbids:
+// those of every thread (Global), of the capturing thread (ThreadLocal), or none (Relaxed).
+enum cudaStreamCaptureMode : int {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaGraphInstantiateFlags : int {
+  cudaGraphInstantiateFlagAutoFreeOnLaunch = 1,
+  cudaGraphInstantiateFlagUpload = 2,
+  cudaGraphInstantiateFlagDeviceLaunch = 4,
+  cudaGraphInstantiateFlagUseNodePriority = 8,
+};
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+// Status, id and graph; the dependency outputs are not modelled (cudaErrorNotSupported when
+// asked for).
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                     unsigned long long* id = nullptr,
+                                     cudaGraph_t* graph = nullptr,
+                                     const cudaGraphNode_t** dependencies = nullptr,
+                                     const cudaGraphEdgeData** edge_data = nullptr,
+                                     size_t* num_dependencies = nullptr);
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode);
+// Flags: 0, AutoFreeOnLaunch or UseNodePriority (no effect here: the simulator has no graph
+// memory nodes and no priorities); the others are cudaErrorInvalidValue.
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);  // a queued launch still runs
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 // ---- Memory -------------------------------------------------------------------------------
 enum cudaMemcpyKind : int {

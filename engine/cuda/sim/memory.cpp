@@ -133,6 +133,13 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   if (dst_device && !range_in(dst, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
   if (src_device && !range_in(src, count, MemoryKind::Device, -1)) return fail(cudaErrorInvalidValue);
   const HostSide to = host_side(dst, dst_device), from = host_side(src, src_device);
+  // A graph replays a copy long after the capture: a pageable source cannot be staged for it,
+  // nor can a replay make the host wait for a pageable destination. CUDA refuses both.
+  const bool captured = capturing(stream);
+  if (captured && (from == HostSide::Pageable || to == HostSide::Pageable)) {
+    invalidate_capture(stream);
+    return fail(cudaErrorStreamCaptureUnsupported);
+  }
   if (kind == cudaMemcpyHostToHost && to != HostSide::Pinned && from != HostSide::Pinned) {
     std::memmove(dst, src, count);  // nothing of a GPU's is involved
     return cudaSuccess;
@@ -146,7 +153,9 @@ cudaError_t copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   // A copy between two addresses of one device's memory is an implicit synchronisation of that
   // device: it waits for the work issued before it, and the work issued after waits for it.
   const Region same = kind == cudaMemcpyDeviceToDevice ? find_region(dst) : Region{};
-  const bool fence = same.kind == MemoryKind::Device && find_region(src).device == same.device;
+  // (Captured, the copy runs only when the graph does: nothing to order now.)
+  const bool fence = same.kind == MemoryKind::Device && find_region(src).device == same.device &&
+                     !captured;
   if (fence) implicit_synchronization(same.device);
   Ticket done;
   if (const cudaError_t e = enqueue(stream, "cudaMemcpy", std::move(work), &done); e != cudaSuccess)
@@ -184,8 +193,12 @@ size_t device_memory_used(int device) {
 using kiln::sim::fail;
 using kiln::sim::MemoryKind;
 
+// The allocation and release calls, cudaMemcpy and cudaMemcpyPeer are "potentially unsafe"
+// during a stream capture (CUDA Runtime API, cudaThreadExchangeStreamCaptureMode): they are
+// not captured, so they fail while a capture forbids them.
 cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
   if (dev_ptr == nullptr) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   const int device = kiln::sim::current_device();
   if (!kiln::sim::valid_device(device)) return fail(cudaErrorNoDevice);
   {
@@ -215,6 +228,7 @@ cudaError_t cudaMalloc(void** dev_ptr, size_t size) {
 // queued kernels never touch freed memory.
 cudaError_t cudaFree(void* dev_ptr) {
   if (dev_ptr == nullptr) return cudaSuccess;  // like free(nullptr)
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   const kiln::sim::Region r = kiln::sim::find_region(dev_ptr);
   if (r.kind == MemoryKind::Device) (void)kiln::sim::synchronize_device(r.device);
   return kiln::sim::release(dev_ptr, MemoryKind::Device);
@@ -232,6 +246,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 
 cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
   if (ptr == nullptr || (flags & ~cudaHostAllocPortable) != 0) return fail(cudaErrorInvalidValue);
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   *ptr = kiln::sim::allocate(size, MemoryKind::PinnedHost, -1);
   if (*ptr == nullptr) return fail(cudaErrorMemoryAllocation);
   // A page-locked allocation is an implicit synchronisation of the current device, like a
@@ -245,11 +260,13 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 }
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   (void)kiln::sim::synchronize_all_devices();  // any device's copy may still read it
   return kiln::sim::release(ptr, MemoryKind::PinnedHost);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   return kiln::sim::copy(dst, src, count, kind, nullptr, /*blocking=*/true);
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
@@ -281,11 +298,13 @@ cudaError_t set(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
   if (!kiln::sim::range_in(dev_ptr, count, MemoryKind::Device, device))
     return fail(cudaErrorInvalidValue);
   // A device memset is an implicit synchronisation of its device: it waits for the work issued
-  // before it, on every stream, and the work issued after it waits for it.
-  kiln::sim::implicit_synchronization(device);
+  // before it, on every stream, and the work issued after it waits for it. (Captured, it runs
+  // only when the graph does: nothing to order now.)
+  const bool fence = !kiln::sim::capturing(stream);
+  if (fence) kiln::sim::implicit_synchronization(device);
   const cudaError_t e = kiln::sim::enqueue(stream, "cudaMemset",
                                            [=] { std::memset(dev_ptr, value, count); });
-  if (e == cudaSuccess) kiln::sim::implicit_synchronization(device);
+  if (e == cudaSuccess && fence) kiln::sim::implicit_synchronization(device);
   return e;
 }
 }  // namespace
@@ -293,6 +312,7 @@ cudaError_t set(void* dev_ptr, int value, size_t count, cudaStream_t stream) {
 // The peer copies are ordered on the current device's stream (legacy for cudaMemcpyPeer).
 cudaError_t cudaMemcpyPeer(void* dst, int dst_device, const void* src, int src_device,
                            size_t count) {
+  if (const cudaError_t e = kiln::sim::check_unsafe_call(); e != cudaSuccess) return e;
   return copy_peer(dst, dst_device, src, src_device, count, nullptr, /*blocking=*/true);
 }
 cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int src_device,

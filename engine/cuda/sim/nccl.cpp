@@ -134,6 +134,16 @@ ncclResult_t issue(const std::vector<Pending>& calls) {
     for (cudaStream_t s : streams) seen = seen || s == p.stream;
     if (!seen) streams.push_back(p.stream);
   }
+  // A collective's run is matched with the other ranks' when it is issued, once; a graph would
+  // replay it. The simulator does not model NCCL in graphs (a GPU allows it): the call fails
+  // and the capture is invalidated.
+  for (cudaStream_t stream : streams) {
+    if (capturing(stream)) {
+      invalidate_capture(stream);
+      return fail(ncclInvalidUsage, std::string(op_name(calls.front().op.kind)) +
+                  ": the simulator does not capture NCCL calls into CUDA graphs");
+    }
+  }
   for (cudaStream_t stream : streams) {
     std::vector<Op> ops;
     for (const Pending& p : calls) {

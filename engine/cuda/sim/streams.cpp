@@ -19,6 +19,8 @@
 //     non-blocking streams included (implicit_synchronization(): a *fence*);
 //   - the host waits only in cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize
 //     and the calls documented as synchronous (cudaMemcpy, copies to pageable memory, cudaFree).
+// While a stream captures (cudaStreamBeginCapture), its work is recorded into a graph instead of
+// queued: enqueue(), the event calls and the synchronising calls ask graphs.cpp first.
 // So a missing cross-stream wait lets work overtake the work it needed, as it would on a GPU,
 // and code that needs two streams to overlap across an allocation waits, as it may on a GPU.
 //
@@ -297,14 +299,21 @@ cudaError_t check_has_device() {
 }  // namespace
 
 cudaError_t enqueue(cudaStream_t stream, const char* what, std::function<void()> work,
-                    Ticket* ticket) {
+                    Ticket* ticket, std::vector<Ticket> after) {
   Ticket t;
+  bool recorded = false;
+  if (const cudaError_t e = capture_work(stream, what, &work, &recorded); e != cudaSuccess)
+    return e;
+  if (recorded) {  // captured into a graph: nothing runs now
+    if (ticket != nullptr) *ticket = Ticket{};
+    return cudaSuccess;
+  }
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     const std::shared_ptr<Queue> q = queue_of(stream);
     if (q == nullptr) return fail(cudaErrorInvalidResourceHandle);
     if (const cudaError_t e = sticky(q->device); e != cudaSuccess) return fail(e);
-    t = push(q, what, std::move(work), {});
+    t = push(q, what, std::move(work), std::move(after));
   }
   if (ticket != nullptr) *ticket = t;
   if (g_sync_mode) return wait(t);
@@ -350,14 +359,16 @@ cudaError_t synchronize_all_devices() {
   return first;
 }
 
-bool stream_device(cudaStream_t stream, int* device) {
+bool stream_device(cudaStream_t stream, int* device, bool* blocking) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (stream == nullptr) {
     *device = current_device();
+    if (blocking != nullptr) *blocking = true;
     return true;
   }
   if (g_streams.count(stream) == 0) return false;
   *device = stream->queue->device;
+  if (blocking != nullptr) *blocking = stream->queue->blocking;
   return true;
 }
 
@@ -379,6 +390,8 @@ using kiln::sim::g_mutex;
 // ---- Device-wide --------------------------------------------------------------------------
 cudaError_t cudaDeviceSynchronize() {
   if (kiln::sim::check_has_device() != cudaSuccess) return cudaErrorNoDevice;
+  if (const cudaError_t e = kiln::sim::check_device_wait(kiln::sim::current_device()); e != cudaSuccess)
+    return e;
   return kiln::sim::synchronize_device(kiln::sim::current_device());
 }
 
@@ -414,6 +427,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
 // As on a GPU, queued work still runs: the worker drains the queue, then ends.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   std::shared_ptr<kiln::sim::Queue> q;
+  kiln::sim::forget_stream(stream);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (stream == nullptr || kiln::sim::g_streams.erase(stream) == 0)
@@ -434,6 +448,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   std::vector<kiln::sim::Ticket> tails;
   int device = 0;
+  if (const cudaError_t e = kiln::sim::check_stream_wait(stream); e != cudaSuccess) return e;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     const auto q = kiln::sim::queue_of(stream);
@@ -448,6 +463,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (const cudaError_t e = kiln::sim::check_stream_wait(stream); e != cudaSuccess) return e;
   std::lock_guard<std::mutex> lock(g_mutex);
   const auto q = kiln::sim::queue_of(stream);
   if (q == nullptr) return fail(cudaErrorInvalidResourceHandle);
@@ -458,6 +474,17 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
   if (flags != 0) return fail(cudaErrorInvalidValue);
+  bool ever_recorded = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (kiln::sim::queue_of(stream) == nullptr || !kiln::sim::live_event(event))
+      return fail(cudaErrorInvalidResourceHandle);
+    ever_recorded = event->last.queue != nullptr;
+  }
+  bool captured = false;  // a fork or join of a capture (graphs.cpp)
+  if (const cudaError_t e = kiln::sim::capture_event_wait(stream, event, ever_recorded, &captured);
+      e != cudaSuccess || captured)
+    return e;
   std::lock_guard<std::mutex> lock(g_mutex);
   const auto q = kiln::sim::queue_of(stream);
   if (q == nullptr || !kiln::sim::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
@@ -501,6 +528,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  kiln::sim::forget_event(event);
   std::lock_guard<std::mutex> lock(g_mutex);
   if (kiln::sim::g_events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
   delete event;  // a pending record still holds its own time slot
@@ -510,6 +538,16 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 // Queues the record: the event completes when the stream reaches this point. The event and the
 // stream must belong to the same device, as on a GPU.
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    const auto q = kiln::sim::queue_of(stream);
+    if (q == nullptr || !kiln::sim::live_event(event) || event->device != q->device)
+      return fail(cudaErrorInvalidResourceHandle);
+  }
+  bool captured = false;  // recorded into a capture (graphs.cpp): nothing is queued
+  if (const cudaError_t e = kiln::sim::capture_event_record(event, stream, &captured);
+      e != cudaSuccess || captured)
+    return e;
   std::lock_guard<std::mutex> lock(g_mutex);
   const auto q = kiln::sim::queue_of(stream);
   if (q == nullptr || !kiln::sim::live_event(event) || event->device != q->device)
@@ -522,6 +560,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (const cudaError_t e = kiln::sim::check_event_not_captured(event); e != cudaSuccess) return e;
   kiln::sim::Ticket last;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -532,6 +571,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (const cudaError_t e = kiln::sim::check_event_not_captured(event); e != cudaSuccess) return e;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!kiln::sim::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = kiln::sim::sticky(event->device); e != cudaSuccess) return fail(e);
@@ -540,6 +580,8 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return fail(cudaErrorInvalidValue);
+  for (cudaEvent_t e : {start, end})
+    if (const cudaError_t c = kiln::sim::check_event_not_captured(e); c != cudaSuccess) return c;
   std::lock_guard<std::mutex> lock(g_mutex);
   if (!kiln::sim::live_event(start) || !kiln::sim::live_event(end))
     return fail(cudaErrorInvalidResourceHandle);
