@@ -3,6 +3,8 @@
 kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+# Stream capture and CUDA graphs (sim/graphs.cpp), a simulated cuBLAS call among the captured work.
+kiln_test(sim_graph_test SOURCES sim_graph_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for
