@@ -390,9 +390,9 @@ using kiln::sim::g_mutex;
 // ---- Device-wide --------------------------------------------------------------------------
 cudaError_t cudaDeviceSynchronize() {
   if (kiln::sim::check_has_device() != cudaSuccess) return cudaErrorNoDevice;
-  if (const cudaError_t e = kiln::sim::check_device_wait(kiln::sim::current_device()); e != cudaSuccess)
-    return e;
-  return kiln::sim::synchronize_device(kiln::sim::current_device());
+  const int device = kiln::sim::current_device();
+  if (const cudaError_t e = kiln::sim::check_device_wait(device); e != cudaSuccess) return e;
+  return kiln::sim::synchronize_device(device);
 }
 
 // Waits for the device's work, then forgets its sticky error (a GPU would destroy the context;
