@@ -16,6 +16,8 @@
 //     stream's rules, the synchronising calls); a device fault becomes a sticky error.
 //     KILN_SIM_DELAY_US=n adds a random delay before each operation; KILN_SIM_SYNC=1 makes the
 //     host wait for each one.
+//   - Graphs (stream capture only): a launch runs the nodes one after another in capture order,
+//     a topological order, with no concurrency between branches; NCCL calls are not captured.
 //   - Devices: env KILN_SIM_DEVICES (default 2, 0 allowed: then cudaGetDeviceCount fails with
 //     cudaErrorNoDevice like a machine without a GPU).
 #pragma once
