@@ -35,6 +35,11 @@ check 2 "threads must be a whole number >= 1 (got -2)" tools/bench_resnet_vs_pyt
 check 2 "device must be cpu, cuda or cuda:N (got tpu)" tools/bench_resnet_vs_pytorch.sh 3 2 tpu
 check 2 "precision must be one of fp32, bf16, fp16 (got tf32)" tools/bench_resnet_vs_pytorch.sh 3 2 cpu tf32
 check 2 "usage: tools/bench_resnet_vs_pytorch.sh" tools/bench_resnet_vs_pytorch.sh 1 2 cpu fp32 more
+check 2 "at most 5 arguments" tools/bench_resnet_vs_pytorch.sh 1 2 cpu fp32 128:32 more
+check 2 "workload must be IMAGE:BATCH, e.g. 128:32 (got 128:32,224:128)" tools/bench_resnet_vs_pytorch.sh 1 2 cpu fp32 128:32,224:128
+check 2 "precision must be fp32, tf32, bf16, fp16, a comma-separated list of them, or all (got fp64)" tools/bench_resnet_vs_pytorch.sh 1 1 cuda fp64
+check 2 "workload must be IMAGE:BATCH or a comma-separated list of them" tools/bench_resnet_vs_pytorch.sh 1 1 cuda all 224x128
+check 2 "KILN_BENCH_RUNNERS must be a comma-separated list" env KILN_BENCH_RUNNERS=kiln,tf tools/bench_resnet_vs_pytorch.sh 1 1 cuda:0
 check 2 "usage: tools/gpu_bundle.sh [make|unpack|packages|not-carried]" tools/gpu_bundle.sh bogus
 check 2 "check_includes.py: unknown option --bogus" tools/check_includes.py --bogus
 check 2 "check_headers_alone.sh: --bogus: not a header" tools/check_headers_alone.sh --bogus
