@@ -282,7 +282,7 @@ def serve(ap, base_argv):
         try:
             a = ap.parse_args(base_argv + words)
         except SystemExit:  # argparse said why on stderr
-            proto.write(f"error: {' '.join(words)}: bad flags\n")
+            proto.write("error: bad flags\n")
             continue
         key = None
         try:
@@ -295,10 +295,11 @@ def serve(ap, base_argv):
                 med = first_run(setups[key])
             proto.write(setups[key].line(med) + "\n")
         except Exception as e:
-            traceback.print_exc()
+            if not isinstance(e, UsageError):
+                traceback.print_exc()
             setups.pop(key, None)
             msg = (str(e).strip().splitlines() or [""])[0]
-            proto.write(f"error: {' '.join(words)}: {type(e).__name__}: {msg}\n")
+            proto.write(f"error: {type(e).__name__}: {msg}\n")
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # the next program on the GPU gets the memory back
 
