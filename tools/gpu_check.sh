@@ -19,7 +19,12 @@
 #             report's tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
-#             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)
+#             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh); the
+#             fast MNIST recipe with the training step as one CUDA graph and the data on the GPU
+#             (mnist_graph: seconds of training to 99.0%); ResNet-50's training step as one CUDA
+#             graph (train_step_bench --cuda-graph) against PyTorch eager (NCHW, channels_last)
+#             and torch.compile (reduce-overhead) at 128x128 batch 32 and 224x224 batch 128, one
+#             step per precision (resnet_graph_fp32, _tf32, _bf16, _fp16)
 #   6. sanitize: compute-sanitizer memcheck, racecheck, synccheck and initcheck over a few gpu
 #             test programs (elementwise ops and reductions, GEMM, convolution, pooling,
 #             BatchNorm, the loader), several at a time, each under a time cap, once a trivial
@@ -35,7 +40,9 @@
 #                   calls into one REPORT_DIR ends with one full report.
 #                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, custom_layer,
 #                   gemm_bench, gemm_steps, conv_bench, mnist_vendor, pytorch, mnist_hand,
-#                   resnet_gpu, mp_gpu, mp_cpu; one sanitizer's runs (memcheck, racecheck,
+#                   mnist_graph, resnet_gpu, resnet_graph_fp32, resnet_graph_tf32,
+#                   resnet_graph_bf16, resnet_graph_fp16 (all four: resnet_graph), mp_gpu,
+#                   mp_cpu; one sanitizer's runs (memcheck, racecheck,
 #                   synccheck, initcheck) or one run (sanitize_TOOL_PROGRAM, e.g.
 #                   sanitize_racecheck_gemm_cuda_test). E.g. --only pytorch,mnist_hand after a run
 #                   out of time: the report's last section gives the exact command.
@@ -102,16 +109,25 @@ for tool in "${sanitize_tools[@]}"; do
   done
 done
 
-steps_vocabulary="ctest_gpu ctest_gpu_vendor ctest_cpu custom_layer gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu ${sanitize_tools[*]}"
+# The ResNet-50 CUDA-graph comparison, one step per precision (resnet_graph: all four).
+graph_precisions=(fp32 tf32 bf16 fp16)
+steps_vocabulary="ctest_gpu ctest_gpu_vendor ctest_cpu custom_layer gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu ${graph_precisions[*]/#/resnet_graph_} mp_gpu mp_cpu ${sanitize_tools[*]}"
 for s in ${only//,/ }; do
-  [[ " build test example bench sanitize report $steps_vocabulary " == *" $s "* ]] && continue
+  [[ " build test example bench sanitize report resnet_graph $steps_vocabulary " == *" $s "* ]] && continue
   if [[ "$s" =~ ^sanitize_([a-z]+)_(.+)$ && " ${sanitize_runs[*]} " == *" ${BASH_REMATCH[1]}:${BASH_REMATCH[2]} "* ]]; then
     continue
   fi
-  die_usage "--only: unknown stage '$s' (build, test, example, bench, sanitize, report, or one step: ${steps_vocabulary// /, }, sanitize_TOOL_PROGRAM)"
+  die_usage "--only: unknown stage '$s' (build, test, example, bench, sanitize, report, resnet_graph, or one step: ${steps_vocabulary// /, }, sanitize_TOOL_PROGRAM)"
 done
 has_stage() { [[ ",$only," == *",$1,"* ]]; }
-want() { has_stage "$1" || has_stage "$2"; }  # want STEP STAGE: the step is selected
+want() {  # want STEP STAGE: the step is selected (resnet_graph selects every resnet_graph_*)
+  has_stage "$1" || has_stage "$2" || { [[ "$1" == resnet_graph_* ]] && has_stage resnet_graph; }
+}
+want_resnet_graph() {  # any of the resnet_graph_* steps
+  local p
+  for p in "${graph_precisions[@]}"; do want "resnet_graph_$p" bench && return 0; done
+  return 1
+}
 want_sanitize() {  # want_sanitize TOOL PROGRAM: that sanitizer run is selected
   has_stage sanitize || has_stage "$1" || has_stage "sanitize_$1_$2"
 }
@@ -337,7 +353,7 @@ fi
 # MNIST (the bundle installed it; else datasets/fetch_mnist.sh, which needs the network), for the
 # steps that read it: the tests (mnist_train's end-to-end runs), the MNIST trainings.
 needs_mnist=0
-for step in ctest_gpu:test ctest_gpu_vendor:test mnist_vendor:bench mnist_hand:bench pytorch:bench; do
+for step in ctest_gpu:test ctest_gpu_vendor:test mnist_vendor:bench mnist_hand:bench mnist_graph:bench pytorch:bench; do
   want "${step%%:*}" "${step#*:}" && needs_mnist=1
 done
 ((cpu_tests)) || has_stage ctest_cpu && needs_mnist=1
@@ -425,8 +441,8 @@ build_targets() {
     want custom_layer example && printf '%s\n' kiln_engine kiln_layers kiln_data kiln_comm kiln_models kiln_pipeline
     { want gemm_bench bench || want gemm_steps bench; } && echo gemm_bench
     want conv_bench bench && echo conv_bench
-    { want mnist_vendor bench || want mnist_hand bench; } && echo mnist_train
-    want resnet_gpu bench && echo train_step_bench
+    { want mnist_vendor bench || want mnist_hand bench || want mnist_graph bench; } && echo mnist_train
+    { want resnet_gpu bench || want_resnet_graph; } && echo train_step_bench
     { want mp_gpu bench || want mp_cpu bench; } && echo resnet_bench
   } | awk '!seen[$0]++' | while read -r t; do
     if target_known "$t"; then echo "$t"; else say "no build target $t in $build_dir: left out" >&2; fi
@@ -596,15 +612,24 @@ bench_program() {
     say "$name: MISSING (${bin#"$root"/} is not built)"
     return
   fi
+  bench_flags_missing "$name" "$bin" "$@" && return
+  run_step "$name" "$cap" "$bin" "$@"
+}
+# bench_flags_missing NAME BINARY FLAGS...: true (and NAME recorded missing) if the program's
+# --help lacks one of the flags (the flag is not written yet, or not in this build).
+bench_flags_missing() {
+  local name=$1 bin=$2 flag help
+  shift 2
+  help=$("$bin" --help 2>&1)
   for flag in "$@"; do
     [[ "$flag" == --* ]] || continue
-    if ! "$bin" --help 2>&1 | grep -q -- "${flag%%=*}"; then
-      record "$name" missing - 0 "" "${bin#"$root"/} has no ${flag%%=*} option yet (its CUDA version is not written yet)"
+    if [[ "$help" != *"${flag%%=*}"* ]]; then
+      record "$name" missing - 0 "" "${bin#"$root"/} has no ${flag%%=*} option yet (not built yet)"
       say "$name: MISSING (${bin#"$root"/} has no ${flag%%=*})"
-      return
+      return 0
     fi
   done
-  run_step "$name" "$cap" "$bin" "$@"
+  return 1
 }
 
 run_mnist() {  # run_mnist hand|vendor
@@ -613,7 +638,11 @@ run_mnist() {  # run_mnist hand|vendor
     --json "$report/mnist_$1.json"
 }
 
-bench_steps=(gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand resnet_gpu mp_gpu mp_cpu)
+# PyTorch runs in the machine's own library environment, without the bundle's (pt_env: the
+# words of PYTHON for tools/bench_resnet_vs_pytorch.sh).
+if [[ -n "$orig_ld_library_path" ]]; then pt_env="env LD_LIBRARY_PATH=$orig_ld_library_path"; else pt_env="env -u LD_LIBRARY_PATH"; fi
+bench_steps=(gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu
+             "${graph_precisions[@]/#/resnet_graph_}" mp_gpu mp_cpu)
 for step in "${bench_steps[@]}"; do
   want "$step" bench || continue
   if ((!build_ok)); then
@@ -635,11 +664,44 @@ for step in "${bench_steps[@]}"; do
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;
+    mnist_graph)
+      # The fast recipe (Adam, one-cycle, bf16, 3 epochs) with the training step as one CUDA
+      # graph and MNIST held on the GPU: the report gives the seconds of training to 99.0%.
+      rm -f "$report/mnist_graph.json"
+      bench_program mnist_graph "$build_dir/apps/mnist_train" 200 --device cuda --recipe fast --cuda-graph \
+        --data-on-device --json "$report/mnist_graph.json" ;;
     resnet_gpu)
-      # Kiln with the bundle's libraries, PyTorch in the machine's own environment (as above).
-      if [[ -n "$orig_ld_library_path" ]]; then pt_env="env LD_LIBRARY_PATH=$orig_ld_library_path"; else pt_env="env -u LD_LIBRARY_PATH"; fi
+      # Kiln eager against PyTorch eager (NCHW, cudnn.benchmark), TF32 off and on, bf16, fp16:
+      # Kiln with the bundle's libraries, PyTorch in the machine's own environment.
       run_step resnet_gpu 240 env KILN_BUILD_DIR="$build_dir" PYTHON="$pt_env $PYTHON" PYTHONUNBUFFERED=1 \
-        "$root/tools/bench_resnet_vs_pytorch.sh" 2 1 cuda:0 ;;
+        KILN_BENCH_RUNNERS=kiln,pytorch "$root/tools/bench_resnet_vs_pytorch.sh" 2 1 cuda:0 ;;
+    resnet_graph_*)
+      # One precision: ResNet-50 training at 128x128 batch 32 and 224x224 batch 128, one round
+      # of Kiln eager, PyTorch eager NCHW, Kiln --cuda-graph, PyTorch eager channels_last and
+      # PyTorch torch.compile (reduce-overhead, channels_last; compiled once per workload, the
+      # compilation untimed). The script starts no workload that would not end before its
+      # deadline, some seconds inside the step's timeout; one left out makes the step partial.
+      rm -f "$report/$step.json"
+      bin="$build_dir/apps/train_step_bench"
+      if [[ ! -x "$bin" ]]; then
+        record "$step" missing - 0 "" "${bin#"$root"/} is not built (not written yet, or not in this build)"
+        say "$step: MISSING (${bin#"$root"/} is not built)"
+        continue
+      fi
+      bench_flags_missing "$step" "$bin" --cuda-graph && continue
+      cap=210 left=$((budget - SECONDS - 15))
+      t=$((cap < left ? cap : left))
+      run_step "$step" "$cap" env KILN_BUILD_DIR="$build_dir" PYTHON="$pt_env $PYTHON" PYTHONUNBUFFERED=1 \
+        KILN_BENCH_JSON="$report/$step.json" KILN_BENCH_SECONDS=$((t > 40 ? t - 20 : 20)) \
+        "$root/tools/bench_resnet_vs_pytorch.sh" 1 1 cuda:0 "${step#resnet_graph_}" 128:32,224:128
+      left_out=$("$PYTHON" -c 'import json, sys
+print(sum("out of time" in n for n in json.load(open(sys.argv[1])).get("not_run", [])))' "$report/$step.json" 2>/dev/null)
+      if [[ "${left_out:-0}" != 0 ]] && awk -F'\t' -v n="$step" '$1 == n && $2 == "ok" {f = 1} END {exit !f}' "$steps"; then
+        record "$step" partial 0 "$(awk -F'\t' -v n="$step" '$1 == n {print $4}' "$steps")" "logs/$step.log" \
+          "$left_out of its 2 workloads left out for time: run it again with --only $step"
+        say "$step: PARTIAL ($left_out workloads left out for time)"
+        budget_skipped=1
+      fi ;;
     mp_gpu)
       # resnet_bench on one GPU: the single-device step time (two stages on one GPU only show
       # the pipeline's overhead; model parallelism needs two GPUs to gain).
@@ -653,10 +715,9 @@ for step in "${bench_steps[@]}"; do
       bench_program mp_cpu "$build_dir/apps/resnet_bench" 240 --devices cpu:0,cpu:1,cpu:2,cpu:3 \
         --steps 2 --repeats 3 --split-sizes 4,8,12 --json "$report/mp_cpu.json" ;;
     pytorch)
-      # PyTorch runs in the machine's own library environment, without the bundle's.
       rm -f "$report/pytorch.json"
-      if [[ -n "$orig_ld_library_path" ]]; then pt_env=(env "LD_LIBRARY_PATH=$orig_ld_library_path"); else pt_env=(env -u LD_LIBRARY_PATH); fi
-      run_step pytorch 200 "${pt_env[@]}" PYTHONUNBUFFERED=1 "$PYTHON" "$root/tools/pytorch_mnist.py" --device cuda \
+      if [[ -n "$orig_ld_library_path" ]]; then pt_env_words=(env "LD_LIBRARY_PATH=$orig_ld_library_path"); else pt_env_words=(env -u LD_LIBRARY_PATH); fi
+      run_step pytorch 200 "${pt_env_words[@]}" PYTHONUNBUFFERED=1 "$PYTHON" "$root/tools/pytorch_mnist.py" --device cuda \
         --epochs "$epochs" --json "$report/pytorch.json" ;;
   esac
 done
