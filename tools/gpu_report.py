@@ -23,8 +23,11 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
 order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "custom_layer",
-         "gemm_bench", "gemm_steps", "conv_bench", "mnist_vendor", "pytorch", "mnist_hand", "resnet_gpu", "mp_gpu",
+         "gemm_bench", "gemm_steps", "conv_bench", "mnist_vendor", "pytorch", "mnist_hand", "mnist_graph", "resnet_gpu",
+         "resnet_graph_fp32", "resnet_graph_tf32", "resnet_graph_bf16", "resnet_graph_fp16", "mp_gpu",
          "mp_cpu", "compute_sanitizer"]
+# --only's names for groups of steps: all of them at once, one name.
+GROUPS = {"resnet_graph": ["resnet_graph_fp32", "resnet_graph_tf32", "resnet_graph_bf16", "resnet_graph_fp16"]}
 SANITIZE = re.compile(r"^sanitize_(memcheck|racecheck|synccheck|initcheck)_(.+)$")
 TOOLS = ["memcheck", "racecheck", "synccheck", "initcheck"]
 
@@ -177,6 +180,9 @@ def only_list(names):
     known = [r.replace(":", "_", 1) for r in info.get("sanitize_runs", "").split()]
     known = ["sanitize_" + r for r in known]
     chosen = set(names)
+    for group, members in GROUPS.items():
+        if all(m in chosen for m in members):
+            names = [n for n in names if n not in members] + [group]
     if known and all(r in chosen for r in known):
         names = [n for n in names if n not in known] + ["sanitize"]
     else:
@@ -197,7 +203,7 @@ def not_run():
             rerun = {"configure": "build", "prerequisites": None, "compute_sanitizer": None}.get(name, name)
             if rerun and rerun not in for_time:
                 for_time.append(rerun)
-            partial = partial or s["status"] == "partial"
+            partial = partial or (s["status"] == "partial" and bool(SANITIZE.match(name)))
         elif SANITIZE.match(name) and (s["note"] or "").startswith("compute-sanitizer"):
             for_tool.append(name)
     if len(for_time) > 1 and "build" in for_time:  # the build runs first anyway
@@ -228,6 +234,37 @@ def gemm_ratio(step, key):
     j = load(step + ".json") or {}
     return {str(r["size"]): r[key] for r in j.get("hand_over_vendor", []) if key in r} or None
 
+def mnist_graph():
+    """mnist_train --recipe fast --cuda-graph --data-on-device: the seconds of training (the
+    training loops, evaluation excluded) up to the end of the first epoch at >= 99.0% test
+    accuracy."""
+    j = load("mnist_graph.json")
+    if not j:
+        return None
+    acc = j.get("test_accuracy_per_epoch") or []
+    secs = j.get("train_seconds_per_epoch") or []
+    reached = next((i for i, a in enumerate(acc) if a >= 0.99), None)
+    out = {k: j.get(k) for k in ("recipe", "epochs", "batch_size", "precision", "device", "kernels",
+                                 "test_accuracy", "train_seconds", "train_images_per_sec", "cuda_graph")
+           if k in j}
+    out.update(test_accuracy_per_epoch=acc, train_seconds_per_epoch=secs,
+               epoch_reaching_99=None if reached is None else reached + 1,
+               seconds_to_99=sum(secs[:reached + 1]) if reached is not None and len(secs) > reached else None)
+    return out
+
+def resnet_graph():
+    """The resnet_graph_* steps' JSON (tools/bench_resnet_vs_pytorch.sh's KILN_BENCH_JSON), merged."""
+    out = {"configs": [], "not_run": [], "failed": []}
+    found = False
+    for name in GROUPS["resnet_graph"]:
+        j = load(name + ".json")
+        if not j:
+            continue
+        found = True
+        for k in out:
+            out[k] += j.get(k, [])
+    return out if found else None
+
 report = {
     "date": info.get("date"), "commit": info.get("commit"), "changed_files": info.get("changed_files"),
     "commit_source": info.get("commit_source"),
@@ -240,6 +277,7 @@ report = {
               "cpu": ctest_summary("ctest_cpu")},
     "gemm": bench("gemm_bench"), "gemm_steps": bench("gemm_steps"), "conv": bench("conv_bench"),
     "resnet": bench("resnet_gpu"),
+    "resnet_graph": resnet_graph(), "mnist_graph": mnist_graph(),
     # Our tensor-core GEMM over cublasGemmEx on the same bf16 inputs, per size (aim >= 0.50).
     "tc_bf16_over_vendor_bf16": gemm_ratio("gemm_steps", "tc_bf16_over_vendor_bf16"),
     "gpu_tests": info.get("gpu_tests"), "gpu_tests_without_program": info.get("gpu_tests_without_program"),
@@ -304,6 +342,54 @@ if pt:
     pj = load("pytorch.json") or {}
     md.append(f"PyTorch settings: cuDNN TF32 {pj.get('cudnn_allow_tf32')}, matmul TF32 {pj.get('matmul_allow_tf32')}, "
               f"cudnn.benchmark {pj.get('cudnn_benchmark')}.")
+mg = report["mnist_graph"]
+md += ["", "## MNIST, the fast recipe with the training step as one CUDA graph, data on the GPU (mnist_graph)", ""]
+if mg:
+    per = ", ".join(f"{100 * a:.2f}% in {s:.1f} s" for a, s in zip(mg["test_accuracy_per_epoch"], mg["train_seconds_per_epoch"]))
+    if mg["seconds_to_99"] is not None:
+        md.append(f"**{mg['seconds_to_99']:.1f} s of training to 99.0%** (reached after epoch {mg['epoch_reaching_99']}; "
+                  "training loops only, evaluation excluded).")
+    else:
+        md.append("**99.0% not reached** in this run.")
+    md.append(f"Epochs (test accuracy, training seconds): {per}. Final test accuracy "
+              f"{fmt(100 * mg['test_accuracy'] if mg.get('test_accuracy') is not None else None, '.2f')}%, "
+              f"{fmt(mg.get('train_images_per_sec'), '.0f')} train images/s (median epoch), "
+              f"{mg.get('precision', '?')}, batch {mg.get('batch_size', '?')}.")
+else:
+    s = steps.get("mnist_graph")
+    md.append(f"Not run: {s['note'] or s['status'] if s else 'no result in this report directory'}.")
+
+rg = report["resnet_graph"]
+md += ["", "## ResNet-50 training step as one CUDA graph: Kiln vs PyTorch eager and torch.compile (resnet_graph)", "",
+       "Images/s, median of the rounds (tools/bench_resnet_vs_pytorch.sh). Kiln: train_step_bench eager and with "
+       "`--cuda-graph`; PyTorch: eager NCHW and channels_last (cudnn.benchmark), and torch.compile(mode=\"reduce-overhead\") "
+       "channels_last, its compilation and graph recording untimed. Ratios: Kiln graph over the best PyTorch eager "
+       "setup, and over PyTorch compiled (> 1: Kiln faster).", ""]
+if rg and rg["configs"]:
+    md += ["| precision | image, batch | Kiln eager | Kiln graph | PyTorch eager | PyTorch eager NHWC | PyTorch compiled "
+           "| graph / eager best | graph / compiled | Kiln launches/step eager, graph |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in rg["configs"]:
+        ips, r, kl = c["images_per_sec"], c["ratios"], c.get("kiln_launches", {})
+        launches = ", ".join(fmt(kl.get(w, {}).get("kernel_launches_per_step"), ".0f") for w in ("kiln", "kiln[graph]"))
+        md.append(f"| {c['precision']} | {c['image']}x{c['image']}, {c['batch']} "
+                  + "".join(f"| {fmt(ips.get(w), '.0f')} " for w in
+                            ("kiln", "kiln[graph]", "pytorch[eager]", "pytorch[eager+nhwc]", "pytorch[compile+nhwc]"))
+                  + f"| {fmt(r.get('kiln[graph] / pytorch eager best'), '.2f')} "
+                  f"| {fmt(r.get('kiln[graph] / pytorch[compile+nhwc]'), '.2f')} | {launches} |")
+if rg and (rg["not_run"] or rg["failed"]):
+    md.append("")
+for n in (rg or {}).get("not_run", []):
+    md.append(f"- not run: {n}")
+for n in (rg or {}).get("failed", []):
+    md.append(f"- failed: {n}")
+left = [f"{n}: {steps[n]['status']}" + (f" ({steps[n]['note']})" if steps[n]["note"] else "")
+        for n in GROUPS["resnet_graph"] if n in steps and steps[n]["status"] != "ok"]
+if left:
+    md += [""] + [f"- {l}" for l in left]
+if not rg and not left:
+    md.append("Not run: no result in this report directory.")
+
 for key, title in (("gpu", "ctest -L gpu"), ("gpu_vendor", "KILN_KERNELS=vendor ctest -L gpu (cuBLAS, cuDNN)"),
                    ("cpu", "CPU suite: ctest -LE 'gpu|sim'")):
     t = report["tests"][key]

@@ -189,6 +189,44 @@ echo "sanitize_runs=memcheck:ops_cuda_test racecheck:gemm_cuda_test synccheck:co
 "$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (second report)"
 expect "tools/gpu_check.sh $dir --only gemm_steps,sanitize_initcheck_ops_cuda_test,synccheck --sanitize-timeout 480"
 
+# The CUDA-graph steps: mnist_graph's JSON (99.0% first reached after epoch 2), resnet_graph_*'s
+# (one ok, one cut for time, two skipped; then all four to run again: the command names the
+# group, resnet_graph).
+step mnist_graph ok 0 25 logs/mnist_graph.log ""
+cat >"$dir/mnist_graph.json" <<'EOF'
+{"recipe": "fast", "epochs": 3, "batch_size": 128, "precision": "bf16", "test_accuracy": 0.9921,
+ "test_accuracy_per_epoch": [0.9801, 0.9904, 0.9921], "train_seconds_per_epoch": [2.5, 2.5, 2.0],
+ "train_seconds": 6.75, "train_images_per_sec": 26000}
+EOF
+step resnet_graph_fp32 ok 0 150 logs/resnet_graph_fp32.log ""
+step resnet_graph_tf32 partial 0 190 logs/resnet_graph_tf32.log "1 of its 2 workloads left out for time: run it again with --only resnet_graph_tf32"
+step resnet_graph_bf16 skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
+step resnet_graph_fp16 skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
+cat >"$dir/resnet_graph_fp32.json" <<'EOF'
+{"configs": [{"model": "resnet50", "image": 128, "batch": 32, "precision": "fp32", "rounds": 1,
+  "images_per_sec": {"kiln": 1100.0, "kiln[graph]": 1500.0, "pytorch[eager]": 1480.0,
+                     "pytorch[eager+nhwc]": 1600.0, "pytorch[compile+nhwc]": 2000.0},
+  "ms_per_step": {}, "ratios": {"kiln[graph] / pytorch eager best": 0.9375,
+                                "kiln[graph] / pytorch[compile+nhwc]": 0.75},
+  "kiln_launches": {"kiln": {"kernel_launches_per_step": 912, "enqueue_ms_per_step": 9.5},
+                    "kiln[graph]": {"kernel_launches_per_step": 1, "enqueue_ms_per_step": 0.02}}}],
+ "not_run": [], "failed": []}
+EOF
+cat >"$dir/resnet_graph_tf32.json" <<'EOF'
+{"configs": [], "not_run": ["224:128 tf32: out of time (KILN_BENCH_SECONDS=170)"],
+ "failed": ["pytorch[compile+nhwc] (--precision tf32): error: RuntimeError: no Triton"]}
+EOF
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (CUDA-graph steps)"
+expect "**5.0 s of training to 99.0%** (reached after epoch 2"
+expect "| fp32 | 128x128, 32 | 1100 | 1500 | 1480 | 1600 | 2000 | 0.94 | 0.75 | 912, 1 |"
+expect "- not run: 224:128 tf32: out of time"
+expect "- failed: pytorch[compile+nhwc] (--precision tf32): error: RuntimeError: no Triton"
+expect "- resnet_graph_bf16: skipped (out of time"
+expect "tools/gpu_check.sh $dir --only gemm_steps,resnet_graph_tf32,resnet_graph_bf16,resnet_graph_fp16,sanitize_initcheck_ops_cuda_test,synccheck --sanitize-timeout 480"
+step resnet_graph_fp32 skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (CUDA-graph steps skipped)"
+expect "tools/gpu_check.sh $dir --only gemm_steps,sanitize_initcheck_ops_cuda_test,resnet_graph,synccheck --sanitize-timeout 480"
+
 # ---- tools/gpu_check.sh: arguments, and no GPU ------------------------------------------------
 check() {  # check EXIT_CODE TEXT ARGS...: gpu_check.sh ARGS exits EXIT_CODE saying TEXT on stderr
   local want_rc=$1 want_text=$2 err rc
@@ -204,8 +242,9 @@ check 2 "--only needs a value" "$dir/r" --only ,
 check 2 "--test-timeout needs seconds" "$dir/r" --test-timeout 0
 check 2 "--sanitize-timeout needs seconds" "$dir/r" --sanitize-timeout x
 check 2 "REPORT_DIR is missing" --only sanitize
+check 2 "--only: unknown stage 'resnet_graph_fp64'" "$dir/r" --only resnet_graph_fp64
 help=$(cd "$root" && tools/gpu_check.sh --help) || fail "--help did not exit 0"
-for word in "--only STAGES" "sanitize_TOOL_PROGRAM" "--print-targets" "--sanitize-timeout" "custom_layer"; do
+for word in "--only STAGES" "sanitize_TOOL_PROGRAM" "--print-targets" "--sanitize-timeout" "custom_layer" "resnet_graph" "mnist_graph"; do
   [[ $help == *"$word"* ]] || fail "--help does not mention $word"
 done
 # Valid stages pass the checks; without an NVIDIA driver the check stops at once: exit 2, saying
