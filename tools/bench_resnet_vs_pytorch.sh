@@ -108,16 +108,18 @@ if [[ "$device" == cuda* ]]; then
 import glob, json, os, re, statistics, sys
 log, jdir = sys.argv[1], sys.argv[2]
 only = (int(sys.argv[3].split(":")[0]), int(sys.argv[3].split(":")[1]), sys.argv[4]) if len(sys.argv) > 4 else None
-LINE = re.compile(r"(kiln(?:\[[^\]]+\])?|pytorch\[[^\]]+\]) model=(\w+) mode=(\S+) .*batch=(\d+) image=(\d+) "
-                  r"images_per_sec=([\d.]+) ms_per_step=([\d.]+)")
+LINE = re.compile(r"(kiln(?:\[[^\]]+\])?|pytorch\[[^\]]+\]) model=(\w+) mode=(\S+) ")
+FIELD = re.compile(r" (batch|image|images_per_sec|ms_per_step)=([\d.]+)")
 def precision_of(mode):
     tags = set(mode.split("+")[1:])
     return next((p for p in ("tf32", "bf16", "fp16") if p in tags), "fp32")
 runs, order, notes = {}, [], {"not_run": [], "failed": []}
 for line in open(log):
     m = LINE.match(line)
-    if m:
-        who, model, mode, b, i, ips, ms = m.groups()
+    f = dict(FIELD.findall(line))
+    if m and len(f) == 4:  # the fields by name, wherever the program prints them
+        who, model, mode = m.groups()
+        b, i, ips, ms = f["batch"], f["image"], f["images_per_sec"], f["ms_per_step"]
         key = (int(i), int(b), precision_of(mode))
         if key not in runs:
             order.append(key)
