@@ -190,7 +190,7 @@ class Setup:
         if self.a.compile and self.mark_step is not None:
             self.mark_step()  # a new iteration: the previous step's graph outputs are dead
         if self.train:
-            self.opt.zero_grad(set_to_none=True)
+            self.opt.zero_grad()
             loss = self.forward(self.x, self.y)
             if self.scaler:
                 self.scaler.scale(loss).backward()
