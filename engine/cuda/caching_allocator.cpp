@@ -276,13 +276,27 @@ int64_t release_cached_locked(State& s, int device) {
   throw OutOfMemory(msg);
 }
 
+// cudaMalloc. During a capture (point 5) with this thread's capture mode relaxed for the call:
+// a capture in the global or thread-local mode forbids cudaMalloc, because the allocation is
+// not recorded in the graph and a graph that needed it made at every replay would be wrong.
+// Here the block is made once and kept by the pool for the graph's whole life, which is what
+// the graph needs. (PyTorch's allocator also calls cudaMalloc during capture.)
+cudaError_t cuda_malloc(void** ptr, size_t size, bool capturing) {
+  if (!capturing) return cudaMalloc(ptr, size);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  KILN_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = cudaMalloc(ptr, size);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // the thread's own mode again
+  return err;
+}
+
 // cudaMalloc with one retry after releasing the cache (point 4); during a capture, no retry
 // (point 5). Called with the mutex held.
 void* device_malloc(State& s, DevicePool& pool, size_t bytes, size_t size, int device) {
   cuda::DeviceGuard guard(device);
   const bool capturing = s.capturing();
   void* ptr = nullptr;
-  cudaError_t err = cudaMalloc(&ptr, size);
+  cudaError_t err = cuda_malloc(&ptr, size, capturing);
   int64_t released = 0;
   if (err == cudaErrorMemoryAllocation && !capturing) {
     (void)cudaGetLastError();

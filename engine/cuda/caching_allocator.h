@@ -43,7 +43,10 @@
 //      that a capture forbids (the CUDA Runtime API, cudaStreamBeginCapture and
 //      cudaThreadExchangeStreamCaptureMode): it polls no event (cudaEventQuery) and records
 //      none, deferring the frees of point 3 until the capture ends; it frees nothing, so the
-//      out-of-memory retry of point 4 is skipped and release_cached() is an error.
+//      out-of-memory retry of point 4 is skipped and release_cached() is an error. Its
+//      cudaMalloc runs with the thread's capture mode set to relaxed: the allocation is not
+//      part of the graph and is not replayed, it is the pool's for the graph's whole life,
+//      which is what a graph needs (PyTorch's allocator also calls cudaMalloc during capture).
 // Statistics per device (kiln::MemoryStats): current = bytes of blocks in use (rounded sizes),
 // peak = high-water mark of current, reserved = bytes held from the driver (in use + cached),
 // os_allocs = number of cudaMalloc calls; a private pool's blocks count like any other.
