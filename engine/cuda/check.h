@@ -1,9 +1,11 @@
 // check.h: every CUDA runtime call goes through KILN_CUDA_CHECK, which turns a failure into a
-// kiln::Error naming the call, the file and the line, and what the runtime said.
+// kiln::Error naming the call, the file and the line, and what the runtime said (and, for a
+// broken CUDA graph capture rule, which rule and what to do: capture_rules.h).
 #pragma once
 
 #include <string>
 
+#include "engine/cuda/capture_rules.h"
 #include "engine/cuda/runtime.h"
 #include "engine/error.h"
 
@@ -19,6 +21,9 @@ namespace kiln::cuda {
   const std::string fault = ::kiln::sim::fault_message();
   if (!fault.empty()) what += "; the device faulted earlier: " + fault;
 #endif
+  if (const char* advice = capture_rule_advice(err)) {
+    what += std::string(". CUDA graph capture: ") + advice;
+  }
   throw Error(what);
 }
 
