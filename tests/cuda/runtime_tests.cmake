@@ -8,6 +8,9 @@ kiln_test(caching_allocator_test SOURCES caching_allocator_test.cpp
 # Its private pools, the memory of CUDA graph captures.
 kiln_test(caching_allocator_pool_test SOURCES caching_allocator_pool_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# cuda::Graph: Kiln ops captured into a CUDA graph with a private pool, replayed; the capture
+# rules' errors.
+kiln_test(graph_test SOURCES graph_test.cpp LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 # Its own binary: it limits the simulated device memory before the first CUDA call.
 kiln_test(caching_allocator_oom_test SOURCES caching_allocator_oom_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
