@@ -47,9 +47,10 @@
 // threads (a pinned-memory allocation, cudaHostAlloc, is such a call); Relaxed forbids nothing
 // (cudaStreamBeginCapture in the CUDA Runtime API).
 //
-// A Graph belongs to one device (the current one at capture_begin()) and one host thread per
-// capture (capture_begin() and capture_end() on the same thread). Only a build with a CUDA
-// backend has this header.
+// A Graph belongs to one device (the current one at capture_begin()) and, while it captures,
+// to the thread that began the capture: capture_end(), or the destructor of a Graph still
+// capturing, runs on that thread (the current stream it set is that thread's). Only a build
+// with a CUDA backend has this header.
 #pragma once
 
 #include <functional>
