@@ -256,7 +256,7 @@ Pass<cudnnConvolutionFwdAlgo_t> forward_pass(cudnnHandle_t handle, Plan& plan, c
         handle, plan.x, plan.w, plan.fwd.conv, plan.y, max_count, &count, perf.data()));
     const size_t bytes = search_workspace(perf, count);
     Tensor ws = workspace_tensor(bytes);
-    KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+    KILN_CUDNN_LAUNCH(cudnnFindConvolutionForwardAlgorithmEx(
         handle, plan.x, x, plan.w, w, plan.fwd.conv, plan.y, y, max_count, &count, perf.data(),
         ptr(ws), bytes));
     choose(plan.fwd, plan, perf, count, bytes, "forward", g);
@@ -276,7 +276,7 @@ Pass<cudnnConvolutionBwdDataAlgo_t> backward_data_pass(cudnnHandle_t handle, Pla
         handle, plan.w, plan.y, plan.bwd_data.conv, plan.x, max_count, &count, perf.data()));
     const size_t bytes = search_workspace(perf, count);
     Tensor ws = workspace_tensor(bytes);
-    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+    KILN_CUDNN_LAUNCH(cudnnFindConvolutionBackwardDataAlgorithmEx(
         handle, plan.w, w, plan.y, dy, plan.bwd_data.conv, plan.x, dx, max_count, &count,
         perf.data(), ptr(ws), bytes));
     choose(plan.bwd_data, plan, perf, count, bytes, "backward-data", g);
@@ -296,7 +296,7 @@ Pass<cudnnConvolutionBwdFilterAlgo_t> backward_filter_pass(cudnnHandle_t handle,
         handle, plan.x, plan.y, plan.bwd_filter.conv, plan.w, max_count, &count, perf.data()));
     const size_t bytes = search_workspace(perf, count);
     Tensor ws = workspace_tensor(bytes);
-    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    KILN_CUDNN_LAUNCH(cudnnFindConvolutionBackwardFilterAlgorithmEx(
         handle, plan.x, x, plan.y, dy, plan.bwd_filter.conv, plan.w, dw, max_count, &count,
         perf.data(), ptr(ws), bytes));
     choose(plan.bwd_filter, plan, perf, count, bytes, "backward-filter", g);
@@ -309,7 +309,7 @@ void run_forward(cudnnHandle_t handle, const Plan& plan,
                  const Pass<cudnnConvolutionFwdAlgo_t>& pass, const void* x, const void* w,
                  void* y) {
   Tensor ws = workspace_tensor(pass.workspace);
-  KILN_CUDNN_CHECK(cudnnConvolutionForward(handle, scalar_one(plan.type), plan.x, x, plan.w, w,
+  KILN_CUDNN_LAUNCH(cudnnConvolutionForward(handle, scalar_one(plan.type), plan.x, x, plan.w, w,
                                            pass.conv, pass.algo, ptr(ws), pass.workspace,
                                            scalar_zero(plan.type), plan.y, y));
 }
@@ -319,7 +319,7 @@ void run_backward_data(cudnnHandle_t handle, const Plan& plan,
                        const Pass<cudnnConvolutionBwdDataAlgo_t>& pass, const void* w,
                        const void* dy, void* dx) {
   Tensor ws = workspace_tensor(pass.workspace);
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, scalar_one(plan.type), plan.w, w, plan.y,
+  KILN_CUDNN_LAUNCH(cudnnConvolutionBackwardData(handle, scalar_one(plan.type), plan.w, w, plan.y,
                                                 dy, pass.conv, pass.algo, ptr(ws), pass.workspace,
                                                 scalar_zero(plan.type), plan.x, dx));
 }
@@ -329,7 +329,7 @@ void run_backward_filter(cudnnHandle_t handle, const Plan& plan,
                          const Pass<cudnnConvolutionBwdFilterAlgo_t>& pass, const void* x,
                          const void* dy, void* dw) {
   Tensor ws = workspace_tensor(pass.workspace);
-  KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, scalar_one(plan.type), plan.x, x,
+  KILN_CUDNN_LAUNCH(cudnnConvolutionBackwardFilter(handle, scalar_one(plan.type), plan.x, x,
                                                   plan.y, dy, pass.conv, pass.algo, ptr(ws),
                                                   pass.workspace, scalar_zero(plan.type), plan.w,
                                                   dw));
@@ -349,7 +349,7 @@ void conv2d_forward_vendor(Backend, const T* x, const T* w, const T* b, T* y,
 
   run_forward(handle, plan, pass, x, w, y);
   const T one = 1;
-  if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y, y));
+  if (b) KILN_CUDNN_LAUNCH(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y, y));
 }
 
 template <typename T>
@@ -369,7 +369,7 @@ void conv2d_backward_vendor(Backend, const T* x, const T* dy, const T* w, T* dx,
   if (dw) run_backward_filter(handle, plan, filter, x, dy, dw);
   const T one = 1, zero = 0;
   if (db)
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y, dy, &zero, plan.bias, db));
+    KILN_CUDNN_LAUNCH(cudnnConvolutionBackwardBias(handle, &one, plan.y, dy, &zero, plan.bias, db));
 }
 
 bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* w,
@@ -388,7 +388,7 @@ bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint
   run_forward(handle, plan, pass, x, w, y16.raw_data());
   convert(y16.raw_data(), in, y, DType::F32, y_count);
   const float one = 1;
-  if (b) KILN_CUDNN_CHECK(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y));
+  if (b) KILN_CUDNN_LAUNCH(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y));
   return true;
 }
 
@@ -423,7 +423,7 @@ bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uin
     const Tensor dy32 = scratch_tensor(y_count, DType::F32);
     convert(dy, in, dy32.raw_data(), DType::F32, y_count);
     const float one = 1, zero = 0;
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle, &one, plan.y_f32, dy32.raw_data(), &zero,
+    KILN_CUDNN_LAUNCH(cudnnConvolutionBackwardBias(handle, &one, plan.y_f32, dy32.raw_data(), &zero,
                                                   plan.bias, db));
   }
   return true;

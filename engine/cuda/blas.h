@@ -17,6 +17,7 @@
 #pragma once
 
 #include "engine/cuda/cublas_api.h"
+#include "engine/cuda/launch_count.h"
 
 #include "engine/cuda/runtime.h"
 
@@ -38,4 +39,12 @@ bool tf32_enabled();  // set_allow_tf32(), else env KILN_TF32 (1|0), else false
     cublasStatus_t kiln_status_ = (call);                                       \
     if (kiln_status_ != CUBLAS_STATUS_SUCCESS)                                  \
       ::kiln::cuda::throw_cublas_error(kiln_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// KILN_CUBLAS_LAUNCH(call): KILN_CUBLAS_CHECK for a call that queues device work (a GEMM),
+// counted as one launch (engine/cuda/launch_count.h).
+#define KILN_CUBLAS_LAUNCH(call)       \
+  do {                                 \
+    KILN_CUBLAS_CHECK(call);           \
+    ::kiln::cuda::count_launch();      \
   } while (0)

@@ -13,6 +13,7 @@
 #include <cudnn.h>
 #endif
 
+#include "engine/cuda/launch_count.h"
 #include "engine/cuda/runtime.h"
 
 namespace kiln::cuda {
@@ -31,4 +32,12 @@ cudnnHandle_t cudnn_handle();  // current device, this host thread, on current_s
     cudnnStatus_t kiln_status_ = (call);                                       \
     if (kiln_status_ != CUDNN_STATUS_SUCCESS)                                  \
       ::kiln::cuda::throw_cudnn_error(kiln_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// KILN_CUDNN_LAUNCH(call): KILN_CUDNN_CHECK for a call that queues device work (a convolution
+// pass, a bias add, an algorithm search), counted as one launch (engine/cuda/launch_count.h).
+#define KILN_CUDNN_LAUNCH(call)        \
+  do {                                 \
+    KILN_CUDNN_CHECK(call);            \
+    ::kiln::cuda::count_launch();      \
   } while (0)

@@ -6,7 +6,8 @@
 // cudaGetLastError check, so a bad configuration fails at the launch that caused it, naming it.
 // Under the simulator it runs the grid on the CPU (engine/cuda/sim/launch.h): one call site,
 // two machines. Arguments are converted to the kernel's parameter types first, so passing an
-// int64_t where the kernel takes an int behaves the same on both.
+// int64_t where the kernel takes an int behaves the same on both. Each launch is counted
+// (engine/cuda/launch_count.h).
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "engine/cuda/check.h"
+#include "engine/cuda/launch_count.h"
 #include "engine/cuda/runtime.h"
 #if KILN_CUDA_SIM
 #include "engine/cuda/sim/launch.h"
@@ -37,6 +39,7 @@ inline unsigned blocks_for(int64_t n, int threads) {
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), const LaunchConfig& cfg, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "launch: wrong number of kernel arguments");
+  count_launch();
 #if KILN_CUDA_SIM
   sim::launch(cfg.grid, cfg.block, cfg.shared_bytes, cfg.stream, kernel,
               static_cast<Params>(args)...);

@@ -333,7 +333,7 @@ void cublas_gemm(Fn gemm_fn, bool ta, bool tb, const GemmShape& s, const T* a, c
   const T alpha = T(1);
   // Leading dimensions must be >= 1 even for empty operands.
   const int lda = s.lda > 0 ? s.lda : 1, ldb = s.ldb > 0 ? s.ldb : 1, ldc = s.n > 0 ? s.n : 1;
-  KILN_CUBLAS_CHECK(gemm_fn(handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+  KILN_CUBLAS_LAUNCH(gemm_fn(handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                             s.n, s.m, s.k, &alpha, b, ldb, a, lda, &beta, c, ldc));
 }
 

@@ -79,7 +79,7 @@ void gemm_lowp_vendor(Backend, DType in, bool ta, bool tb, int64_t m, int64_t n,
   const float alpha = 1.0f, beta = 0.0f;
   // Leading dimensions must be >= 1 even for empty operands.
   const int lda = s.lda > 0 ? s.lda : 1, ldb = s.ldb > 0 ? s.ldb : 1, ldc = s.n > 0 ? s.n : 1;
-  KILN_CUBLAS_CHECK(cublas().gemm_ex(cublas_handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+  KILN_CUBLAS_LAUNCH(cublas().gemm_ex(cublas_handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, s.n, s.m, s.k, &alpha, b,
                                      type, ldb, a, type, lda, &beta, c, CUDA_R_32F, ldc,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
