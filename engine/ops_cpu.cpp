@@ -216,7 +216,8 @@ void softmax_backward(Backend, const T* gy, const T* y, T* gx, int64_t outer, in
 // One pass over the gradient: divide, and OR together "this result is not finite". The
 // reduction is a plain integer OR, so the loop vectorises (and splits across threads when big).
 template <typename T>
-void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf) {
+void unscale_and_check(Backend, T* g, int64_t n, const float* scale_in, int32_t* found_inf) {
+  const T scale = T(*scale_in);
   int32_t bad = 0;
 #pragma omp parallel for simd reduction(| : bad) if (n > kParallelGrain)
   for (int64_t i = 0; i < n; ++i) bad |= static_cast<int32_t>(unscale_elem(g[i], scale));
@@ -235,7 +236,7 @@ void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf) {
   template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);            \
   template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t, int64_t, \
                                     bool);                                                     \
-  template void unscale_and_check<T>(Backend, T*, int64_t, T, int32_t*);
+  template void unscale_and_check<T>(Backend, T*, int64_t, const float*, int32_t*);
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE

@@ -57,10 +57,11 @@ template <typename T>
 void softmax_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t outer,
                       int64_t len, int64_t inner, bool log);
 
-// Loss scaling's fused unscale-and-check (engine/optim/grad_scaler.h): g[i] = g[i] / scale for
-// i < n (unscale_elem, engine/host_device.h), and *found_inf = 1 if any result is inf or NaN
-// (otherwise *found_inf is left as it was, so one flag can collect many buffers). g is (n).
+// Loss scaling's fused unscale-and-check (engine/optim/grad_scaler.h): g[i] = g[i] / T(*scale)
+// for i < n (unscale_elem, engine/host_device.h), and *found_inf = 1 if any result is inf or NaN
+// (otherwise *found_inf is left as it was, so one flag can collect many buffers). g is (n); the
+// scale is an f32 value in memory (the CUDA twin reads it on the device).
 template <typename T>
-void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf);
+void unscale_and_check(Backend, T* g, int64_t n, const float* scale, int32_t* found_inf);
 
 }  // namespace kiln::cpu

@@ -108,10 +108,11 @@ template <typename T>
 void softmax_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t outer,
                       int64_t len, int64_t inner, bool log);
 
-// Loss scaling's fused unscale-and-check: g[i] = g[i] / scale, and *found_inf = 1 (a DEVICE
-// int32) if any result is inf or NaN, else *found_inf untouched: the caller zeroes the flag once,
-// runs this over every gradient of the device, and reads the flag once.
+// Loss scaling's fused unscale-and-check: g[i] = g[i] / T(*scale) (scale: one f32 of DEVICE
+// memory), and *found_inf = 1 (a DEVICE int32) if any result is inf or NaN, else *found_inf
+// untouched: the caller zeroes the flag once, runs this over every gradient of the device, and
+// reads the flag once (or hands it to the optimizer's step(skip) without reading it).
 template <typename T>
-void unscale_and_check(Backend, T* g, int64_t n, T scale, int32_t* found_inf);
+void unscale_and_check(Backend, T* g, int64_t n, const float* scale, int32_t* found_inf);
 
 }  // namespace kiln::cuda

@@ -1,5 +1,6 @@
 // adadelta.cpp: Adadelta's step: per parameter, one OpenMP loop over adadelta_update on the CPU,
-// or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
+// or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu), the
+// learning rate read from memory; then the parameter's step count advances (count_step).
 #include "engine/optim/adadelta.h"
 
 #include <cstddef>
@@ -27,34 +28,32 @@ namespace cpu {
 
 // p, g, s, a are (n).
 template <typename T>
-void adadelta_step(Backend, T* p, const T* g, T* s, T* a, int64_t n, T lr, T rho, T eps, T wd) {
+void adadelta_step(Backend, T* p, const T* g, T* s, T* a, int64_t n, const double* lr,
+                   const int32_t* skip, T rho, T eps, T wd) {
+  if (skip && *skip != 0) return;
+  const T rate = T(*lr);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) adadelta_update<T>(p[i], g[i], s[i], a[i], lr, rho, eps, wd);
+  for (int64_t i = 0; i < n; ++i) adadelta_update<T>(p[i], g[i], s[i], a[i], rate, rho, eps, wd);
 }
 
-template void adadelta_step<float>(Backend, float*, const float*, float*, float*, int64_t, float,
-                                   float, float, float);
+template void adadelta_step<float>(Backend, float*, const float*, float*, float*, int64_t,
+                                   const double*, const int32_t*, float, float, float);
 template void adadelta_step<double>(Backend, double*, const double*, double*, double*, int64_t,
-                                    double, double, double, double);
+                                    const double*, const int32_t*, double, double, double);
 
 }  // namespace cpu
 
-void Adadelta::step() {
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
-    Tensor& p = params_[i];
-    Tensor s = buffer(i, "square_avg");
-    Tensor a = buffer(i, "acc_delta");
-    run_kernel("Adadelta", p.device(), p.dtype(), [&](auto backend, auto tag) {
-      using T = typename decltype(tag)::type;
-      adadelta_step(backend, p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(),
-                    T(lr_), T(rho_), T(eps_), T(weight_decay_));
-    });
-    ++state_[i].step;
-  }
-  ++step_count_;
+void Adadelta::update(size_t i, const Tensor& g, const int32_t* skip) {
+  Tensor& p = params_[i];
+  Tensor s = buffer(i, "square_avg");
+  Tensor a = buffer(i, "acc_delta");
+  const double* lr = lr_on(p.device());
+  run_kernel("Adadelta", p.device(), p.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    adadelta_step(backend, p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(), lr,
+                  skip, T(rho_), T(eps_), T(weight_decay_));
+    count_step(backend, step_of(i), skip);
+  });
 }
 
 }  // namespace kiln

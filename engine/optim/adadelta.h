@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,11 +32,12 @@ class Adadelta : public Optimizer {
  public:
   Adadelta(std::vector<Tensor> params, double lr = 1.0, double rho = 0.9, double eps = 1e-6,
            double weight_decay = 0);
-  void step() override;
   const char* name() const override { return "Adadelta"; }
   std::vector<std::string> buffer_names() const override { return {"square_avg", "acc_delta"}; }
 
  private:
+  void update(size_t i, const Tensor& g, const int32_t* skip) override;
+
   double rho_, eps_, weight_decay_;
 };
 

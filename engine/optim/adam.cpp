@@ -1,8 +1,10 @@
-// adam.cpp: Adam/AdamW step: bias corrections on the host, then per parameter one OpenMP loop
-// over adam_update (see adam.h) on the CPU, or one fused kernel calling the same function on
-// CUDA (engine/cuda/kernels/optim.cu).
+// adam.cpp: Adam/AdamW step: per parameter, adam_prepare (the bias corrections of the
+// parameter's next step, from its step count and the learning rate in memory), then one OpenMP
+// loop over adam_update (see adam.h) on the CPU, or one fused kernel calling the same function
+// on CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/adam.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -32,44 +34,52 @@ Adam::Adam(std::vector<Tensor> params, double lr, double beta1, double beta2, do
 
 namespace cpu {
 
+void adam_prepare(Backend backend, const double* lr, int64_t* step, const int32_t* skip,
+                  double beta1, double beta2, double decoupled_wd, double* coefs) {
+  const double t = static_cast<double>(*step + 1);
+  const double bc1 = 1.0 - std::pow(beta1, t);
+  const double bc2 = 1.0 - std::pow(beta2, t);
+  coefs[kAdamStepSize] = *lr / bc1;
+  coefs[kAdamBc2Sqrt] = std::sqrt(bc2);
+  coefs[kAdamDecay] = 1.0 - *lr * decoupled_wd;
+  count_step(backend, step, skip);
+}
+
 // p, g, m, v are (n).
 template <typename T>
-void adam_step(Backend, T* p, const T* g, T* m, T* v, int64_t n, T beta1, T beta2, T eps,
-               T step_size, T bc2_sqrt, T decay, T wd_l2) {
+void adam_step(Backend, T* p, const T* g, T* m, T* v, int64_t n, const double* coefs,
+               const int32_t* skip, T beta1, T beta2, T eps, T wd_l2) {
+  if (skip && *skip != 0) return;
+  const T step_size = T(coefs[kAdamStepSize]), bc2_sqrt = T(coefs[kAdamBc2Sqrt]);
+  const T decay = T(coefs[kAdamDecay]);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
     adam_update<T>(p[i], g[i], m[i], v[i], beta1, beta2, eps, step_size, bc2_sqrt, decay, wd_l2);
 }
 
-template void adam_step<float>(Backend, float*, const float*, float*, float*, int64_t, float,
-                               float, float, float, float, float, float);
-template void adam_step<double>(Backend, double*, const double*, double*, double*, int64_t, double,
-                                double, double, double, double, double, double);
+template void adam_step<float>(Backend, float*, const float*, float*, float*, int64_t,
+                               const double*, const int32_t*, float, float, float, float);
+template void adam_step<double>(Backend, double*, const double*, double*, double*, int64_t,
+                                const double*, const int32_t*, double, double, double, double);
 
 }  // namespace cpu
 
-void Adam::step() {
-  NoGradGuard no_grad;
+void Adam::update(size_t i, const Tensor& g, const int32_t* skip) {
   const bool decoupled = mode_ == WeightDecayMode::Decoupled;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
-    Tensor& p = params_[i];
-    Tensor m = buffer(i, "exp_avg");
-    Tensor v = buffer(i, "exp_avg_sq");
-    const int64_t t = ++state_[i].step;
-    const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t));
-    const double step_size = lr_ / bc1;
-    const double decay = decoupled ? 1.0 - lr_ * weight_decay_ : 1.0;
-    const double wd_l2 = decoupled ? 0.0 : weight_decay_;
-    run_kernel(name(), p.device(), p.dtype(), [&](auto backend, auto tag) {
-      using T = typename decltype(tag)::type;
-      adam_step(backend, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(), T(beta1_),
-                T(beta2_), T(eps_), T(step_size), T(std::sqrt(bc2)), T(decay), T(wd_l2));
-    });
-  }
-  ++step_count_;
+  Tensor& p = params_[i];
+  Tensor m = buffer(i, "exp_avg");
+  Tensor v = buffer(i, "exp_avg_sq");
+  Tensor coefs = coefficients(i, kAdamCoefs);
+  on_device(name(), p.device(), [&](auto backend) {
+    adam_prepare(backend, lr_on(p.device()), step_of(i), skip, beta1_, beta2_,
+                 decoupled ? weight_decay_ : 0.0, coefs.data<double>());
+  });
+  const double wd_l2 = decoupled ? 0.0 : weight_decay_;
+  run_kernel(name(), p.device(), p.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    adam_step(backend, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+              coefs.data<double>(), skip, T(beta1_), T(beta2_), T(eps_), T(wd_l2));
+  });
 }
 
 }  // namespace kiln

@@ -5,10 +5,13 @@
 //   m = b1 * m + (1 - b1) * g
 //   v = b2 * v + (1 - b2) * g^2
 //   p = p - (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// Bias corrections are computed once per parameter on the host, in double.
+// Bias corrections are computed once per parameter and step, in double, by adam_prepare
+// (optim_kernels.h) on the parameter's device from its step count there.
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,13 +39,14 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999,
        double eps = 1e-8, double weight_decay = 0, WeightDecayMode mode = WeightDecayMode::L2);
-  void step() override;
   const char* name() const override {
     return mode_ == WeightDecayMode::L2 ? "Adam" : "AdamW";
   }
   std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:
+  void update(size_t i, const Tensor& g, const int32_t* skip) override;
+
   double beta1_, beta2_, eps_, weight_decay_;
   WeightDecayMode mode_;
 };

@@ -27,6 +27,27 @@
 // it inf or 0 in f32 is not made (PyTorch's guard against growing to inf). With the default
 // factors S stays a power of two, so scaling and unscaling are exact.
 //
+// The device-side path. The loop above decides on the host: unscale_() reads the inf flag, and
+// update() returns whether to step, so every step waits for the device once. The way torch.amp
+// runs under CUDA graphs keeps the decision on the device instead:
+//
+//   scaler.keep_on_device(device);           // the state lives in device memory from now on
+//   for (...) {
+//     scaler.scale(loss).backward();          // loss times the device's scale (a kernel)
+//     scaler.unscale_on_device(params);       // gradients / S, found_inf left on the device
+//     opt.step(scaler.found_inf());           // the update kernels do nothing when it is set
+//     scaler.update_on_device();              // the rule above, as a one-thread kernel
+//   }
+//
+// Nothing in it waits for the device, so the host queues step after step, and a captured CUDA
+// graph replays it with no host decision (PyTorch: "CUDA Graphs",
+// https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs; torch.amp's
+// _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_ are the two kernels).
+// The accessors (scale_value(), steps(), skipped_steps(), history(), state_dict()) then read the
+// device's state back: a wait, named (cuda::AllowSync), so call them outside the step. The host
+// API still works on such a scaler (the state moves back and forth as needed); the data-parallel
+// loop keeps it, because the ranks must agree on found_inf on the host (comm::any_rank).
+//
 // Checkpoints: state_dict() / load_state_dict() hold the scale, the growth tracker, the step
 // counters and the history, as Tensors like an Optimizer's (apps/common/train_checkpoint.h saves
 // such maps under a prefix).
@@ -37,6 +58,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "engine/tensor.h"
 
 namespace kiln {
@@ -69,10 +91,24 @@ class GradScaler {
   // skipped. Updates the scale.
   bool update(bool found_inf);
 
-  double scale_value() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }  // finite steps in a row
-  int64_t steps() const { return steps_; }                    // update() calls
-  int64_t skipped_steps() const { return skipped_; }
+  // ---- The device-side path (see above) ----
+  // Keeps the state in memory of `device` (a CUDA device or the CPU) from now on; scale()
+  // then multiplies a loss on that device by the value there.
+  void keep_on_device(Device device);
+  // unscale_() without the read: found_inf() is left set when any gradient is non-finite.
+  // Every gradient must be on the scaler's device (keep_on_device; the first call picks the
+  // gradients' device).
+  void unscale_on_device(const std::vector<Tensor>& params);
+  // The flag of the last unscale_on_device(): one i32 on the device, nonzero for inf or NaN.
+  const Tensor& found_inf() const;
+  // update(found_inf()) on the device, without returning the decision to the host.
+  void update_on_device();
+
+  // These read the device's state when it is kept there: a wait for the device.
+  double scale_value() const;
+  int64_t growth_tracker() const;  // finite steps in a row
+  int64_t steps() const;           // update() calls
+  int64_t skipped_steps() const;
   const GradScalerOptions& options() const { return options_; }
 
   // Every scale change: (step, scale) means update() calls step, step + 1, ... (0-based) saw
@@ -81,7 +117,10 @@ class GradScaler {
     int64_t step;
     double scale;
   };
-  const std::vector<Change>& history() const { return history_; }
+  // Kept on the device, the last kChangeLog changes are logged there between two reads; a
+  // read that finds more lost is an Error (read an accessor more often).
+  const std::vector<Change>& history() const;
+  static constexpr int64_t kChangeLog = 1024;
 
   // "scale" (f64 [1]), "growth_tracker", "steps", "skipped_steps" (i64 [1]), "history.step"
   // (i64 [n]) and "history.scale" (f64 [n]). Round-tripping it continues identically.
@@ -92,14 +131,30 @@ class GradScaler {
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
  private:
-  void set_scale(float next);
+  // The state in device memory (keep_on_device), one tensor per field.
+  struct DeviceState {
+    Tensor scale;                         // f32 [1]
+    Tensor growth_tracker, steps, skipped;  // i64 [1]
+    Tensor change_steps, change_scales;   // i64 / f32 [kChangeLog]
+    Tensor changes;                       // i64 [1]
+    Tensor found_inf;                     // i32 [1]
+  };
+  void pull() const;  // the device's state into the host fields, if the device's is newer
+  void push() const;  // the host fields to the device, if the host's are newer (fill kernels)
+  void host_changed();
 
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t steps_ = 0;
-  int64_t skipped_ = 0;
-  std::vector<Change> history_;
+  // The host's copy of the state; with the state kept on a device, current after pull().
+  mutable double scale_;
+  mutable int64_t growth_tracker_ = 0;
+  mutable int64_t steps_ = 0;
+  mutable int64_t skipped_ = 0;
+  mutable std::vector<Change> history_;
+  bool kept_on_device_ = false;
+  Device device_;
+  mutable DeviceState dev_;
+  mutable bool device_newer_ = false;  // update_on_device() ran since the last pull()
+  mutable bool host_newer_ = false;    // the host fields changed since the last push()
 };
 
 }  // namespace kiln

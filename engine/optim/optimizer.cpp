@@ -1,5 +1,6 @@
-// optimizer.cpp: parameter bookkeeping, zero_grad, state_dict save/load shared by all
-// optimizers. The update rules live in sgd.cpp, adam.cpp, adadelta.cpp.
+// optimizer.cpp: parameter bookkeeping, the step loop, the per-step values kept on the
+// parameters' device (learning rate, step counts), zero_grad, state_dict save/load shared by
+// all optimizers. The update rules live in sgd.cpp, adam.cpp, adadelta.cpp.
 #include "engine/optim/optimizer.h"
 
 #include <algorithm>
@@ -9,9 +10,37 @@
 #include <utility>
 
 #include "engine/autograd.h"
+#include "engine/cuda/sync_debug.h"
+#include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/optim_kernels.h"
 
 namespace kiln {
+
+namespace cpu {
+
+void count_step(Backend, int64_t* count, const int32_t* skip) {
+  if (!skip || *skip == 0) ++*count;
+}
+
+}  // namespace cpu
+
+namespace {
+
+// t on `device`: t itself, or a copy when the parameters moved since it was made.
+Tensor& on(Tensor& t, Device device) {
+  if (t.device() != device) t = t.to(device);
+  return t;
+}
+
+// The one value of an i64 [1] tensor, read from wherever it lives.
+int64_t read_count(const Tensor& t) {
+  if (!t.defined()) return 0;
+  cuda::AllowSync allow("Optimizer: a step count read from the device (outside the step)");
+  return static_cast<int64_t>(t.item());
+}
+
+}  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr)
     : params_(std::move(params)), state_(params_.size()), lr_(lr) {
@@ -29,6 +58,55 @@ Optimizer::Optimizer(std::vector<Tensor> params, double lr)
 void Optimizer::set_lr(double lr) {
   KILN_CHECK_INPUT(std::isfinite(lr) && lr >= 0, name(), ": learning rate must be >= 0, got ", lr);
   lr_ = lr;
+  for (Tensor& copy : lr_copies_) copy.fill_(lr);  // a fill kernel on CUDA: queued, no wait
+}
+
+const double* Optimizer::lr_on(Device device) {
+  for (Tensor& copy : lr_copies_)
+    if (copy.device() == device) return copy.data<double>();
+  lr_copies_.push_back(Tensor::full({1}, lr_, DType::F64, device));
+  return lr_copies_.back().data<double>();
+}
+
+int64_t* Optimizer::step_of(size_t i) {
+  Tensor& t = state_[i].step;
+  if (!t.defined()) t = Tensor::zeros({1}, DType::I64, params_[i].device());
+  return on(t, params_[i].device()).data<int64_t>();
+}
+
+Tensor Optimizer::coefficients(size_t i, int64_t n) {
+  Tensor& t = state_[i].coefs;
+  if (!t.defined() || t.numel() != n || t.device() != params_[i].device())
+    t = Tensor::empty({n}, DType::F64, params_[i].device());
+  return t;
+}
+
+int64_t Optimizer::step_count() const { return read_count(step_count_); }
+
+void Optimizer::step() { step(Tensor()); }
+
+void Optimizer::step(const Tensor& skip_if_nonzero) {
+  NoGradGuard no_grad;
+  const Device home = params_.empty() ? Device() : params_[0].device();
+  const int32_t* skip = nullptr;
+  if (skip_if_nonzero.defined()) {
+    KILN_CHECK(skip_if_nonzero.dtype() == DType::I32 && skip_if_nonzero.numel() == 1, name(),
+               ": the skip flag must be one i32 value, got ", skip_if_nonzero.str());
+    KILN_CHECK(skip_if_nonzero.device() == home, name(), ": the skip flag is on ",
+               skip_if_nonzero.device().str(), " but the parameters are on ", home.str());
+    skip = skip_if_nonzero.data<int32_t>();
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor g = grad_of(i);
+    if (!g.defined()) continue;
+    KILN_CHECK(!skip || params_[i].device() == home, name(), ": parameter ", i, " is on ",
+               params_[i].device().str(), ", not on ", home.str(),
+               " with the skip flag: step(skip) needs every parameter on the flag's device");
+    update(i, g, skip);
+  }
+  if (!step_count_.defined()) step_count_ = Tensor::zeros({1}, DType::I64, home);
+  int64_t* count = on(step_count_, home).data<int64_t>();
+  on_device(name(), home, [&](auto backend) { count_step(backend, count, skip); });
 }
 
 void Optimizer::zero_grad() {
@@ -60,10 +138,11 @@ Tensor& Optimizer::buffer(size_t i, const std::string& buf_name, bool* created) 
 std::map<std::string, Tensor> Optimizer::state_dict() const {
   std::map<std::string, Tensor> out;
   out["lr"] = Tensor::from_vector(std::vector<double>{lr_}, {1});
-  out["step"] = Tensor::from_vector(std::vector<int64_t>{step_count_}, {1});
+  out["step"] = Tensor::from_vector(std::vector<int64_t>{step_count()}, {1});
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string prefix = "param." + std::to_string(i) + ".";
-    out[prefix + "step"] = Tensor::from_vector(std::vector<int64_t>{state_[i].step}, {1});
+    out[prefix + "step"] =
+        Tensor::from_vector(std::vector<int64_t>{read_count(state_[i].step)}, {1});
     for (const auto& [buf_name, t] : state_[i].buffers) out[prefix + buf_name] = t.clone();
   }
   return out;
@@ -102,7 +181,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                      " parameters: it was saved for a different model");
     if (field == "step") {
       KILN_CHECK_INPUT(t.numel() == 1, name(), " state entry '", key, "' must hold one value");
-      fresh[i].step = static_cast<int64_t>(t.item());
+      fresh[i].step = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(t.item())},
+                                          {1}, params_[i].device());
       continue;
     }
     KILN_CHECK_INPUT(std::find(known.begin(), known.end(), field) != known.end(), name(),
@@ -114,8 +194,9 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     b.copy_(t);
     fresh[i].buffers[field] = b;
   }
-  lr_ = lr;
-  step_count_ = steps;
+  set_lr(lr);
+  step_count_ = Tensor::from_vector(std::vector<int64_t>{steps}, {1},
+                                    params_.empty() ? Device() : params_[0].device());
   state_ = std::move(fresh);
 }
 

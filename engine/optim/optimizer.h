@@ -9,11 +9,17 @@
 // Conventions shared by every subclass:
 //  - step() runs under NoGradGuard, skips parameters whose .grad is undefined (they get no
 //    state and their per-parameter step does not advance), and updates in place through raw
-//    data pointers with an OpenMP loop templated on float/double.
+//    data pointers with an OpenMP loop templated on float/double (a fused kernel on CUDA).
+//  - what changes from step to step lives in memory of the parameters' device, and the
+//    kernels read it when they run: the learning rate (set_lr() writes it there with a kernel,
+//    no wait), the step counts (advanced there), the bias corrections (computed there from
+//    them), and step(skip)'s flag. Queueing a step never waits for the device, and a step
+//    captured into a CUDA graph replays with the current values (optim_kernels.h).
 //  - the per-element rule is a small KILN_HOST_DEVICE inline function in the subclass's
 //    header, so the fused CUDA kernel (engine/optim/optim_kernels.h) calls the very same code.
 //  - state_dict() keys: "lr", "step" (f64 / i64, shape [1]), and for parameter i:
 //    "param.<i>.step" and "param.<i>.<buffer>". Round-tripping it continues identically.
+//    state_dict() reads the step counts from the device (a named wait, outside the step).
 #pragma once
 
 #include <cstddef>
@@ -22,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "engine/host_device.h"
 #include "engine/tensor.h"
 
@@ -34,15 +41,21 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  virtual void step() = 0;
+  void step();
+  // The step, unless skip_if_nonzero (one int32 value in memory of the parameters' device,
+  // such as GradScaler::found_inf()) is nonzero when the step's kernels run: then parameters,
+  // buffers and step counts stay as they were, as if step() had not been called. The flag is
+  // read by the kernels, not by the host: nothing waits.
+  void step(const Tensor& skip_if_nonzero);
   virtual const char* name() const = 0;  // "SGD", used in errors
   // The per-parameter buffers this optimizer keeps, e.g. {"exp_avg", "exp_avg_sq"}.
   virtual std::vector<std::string> buffer_names() const = 0;
   void zero_grad();                      // drops every parameter's .grad (PyTorch set_to_none)
 
   double lr() const { return lr_; }
-  void set_lr(double lr);
-  int64_t step_count() const { return step_count_; }
+  void set_lr(double lr);  // also writes the copy on each device, without waiting
+  // Steps taken (not skipped). Read from the device: waits for it (named, cuda::AllowSync).
+  int64_t step_count() const;
   const std::vector<Tensor>& params() const { return params_; }
 
   virtual std::map<std::string, Tensor> state_dict() const;
@@ -52,19 +65,32 @@ class Optimizer {
 
  protected:
   struct ParamState {
-    int64_t step = 0;                       // updates this parameter received
+    Tensor step;                            // i64 [1] on the parameter's device: its updates
+    Tensor coefs;                           // f64 scratch of the *_prepare kernels
     std::map<std::string, Tensor> buffers;  // same shape, dtype and device as the parameter
   };
+  // Updates parameter i, whose gradient g is defined; skip is null or a device flag (see
+  // step(skip)). The subclass's rule.
+  virtual void update(size_t i, const Tensor& g, const int32_t* skip) = 0;
   // The parameter's buffer `name`, created as zeros on first use. `created` tells the caller
   // it is fresh (SGD initialises its momentum buffer from the gradient then).
   Tensor& buffer(size_t i, const std::string& name, bool* created = nullptr);
   // The gradient of parameter i, checked against the parameter; undefined if it has none.
   Tensor grad_of(size_t i) const;
+  // Parameter i's step count (i64, on its device), created as 0 on first use.
+  int64_t* step_of(size_t i);
+  // Parameter i's scratch of n doubles on its device, for the *_prepare kernels.
+  Tensor coefficients(size_t i, int64_t n);
+  // The learning rate in memory of `device` (f64 [1]), created on first use.
+  const double* lr_on(Device device);
 
   std::vector<Tensor> params_;
   std::vector<ParamState> state_;
   double lr_;
-  int64_t step_count_ = 0;
+
+ private:
+  std::vector<Tensor> lr_copies_;  // one f64 [1] per device the parameters were stepped on
+  Tensor step_count_;              // i64 [1], on the first parameter's device
 };
 
 }  // namespace kiln

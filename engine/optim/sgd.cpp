@@ -1,5 +1,6 @@
-// sgd.cpp: SGD's step: per parameter, one OpenMP loop over sgd_update (see sgd.h) on the CPU,
-// or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
+// sgd.cpp: SGD's step: per parameter, sgd_prepare (the learning rate and whether this is the
+// parameter's first step, read from memory) and one OpenMP loop over sgd_update (see sgd.h) on
+// the CPU, or one fused kernel calling the same function on CUDA (engine/cuda/kernels/optim.cu).
 #include "engine/optim/sgd.h"
 
 #include <cmath>
@@ -32,10 +33,20 @@ SGD::SGD(std::vector<Tensor> params, double lr, double momentum, double dampenin
 
 namespace cpu {
 
+void sgd_prepare(Backend backend, const double* lr, int64_t* step, const int32_t* skip,
+                 double* coefs) {
+  coefs[kSgdLr] = *lr;
+  coefs[kSgdFirstStep] = *step == 0 ? 1.0 : 0.0;
+  count_step(backend, step, skip);
+}
+
 // p, g, buf are (n); buf may be null when momentum == 0.
 template <typename T>
-void sgd_step(Backend, T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T dampening, T wd,
-              bool nesterov, bool first_step) {
+void sgd_step(Backend, T* p, const T* g, T* buf, int64_t n, const double* coefs,
+              const int32_t* skip, T momentum, T dampening, T wd, bool nesterov) {
+  if (skip && *skip != 0) return;
+  const T lr = T(coefs[kSgdLr]);
+  const bool first_step = coefs[kSgdFirstStep] != 0;
   T unused = T(0);
 #pragma omp parallel for schedule(static) firstprivate(unused)
   for (int64_t i = 0; i < n; ++i)
@@ -43,29 +54,26 @@ void sgd_step(Backend, T* p, const T* g, T* buf, int64_t n, T lr, T momentum, T 
                   first_step);
 }
 
-template void sgd_step<float>(Backend, float*, const float*, float*, int64_t, float, float, float,
-                              float, bool, bool);
-template void sgd_step<double>(Backend, double*, const double*, double*, int64_t, double, double,
-                               double, double, bool, bool);
+template void sgd_step<float>(Backend, float*, const float*, float*, int64_t, const double*,
+                              const int32_t*, float, float, float, bool);
+template void sgd_step<double>(Backend, double*, const double*, double*, int64_t, const double*,
+                               const int32_t*, double, double, double, bool);
 
 }  // namespace cpu
 
-void SGD::step() {
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor g = grad_of(i);
-    if (!g.defined()) continue;
-    Tensor& p = params_[i];
-    bool first = false;
-    Tensor buf = momentum_ != 0 ? buffer(i, "momentum_buffer", &first) : Tensor();
-    run_kernel("SGD", p.device(), p.dtype(), [&](auto backend, auto tag) {
-      using T = typename decltype(tag)::type;
-      sgd_step(backend, p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
-               p.numel(), T(lr_), T(momentum_), T(dampening_), T(weight_decay_), nesterov_, first);
-    });
-    ++state_[i].step;
-  }
-  ++step_count_;
+void SGD::update(size_t i, const Tensor& g, const int32_t* skip) {
+  Tensor& p = params_[i];
+  Tensor buf = momentum_ != 0 ? buffer(i, "momentum_buffer") : Tensor();
+  Tensor coefs = coefficients(i, kSgdCoefs);
+  on_device("SGD", p.device(), [&](auto backend) {
+    sgd_prepare(backend, lr_on(p.device()), step_of(i), skip, coefs.data<double>());
+  });
+  run_kernel("SGD", p.device(), p.dtype(), [&](auto backend, auto tag) {
+    using T = typename decltype(tag)::type;
+    sgd_step(backend, p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+             p.numel(), coefs.data<double>(), skip, T(momentum_), T(dampening_), T(weight_decay_),
+             nesterov_);
+  });
 }
 
 }  // namespace kiln

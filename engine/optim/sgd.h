@@ -6,9 +6,12 @@
 //   d = d + momentum * b  (Nesterov)  or  d = b     (classical)
 //   p = p - lr * d
 // Note PyTorch's convention: the learning rate multiplies the whole buffer, and dampening is
-// not applied on the first step.
+// not applied on the first step. "The first step" is the parameter's step count being 0 when
+// the step runs (read from memory by sgd_prepare, so a skipped step does not count).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,13 +38,14 @@ class SGD : public Optimizer {
   // Nesterov needs momentum > 0 and dampening == 0 (as in PyTorch).
   SGD(std::vector<Tensor> params, double lr, double momentum = 0, double dampening = 0,
       double weight_decay = 0, bool nesterov = false);
-  void step() override;
   const char* name() const override { return "SGD"; }
   std::vector<std::string> buffer_names() const override { return {"momentum_buffer"}; }
 
   double momentum() const { return momentum_; }
 
  private:
+  void update(size_t i, const Tensor& g, const int32_t* skip) override;
+
   double momentum_, dampening_, weight_decay_;
   bool nesterov_;
 };

@@ -57,13 +57,16 @@ void check_parity(const std::vector<T>& data, T scale, int32_t flag_before, cons
   const int64_t n = static_cast<int64_t>(data.size());
   std::vector<T> on_cpu = data;
   int32_t cpu_flag = flag_before;
-  unscale_and_check(cpu::Backend{}, on_cpu.data(), n, scale, &cpu_flag);
+  const float scale_f32 = static_cast<float>(scale);  // the kernels read the scale as an f32
+  unscale_and_check(cpu::Backend{}, on_cpu.data(), n, &scale_f32, &cpu_flag);
 
   Tensor g = Tensor::from_vector(data, {n}, kCuda);
   Tensor flag = Tensor::full({1}, flag_before, DType::I32, kCuda);
+  const Tensor device_scale = Tensor::full({1}, scale, DType::F32, kCuda);
   {
     cuda::DeviceGuard guard(0);
-    unscale_and_check(cuda::Backend{}, g.data<T>(), n, scale, flag.data<int32_t>());
+    unscale_and_check(cuda::Backend{}, g.data<T>(), n, device_scale.data<float>(),
+                      flag.data<int32_t>());
   }
   EXPECT_EQ(flag.item(), cpu_flag);
   const std::vector<T> on_cuda = g.to_vector<T>();
