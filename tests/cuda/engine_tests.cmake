@@ -27,3 +27,7 @@ kiln_add_cuda_sources(fp_contract_cuda_test fp_contract_kernels.cu)
 # Loss scaling's fused unscale-and-check against the CPU loop, and over several devices.
 kiln_test(grad_scaler_cuda_test SOURCES grad_scaler_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# Its device-side path (found_inf and the scale rule on the device, the optimizer skipping on
+# the flag) against the host's decisions, bit for bit, with no wait inside a step.
+kiln_test(grad_scaler_device_cuda_test SOURCES grad_scaler_device_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
