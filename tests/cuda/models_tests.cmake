@@ -2,6 +2,11 @@
 # depth of ResNet-50/101/152, training step and eval forward. Included by CMakeLists.txt here.
 kiln_test(resnet_cuda_test SOURCES resnet_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
+# A training step (CNN and narrow ResNet, f32 and f16 with device-side loss scaling) queues
+# its work without one wait for the device (sync debug mode: error), and a fixed number of
+# launches (cuda::launch_count()).
+kiln_test(train_step_sync_cuda_test SOURCES train_step_sync_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
 # Under the simulator, ResNet-18 once more through the simulated cuBLAS and cuDNN
 # (engine/cuda/sim): the vendor paths' descriptors, algorithm choice and workspaces, end to end.
 if(KILN_CUDA_SIM)
