@@ -12,7 +12,13 @@
 // image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup),
 // the form tools/bench_pytorch_step.py prints too, so that tools/bench_vs_pytorch.sh and
 // bench_resnet_vs_pytorch.sh read both alike. --json FILE also writes the flags, the median
-// and every timed step's milliseconds as JSON.
+// and every timed step's milliseconds as JSON, and for a CUDA device what the host spends on a
+// step: kernel_launches_per_step (cuda::launch_count(), engine/cuda/launch_count.h) and
+// enqueue_ms_per_step (the median host time to queue one step, up to the wait for the device).
+//
+// The step queues its work without waiting for the device: loss scaling (--precision fp16)
+// runs on the device (GradScaler's device-side path: found_inf never comes back to the host,
+// the optimizer's kernels skip on it), so KILN_SYNC_DEBUG=error passes through the timed steps.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/common/flag_checks.h"
@@ -34,6 +41,8 @@
 #include "engine/autograd.h"
 #include "engine/optim/grad_scaler.h"
 #include "engine/cuda/context.h"
+#include "engine/cuda/launch_count.h"
+#include "engine/cuda/sync_debug.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/impl.h"
@@ -111,6 +120,9 @@ int main(int argc, char** argv) {
     if (winograd) set_conv_winograd(true);
     manual_seed(1);
     const bool is_resnet = model != "mnist_cnn";
+    // Setup waits for the device (the model and the batch are uploaded); the steps must not.
+    std::optional<cuda::AllowSync> setup(std::in_place,
+                                         "train_step_bench setup: model and batch uploaded");
     std::shared_ptr<Module> net;
     if (is_resnet) {
       auto resnet = make_resnet(model, classes);
@@ -137,15 +149,22 @@ int main(int argc, char** argv) {
     // GPU work is asynchronous: a step ends when the device has finished it.
     auto wait_for_device = [&] {
 #if KILN_WITH_CUDA
+      cuda::AllowSync allow("train_step_bench: a step is timed to the device's completion");
       if (on_cuda) cuda::synchronize();
 #endif
     };
 
     const DType autocast = autocast_dtype_of(math);
     std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as training would run it
-    if (precision == "fp16") scaler.emplace();
-    std::vector<double> ms;
+    if (precision == "fp16") {
+      scaler.emplace();
+      scaler->keep_on_device(device);
+    }
+    setup.reset();
+    std::vector<double> ms, enqueue_ms;
+    int64_t timed_launches = 0;
     for (int s = 0; s < warmup + steps; ++s) {
+      const int64_t launches_before = cuda::launch_count();
       auto t0 = std::chrono::steady_clock::now();
       if (train) {
         opt.zero_grad();
@@ -156,7 +175,9 @@ int main(int argc, char** argv) {
         }
         if (scaler) {
           scaler->scale(loss).backward();
-          if (scaler->update(scaler->unscale_(net->parameters()))) opt.step();
+          scaler->unscale_on_device(net->parameters());
+          opt.step(scaler->found_inf());  // skipped on the device when a gradient overflowed
+          scaler->update_on_device();
         } else {
           loss.backward();
           opt.step();
@@ -166,10 +187,17 @@ int main(int argc, char** argv) {
         AutocastGuard mixed(autocast);
         Tensor logits = net->forward(x);
       }
+      const auto queued = std::chrono::steady_clock::now();
+      const int64_t launches = cuda::launch_count() - launches_before;
       wait_for_device();
       auto t1 = std::chrono::steady_clock::now();
-      if (s >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      if (s >= warmup) {
+        ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        enqueue_ms.push_back(std::chrono::duration<double, std::milli>(queued - t0).count());
+        timed_launches += launches;
+      }
     }
+    std::sort(enqueue_ms.begin(), enqueue_ms.end());
     const std::vector<double> step_ms = ms;  // in the order they ran
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
@@ -188,7 +216,9 @@ int main(int argc, char** argv) {
           {"batch_size", batch}, {"image_size", image}, {"classes", classes},
           {"steps", steps}, {"warmup", warmup}, {"ms_per_step", median},
           {"images_per_sec", batch * 1000.0 / median}, {"step_ms", step_ms},
-          {"simulated", on_cuda && cuda::kSimulated}};
+          {"simulated", on_cuda && cuda::kSimulated},
+          {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
+          {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]}};
       write_output_file("--json", json_path, j.dump(2) + "\n");
     }
   } catch (const OutOfMemory& e) {
