@@ -181,8 +181,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
                      " parameters: it was saved for a different model");
     if (field == "step") {
       KILN_CHECK_INPUT(t.numel() == 1, name(), " state entry '", key, "' must hold one value");
-      fresh[i].step = Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(t.item())},
-                                          {1}, params_[i].device());
+      // A fill kernel on CUDA (no wait); a count is exact in the double fill_ takes.
+      fresh[i].step = Tensor::full({1}, t.item(), DType::I64, params_[i].device());
       continue;
     }
     KILN_CHECK_INPUT(std::find(known.begin(), known.end(), field) != known.end(), name(),
@@ -195,8 +195,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     fresh[i].buffers[field] = b;
   }
   set_lr(lr);
-  step_count_ = Tensor::from_vector(std::vector<int64_t>{steps}, {1},
-                                    params_.empty() ? Device() : params_[0].device());
+  step_count_ = Tensor::full({1}, static_cast<double>(steps), DType::I64,
+                             params_.empty() ? Device() : params_[0].device());
   state_ = std::move(fresh);
 }
 
