@@ -73,7 +73,7 @@ class Optimizer {
   // step(skip)). The subclass's rule.
   virtual void update(size_t i, const Tensor& g, const int32_t* skip) = 0;
   // The parameter's buffer `name`, created as zeros on first use. `created` tells the caller
-  // it is fresh (SGD initialises its momentum buffer from the gradient then).
+  // it is fresh. (SGD's first momentum step is decided on the device, by the step count.)
   Tensor& buffer(size_t i, const std::string& name, bool* created = nullptr);
   // The gradient of parameter i, checked against the parameter; undefined if it has none.
   Tensor grad_of(size_t i) const;
