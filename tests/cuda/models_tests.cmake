@@ -7,6 +7,9 @@ kiln_test(resnet_cuda_test SOURCES resnet_cuda_test.cpp
 # launches (cuda::launch_count()).
 kiln_test(train_step_sync_cuda_test SOURCES train_step_sync_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
+# The same step captured once into a CUDA graph and replayed equals the eager steps, bit for bit.
+kiln_test(train_step_graph_cuda_test SOURCES train_step_graph_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
 # Under the simulator, ResNet-18 once more through the simulated cuBLAS and cuDNN
 # (engine/cuda/sim): the vendor paths' descriptors, algorithm choice and workspaces, end to end.
 if(KILN_CUDA_SIM)
