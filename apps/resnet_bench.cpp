@@ -62,6 +62,7 @@ struct Options {
   std::string devices;  // default: cuda:0,cuda:1 when two GPUs exist, else cpu:0,cpu:1
   std::string schedule = "gpipe";
   bool recompute = false;
+  bool cuda_graph = false;  // single mode on a GPU: also the step as one CUDA graph
   std::string split_sizes = "1,3,5,8,10,12,20,40,60";
   std::string balance = "time";
   int steps = 2, repeats = 3, threads_per_stage = 0, dp = 1;
@@ -372,6 +373,11 @@ int run(Options& o) {
                                                     o.dp == 1 && !launched_by_mpi()),
                    "--precision fp16 needs loss scaling, which the pipelines do not do: use "
                    "--precision bf16 (no loss scaling needed), or --modes single for fp16");
+  KILN_CHECK_INPUT(!o.cuda_graph || (has_mode("single") && devices[0].is_cuda() && o.dp == 1 &&
+                                      !launched_by_mpi()),
+                   "--cuda-graph times the single-device step as a CUDA graph: it needs "
+                   "--modes single (among others) and a CUDA first device in --devices "
+                   "(e.g. --devices cuda:0), without --dp or mpirun");
   o.workload.autocast = autocast_dtype_of(precision);
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
@@ -417,6 +423,10 @@ int run(Options& o) {
       runs.push_back(make_single_run(o.workload, devices[0], hw,
                                      detail::str("single (", hw, " threads)")));
     }
+    if (o.cuda_graph) {  // beside the eager run, alternating with it in every repeat
+      runs.push_back(make_single_run(o.workload, devices[0], threads, "single (cuda graph)",
+                                     /*cuda_graph=*/true));
+    }
   }
   if (has_mode("model-parallel")) {
     PipelineOptions po;
@@ -442,7 +452,9 @@ int run(Options& o) {
   }
   const Batch batch = for_devices(random_batch(o.workload, 42), devices);
   std::printf("\nwarming up %zu setups...\n", runs.size());
-  for (auto& r : runs) r->step(batch);
+  for (auto& r : runs) {
+    for (int i = 0; i < r->warmup_steps(); ++i) r->step(batch);
+  }
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (auto& r : runs) r->step_seconds.push_back(time_steps(*r, batch, o.steps));
     std::printf("repeat %d of %d done\n", rep + 1, o.repeats);
@@ -568,6 +580,9 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b")
       ->check(one_of({"gpipe", "1f1b"}));
   app.add_flag("--recompute", o.recompute, "pipeline: re-materialise activations in backward");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "single mode on a CUDA device: also time the step captured into one CUDA graph "
+               "and replayed (engine/step_graph.h), beside the eager step");
   app.add_option("--split-sizes", o.split_sizes,
                  "pipeline micro-batch sizes to sweep (the tutorial's)");
   app.add_option("--balance", o.balance,

@@ -8,6 +8,8 @@
 //   train_step_bench --model resnet50 --image-size 128 --batch-size 32 --mode eval --fold-bn
 //   train_step_bench --model resnet50 --device cuda:0 [--precision tf32]   (a GPU; the step is
 //                                                     timed to the device's completion)
+//   train_step_bench --model resnet50 --device cuda:0 --cuda-graph   (the step captured once
+//                            into a CUDA graph, then replayed: engine/step_graph.h; mode=train+graph)
 // Prints one line: "kiln model=resnet50 mode=train threads=2 kernels=vendor batch=32
 // image=128 images_per_sec=... ms_per_step=..." (the median step of --steps after --warmup),
 // the form tools/bench_pytorch_step.py prints too, so that tools/bench_vs_pytorch.sh and
@@ -49,6 +51,7 @@
 #include "engine/init.h"
 #include "engine/optim/sgd.h"
 #include "engine/parallel.h"
+#include "engine/step_graph.h"
 #include "layers/loss.h"
 #include "models/mnist_cnn.h"
 #include "layers/conv2d.h"
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
   std::string precision = "fp32", json_path;
-  bool fold_bn = false, winograd = false;
+  bool fold_bn = false, winograd = false, cuda_graph = false;
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(apps::one_of({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
@@ -83,6 +86,9 @@ int main(int argc, char** argv) {
       ->check(apps::one_of({"fp32", "tf32", "bf16", "fp16"}));
   app.add_flag("--winograd", winograd,
                "CPU vendor kernels: Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions");
+  app.add_flag("--cuda-graph", cuda_graph,
+               "CUDA: capture the step into a CUDA graph after --warmup - 1 eager steps and time "
+               "its replays (engine/step_graph.h)");
   app.add_option("--json", json_path, "also write the result as JSON to this file");
   // --tf32 was this app's spelling of the other apps' --precision tf32.
   if (const std::optional<int> rc =
@@ -106,6 +112,13 @@ int main(int argc, char** argv) {
                                              " f32 images (--image-size ", image, ")"));
     }
     const Device device = parse_device(device_spec);
+    KILN_CHECK_INPUT(!cuda_graph || device.type == DeviceType::CUDA,
+                     "--cuda-graph needs a CUDA device (--device cuda[:N]): a CPU step has no "
+                     "launches to save");
+    // The eager warm-up settles cuDNN's algorithm search and the optimizer's state, which may
+    // allocate and wait: neither may happen inside a capture.
+    KILN_CHECK_INPUT(!cuda_graph || warmup >= 2, "--cuda-graph needs --warmup 2 or more (eager "
+                     "steps before the capture), got ", warmup);
     const bool on_cuda = device.type == DeviceType::CUDA;
     if (on_cuda) {
       KILN_CHECK_INPUT(cuda::is_available(), cuda::unavailable_reason());
@@ -163,30 +176,39 @@ int main(int argc, char** argv) {
     setup.reset();
     std::vector<double> ms, enqueue_ms;
     int64_t timed_launches = 0;
+    // One step's work, run eagerly or captured once and replayed (StepGraph).
+    const auto step = [&]() -> std::vector<Tensor> {
+      if (!train) {
+        NoGradGuard no_grad;
+        AutocastGuard mixed(autocast);
+        return {net->forward(x)};
+      }
+      opt.zero_grad();
+      Tensor loss;
+      {
+        AutocastGuard mixed(autocast);
+        loss = cross_entropy(net->forward(x), y);
+      }
+      if (scaler) {
+        scaler->scale(loss).backward();
+        scaler->unscale_on_device(net->parameters());
+        opt.step(scaler->found_inf());  // skipped on the device when a gradient overflowed
+        scaler->update_on_device();
+      } else {
+        loss.backward();
+        opt.step();
+      }
+      return {loss};
+    };
+    StepGraphOptions graph_options;
+    graph_options.enabled = cuda_graph;
+    // The last warm-up step captures: every timed step is a replay.
+    graph_options.warmup_steps = std::max(0, warmup - 1);
+    StepGraph step_graph(device, graph_options);
     for (int s = 0; s < warmup + steps; ++s) {
       const int64_t launches_before = cuda::launch_count();
       auto t0 = std::chrono::steady_clock::now();
-      if (train) {
-        opt.zero_grad();
-        Tensor loss;
-        {
-          AutocastGuard mixed(autocast);
-          loss = cross_entropy(net->forward(x), y);
-        }
-        if (scaler) {
-          scaler->scale(loss).backward();
-          scaler->unscale_on_device(net->parameters());
-          opt.step(scaler->found_inf());  // skipped on the device when a gradient overflowed
-          scaler->update_on_device();
-        } else {
-          loss.backward();
-          opt.step();
-        }
-      } else {
-        NoGradGuard no_grad;
-        AutocastGuard mixed(autocast);
-        Tensor logits = net->forward(x);
-      }
+      step_graph.run(step);
       const auto queued = std::chrono::steady_clock::now();
       const int64_t launches = cuda::launch_count() - launches_before;
       wait_for_device();
@@ -201,9 +223,9 @@ int main(int argc, char** argv) {
     const std::vector<double> step_ms = ms;  // in the order they ran
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
+    std::printf("kiln model=%s mode=%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
                 "image=%d images_per_sec=%.1f ms_per_step=%.2f%s\n",
-                model.c_str(), mode.c_str(), fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
+                model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
                 precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
                 device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median,
@@ -216,7 +238,7 @@ int main(int argc, char** argv) {
           {"batch_size", batch}, {"image_size", image}, {"classes", classes},
           {"steps", steps}, {"warmup", warmup}, {"ms_per_step", median},
           {"images_per_sec", batch * 1000.0 / median}, {"step_ms", step_ms},
-          {"simulated", on_cuda && cuda::kSimulated},
+          {"simulated", on_cuda && cuda::kSimulated}, {"cuda_graph", cuda_graph},
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
           {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]}};
       write_output_file("--json", json_path, j.dump(2) + "\n");

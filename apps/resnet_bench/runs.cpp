@@ -15,6 +15,7 @@
 #include "engine/ops.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
+#include "engine/step_graph.h"
 #include "layers/loss.h"
 
 #if KILN_WITH_CUDA
@@ -59,34 +60,42 @@ namespace {
 
 class SingleRun : public Run {
  public:
-  SingleRun(const Workload& w, Device device, int threads)
+  SingleRun(const Workload& w, Device device, int threads, bool cuda_graph)
       : model_(make_model(w)), device_(device), threads_(threads), autocast_(w.autocast) {
     cuda::AllowSync allow("resnet_bench setup: the model is uploaded once");
     model_->to(device);
     opt_ = std::make_unique<SGD>(model_->parameters(), w.lr);
-    if (w.autocast == DType::F16) scaler_ = std::make_unique<GradScaler>();
+    if (w.autocast == DType::F16) {
+      scaler_ = std::make_unique<GradScaler>();
+      // On a GPU the scaler decides on the device: no wait per step, and a graph can hold it.
+      if (device.is_cuda()) scaler_->keep_on_device(device);
+    }
+    if (cuda_graph) {
+      StepGraphOptions options;
+      options.warmup_steps = kGraphWarmup - 1;  // the last warm-up step captures
+      graph_ = std::make_unique<StepGraph>(device, options);
+      x_ = Tensor::empty({w.batch, 3, w.image, w.image}, DType::F32, device);
+      y_ = Tensor::empty({w.batch, w.classes}, DType::F32, device);
+    }
   }
 
   const GradScaler* scaler() const override { return scaler_.get(); }
+  int warmup_steps() const override { return graph_ ? kGraphWarmup : 1; }
 
   void step(const Batch& batch) override {
     const int previous = num_threads();
     set_num_threads(threads_);
-    opt_->zero_grad();
-    Tensor loss;
-    {
-      AutocastGuard mixed(autocast_);
+    if (graph_) {
+      // The batch lands in the graph's static inputs (queued: the batch is pinned), then the
+      // captured step replays on them.
+      x_.copy_(batch.x, /*non_blocking=*/true);
+      y_.copy_(batch.y, /*non_blocking=*/true);
+      graph_->run([&] { return train_step(x_, y_); });
+    } else {
       // Queued without the host waiting when the batch is pinned (for_devices), as a loader's
       // batches are: the copy is part of the step, the wait is not.
-      loss = mse_loss(model_->forward(batch.x.to(device_, /*non_blocking=*/true)),
-                      batch.y.to(device_, /*non_blocking=*/true));
-    }
-    if (scaler_) {  // fp16: dynamic loss scaling
-      scaler_->scale(loss).backward();
-      if (scaler_->update(scaler_->unscale_(model_->parameters()))) opt_->step();
-    } else {
-      loss.backward();
-      opt_->step();
+      train_step(batch.x.to(device_, /*non_blocking=*/true),
+                 batch.y.to(device_, /*non_blocking=*/true));
     }
     set_num_threads(previous);
   }
@@ -108,13 +117,40 @@ class SingleRun : public Run {
   int threads_;
   DType autocast_;
   std::unique_ptr<GradScaler> scaler_;
+  std::unique_ptr<StepGraph> graph_;  // --cuda-graph
+  Tensor x_, y_;                      // the graph's static inputs
+
+  static constexpr int kGraphWarmup = 3;  // eager steps settle cuDNN's choices, then capture
+
+  // Forward, loss, backward, update: queued, never waited for.
+  std::vector<Tensor> train_step(const Tensor& x, const Tensor& y) {
+    opt_->zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard mixed(autocast_);
+      loss = mse_loss(model_->forward(x), y);
+    }
+    if (scaler_ && device_.is_cuda()) {  // fp16 on a GPU: the skip is decided on the device
+      scaler_->scale(loss).backward();
+      scaler_->unscale_on_device(model_->parameters());
+      opt_->step(scaler_->found_inf());
+      scaler_->update_on_device();
+    } else if (scaler_) {  // fp16 on the CPU: dynamic loss scaling decided on the host
+      scaler_->scale(loss).backward();
+      if (scaler_->update(scaler_->unscale_(model_->parameters()))) opt_->step();
+    } else {
+      loss.backward();
+      opt_->step();
+    }
+    return {loss};
+  }
 };
 
 }  // namespace
 
 std::unique_ptr<Run> make_single_run(const Workload& w, Device device, int threads,
-                                     const std::string& label) {
-  auto run = std::make_unique<SingleRun>(w, device, threads);
+                                     const std::string& label, bool cuda_graph) {
+  auto run = std::make_unique<SingleRun>(w, device, threads, cuda_graph);
   run->mode = "single";
   run->label = label;
   return run;

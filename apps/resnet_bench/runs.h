@@ -46,6 +46,8 @@ class Run {
   virtual ~Run() = default;
   virtual void step(const Batch& batch) = 0;
   virtual void finish() {}
+  // Untimed steps before the repeats (a CUDA-graph run also captures during them).
+  virtual int warmup_steps() const { return 1; }
   // The loss scaler of an fp16 run (its history goes into the JSON); null otherwise.
   virtual const GradScaler* scaler() const { return nullptr; }
   std::string mode;       // "single", "model-parallel", "pipeline"
@@ -56,8 +58,10 @@ class Run {
 };
 
 // The whole model on one device, trained by the calling thread with `threads` CPU threads.
+// cuda_graph (a CUDA device): the step is captured once into a CUDA graph and replayed
+// (engine/step_graph.h); the batch is copied into the graph's static inputs each step.
 std::unique_ptr<Run> make_single_run(const Workload& w, Device device, int threads,
-                                     const std::string& label);
+                                     const std::string& label, bool cuda_graph = false);
 
 // The model cut by `partition` onto `devices`, run by a Pipeline.
 class PipelineRun : public Run {

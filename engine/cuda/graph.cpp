@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "engine/cuda/check.h"
+#include "engine/cuda/launch_count.h"
 #include "engine/cuda/sync_debug.h"
 #include "engine/error.h"
 
@@ -99,6 +100,7 @@ void Graph::replay() {
              "capture_begin() ... capture_end())");
   DeviceGuard guard(device_);
   KILN_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)));
+  count_launch();  // the whole graph: one launch for the host (launch_count.h)
 }
 
 void Graph::abandon_capture() {

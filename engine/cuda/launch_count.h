@@ -11,8 +11,10 @@
 // What counts as one launch: every kernel queued through cuda::launch() (engine/cuda/launch.h),
 // and every cuBLAS or cuDNN call that queues device work (a GEMM, a convolution pass, a bias
 // add; cuDNN's algorithm search counts once, though it runs several). Calls that only set up
-// a handle or a descriptor do not count. The counts are per process, over every device and
-// host thread, kept with relaxed atomics (a count, not an ordering).
+// a handle or a descriptor do not count. A CUDA graph's replay (engine/cuda/graph.h) counts
+// once: one cudaGraphLaunch, whatever the graph holds (its kernels counted when captured).
+// The counts are per process, over every device and host thread, kept with relaxed atomics
+// (a count, not an ordering).
 //
 // Every build has this header; in a build without a CUDA backend the counts stay 0.
 #pragma once

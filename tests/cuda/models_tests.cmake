@@ -25,3 +25,7 @@ if(KILN_CUDA_SIM)
   kiln_test_run(pipeline_cuda_test_delayed COMMAND pipeline_cuda_test --gtest_repeat=3
     LABELS sim ENVIRONMENT KILN_SIM_DELAY_US=300)
 endif()
+# A training step replayed from a CUDA graph (engine/step_graph.h) equals the eager step bit for
+# bit: the MNIST CNN and a narrow ResNet, hand and vendor kernels, f32, bf16, fp16.
+kiln_test(step_graph_cuda_test SOURCES step_graph_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)

@@ -47,7 +47,20 @@ __global__ void convert_kernel(const Src* __restrict__ src, Dst* __restrict__ ds
     dst[i] = convert_elem<Dst>(src[i]);
 }
 
+// counter is (1).
+__global__ void counter_kernel(uint64_t* counter, uint64_t value, bool advance) {
+  *counter = advance ? *counter + value : value;
+}
+
 }  // namespace
+
+void set_counter(uint64_t* counter, uint64_t value) {
+  launch(counter_kernel, LaunchConfig{1, 1, 0, current_stream()}, counter, value, false);
+}
+
+void advance_counter(uint64_t* counter, uint64_t n) {
+  launch(counter_kernel, LaunchConfig{1, 1, 0, current_stream()}, counter, n, true);
+}
 
 void fill(void* data, DType dtype, int64_t n, double value) {
   if (n <= 0) return;

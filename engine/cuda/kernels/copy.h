@@ -19,4 +19,10 @@ void fill(void* data, DType dtype, int64_t n, double value);
 // no defined result. Equal dtypes are a plain device-to-device copy.
 void convert(const void* src, DType src_type, void* dst, DType dst_type, int64_t n);
 
+// One u64 in device memory, exact for every value (fill() goes through a double): set to
+// `value`, or advanced by `n` on the device, which is how a CUDA graph moves a counter from one
+// replay to the next (engine/step_graph.cpp: dropout's random-number offset). One thread.
+void set_counter(uint64_t* counter, uint64_t value);
+void advance_counter(uint64_t* counter, uint64_t n);
+
 }  // namespace kiln::cuda
