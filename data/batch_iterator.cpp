@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 #include "data/transforms.h"
@@ -13,7 +15,37 @@ namespace kiln {
 
 BatchSource::~BatchSource() = default;
 
+int64_t BatchSource::next_into(const Tensor& inputs, const Tensor& labels) {
+  Batch b;
+  if (!next(b)) return 0;
+  const int64_t rows = b.inputs.size(0);
+  const Shape& shape = b.inputs.shape();
+  detail::check_next_into_targets(inputs, labels, rows, Shape(shape.begin() + 1, shape.end()),
+                                  b.inputs.device());
+  inputs.rows(0, rows).copy_(b.inputs);
+  labels.rows(0, rows).copy_(b.labels);
+  return rows;
+}
+
 namespace detail {
+
+void check_next_into_targets(const Tensor& inputs, const Tensor& labels, int64_t rows,
+                             const Shape& example, Device device) {
+  Shape want{inputs.defined() ? inputs.size(0) : 0};
+  want.insert(want.end(), example.begin(), example.end());
+  const bool fit = inputs.defined() && labels.defined() && inputs.dtype() == DType::F32 &&
+                   labels.dtype() == DType::I64 && inputs.shape() == want &&
+                   labels.shape() == Shape{want[0]} && want[0] >= rows &&
+                   inputs.device() == device && labels.device() == device;
+  if (!fit) {
+    throw Error("next_into: a batch of " + std::to_string(rows) + " examples of shape " +
+                    shape_str(example) + " on " + device.str() + " needs f32 inputs of at least " +
+                    std::to_string(rows) + " rows of that shape and i64 labels as many, there; "
+                    "got " + (inputs.defined() ? inputs.str() : std::string("undefined")) +
+                    " and " + (labels.defined() ? labels.str() : std::string("undefined")),
+                ErrorKind::Usage);
+  }
+}
 
 ExampleWriter::ExampleWriter(const Dataset& dataset, std::shared_ptr<const Compose> transform,
                              uint64_t seed)

@@ -29,6 +29,7 @@
 
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "engine/device.h"
 #include "engine/tensor.h"
 
 namespace kiln {
@@ -52,6 +53,13 @@ class BatchSource {
   virtual void start_epoch_at(int64_t epoch, int64_t position) = 0;
   // Fills `out` with the next batch and returns true; false at the end of the epoch.
   virtual bool next(Batch& out) = 0;
+  // Writes the next batch into the first B rows of `inputs` and `labels`, tensors the caller
+  // reuses from batch to batch (a CUDA graph's static inputs: engine/step_graph.h), and
+  // returns B; 0 at the end of the epoch. `inputs` is f32 (R, example...) and `labels` i64 (R),
+  // R >= B, on the device the batches are delivered to (else kiln::Error, Usage). The default
+  // copies next()'s batch in; a source that builds its batches on that device
+  // (data/device_mnist.h) writes them there directly.
+  virtual int64_t next_into(const Tensor& inputs, const Tensor& labels);
   // Batches per epoch (the same every epoch), counted from its start.
   virtual int64_t num_batches() const = 0;
   // Batches of the epoch as last started (fewer than num_batches() after a start mid-epoch).
@@ -64,6 +72,11 @@ class BatchSource {
 };
 
 namespace detail {
+
+// next_into's checks: throws kiln::Error (Usage) unless `inputs` is f32 (R, example...) and
+// `labels` i64 (R) on `device`, with R >= rows.
+void check_next_into_targets(const Tensor& inputs, const Tensor& labels, int64_t rows,
+                             const Shape& example, Device device);
 
 // Writes one example of a batch: Dataset::get() and then the optional transform. Shared by
 // BatchIterator and Loader, so both produce the same bits. Const and thread-safe; each thread

@@ -141,7 +141,7 @@ const std::array<float, 256>& pixel_table() {
 
 float MnistDataset::normalize_pixel(uint8_t pixel) {
   // float32 throughout, in torchvision's order: ToTensor (x / 255), then Normalize.
-  return (static_cast<float>(pixel) / 255.0f - kMean) / kStd;
+  return mnist_pixel_of(pixel);
 }
 
 std::string MnistDataset::images_file_name(MnistSplit split) {

@@ -24,7 +24,8 @@
 // Memory: the pixels stay as raw uint8 (60,000 * 784 = 47 MB for the training set);
 // get() converts one example to float32 on the fly, normalised like the PyTorch MNIST example
 // (the Keras and Horovod MNIST examples):  x = (pixel / 255 - 0.1307) / 0.3081, computed in float32 exactly as
-// torchvision's ToTensor + Normalize do, via a 256-entry lookup table.
+// torchvision's ToTensor + Normalize do, via a 256-entry lookup table of mnist_pixel_of
+// (data/mnist_kernels.h: the rule the on-device gather of data/device_mnist.h applies too).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/mnist_kernels.h"  // mnist_pixel_of, kMnistMean, kMnistStd
 
 namespace kiln {
 
@@ -40,7 +42,7 @@ enum class MnistSplit { Train, Test };
 class MnistDataset : public Dataset {
  public:
   static constexpr int64_t kRows = 28, kCols = 28, kClasses = 10;
-  static constexpr float kMean = 0.1307f, kStd = 0.3081f;  // of the training pixels / 255
+  static constexpr float kMean = kMnistMean, kStd = kMnistStd;  // of the training pixels / 255
   static constexpr uint32_t kImagesMagic = 2051, kLabelsMagic = 2049;
 
   // Loads `split` from directory `dir` (the standard file names above). `limit` = -1 keeps
