@@ -102,6 +102,7 @@
 #if KILN_WITH_NCCL
 #include "comm/nccl_transport.h"
 #endif
+#include "data/device_mnist.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "engine/error.h"
@@ -134,12 +135,24 @@ RunPlan plan_run(const Options& o, Device device, const RankLayout& ranks, int s
 
 // What a rank reads: its shard of each training epoch, and its slice of the test set.
 struct RankLoaders {
-  std::unique_ptr<Loader> train, test;
+  std::unique_ptr<BatchSource> train, test;
   std::shared_ptr<ShardSampler> test_shard;
 };
 
 RankLoaders make_loaders(const Options& o, const Datasets& data, const RunPlan& plan) {
   const int rank = plan.ranks.rank, workers = plan.ranks.workers;
+  if (o.data_on_device) {
+    // Both sets on the GPU, batches gathered there in the order the loaders would give
+    // (check_device_flags: one rank, --format idx).
+    RankLoaders l;
+    l.train = std::make_unique<DeviceMnistBatches>(
+        *data.idx_train, std::make_shared<RandomSampler>(data.train->size(), o.seed),
+        plan.rank_batch, plan.device);
+    l.test_shard = std::make_shared<ShardSampler>(data.test->size(), rank, workers);
+    l.test = std::make_unique<DeviceMnistBatches>(*data.idx_test, l.test_shard,
+                                                  o.eval_batch_size, plan.device);
+    return l;
+  }
   // The loaders deliver batches on the training device (a GPU: pinned slots, copy stream).
   LoaderOptions lo;
   lo.workers = o.workers;
@@ -439,6 +452,7 @@ int run(Options& o, const CLI::App& app) {
   check_checkpoint_flags(o);
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
+  check_device_flags(o, app, d, device);
   if (!o.kernels.empty()) set_default_impl(parse_impl(o.kernels.c_str()));
   if (!o.trace.empty()) trace::Tracer::global().enable();
   apply_recipe(o, app);

@@ -43,8 +43,12 @@ class SpreadSubset : public Dataset {
 Datasets load_datasets(const Options& o) {
   Datasets d;
   if (o.format == "idx") {
-    d.train = std::make_unique<MnistDataset>(MnistDataset::load(o.data, MnistSplit::Train, o.limit_train));
-    d.test = std::make_unique<MnistDataset>(MnistDataset::load(o.data, MnistSplit::Test, o.limit_test));
+    auto train = std::make_unique<MnistDataset>(MnistDataset::load(o.data, MnistSplit::Train, o.limit_train));
+    auto test = std::make_unique<MnistDataset>(MnistDataset::load(o.data, MnistSplit::Test, o.limit_test));
+    d.idx_train = train.get();
+    d.idx_test = test.get();
+    d.train = std::move(train);
+    d.test = std::move(test);
     return d;
   }
   // ImageFolder: PNGs decode to pixel / 255.0f; Normalize then computes (x - 0.1307f) / 0.3081f

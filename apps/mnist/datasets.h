@@ -9,6 +9,7 @@
 
 #include "apps/mnist/options.h"
 #include "data/dataset.h"
+#include "data/mnist.h"
 #include "data/transforms.h"
 
 namespace kiln::apps::mnist {
@@ -17,6 +18,10 @@ namespace kiln::apps::mnist {
 struct Datasets {
   std::unique_ptr<Dataset> train, test;
   std::shared_ptr<const Compose> transform;  // null: examples arrive ready (IDX: normalised)
+  // The same sets as MnistDataset, whose raw bytes --data-on-device copies to the GPU
+  // (--format idx; null for imagefolder).
+  const MnistDataset* idx_train = nullptr;
+  const MnistDataset* idx_test = nullptr;
 };
 
 // Reads o.data in o.format, keeping at most o.limit_train / o.limit_test examples. A missing

@@ -1,10 +1,17 @@
-// device.h: which device mnist_train trains on, and which kernels run there.
+// device.h: which device mnist_train trains on, which kernels run there, and the flags that
+// only a GPU can honour.
 #pragma once
 
 #include <string>
 
+#include "apps/mnist/dist_flags.h"
+#include "apps/mnist/options.h"
 #include "engine/device.h"
 #include "engine/impl.h"
+
+namespace CLI {
+class App;
+}
 
 namespace kiln::apps::mnist {
 
@@ -14,5 +21,10 @@ Device resolve_device(const std::string& spec);
 
 // The kernels the convolutions on `device` run (conv_impl of engine/impl.h, f32).
 Impl impl_for(Device device);
+
+// --data-on-device needs one CUDA device (--dist none, the resolved `device` a GPU), the IDX
+// files (it copies their bytes) and no loader flags (no loader runs): otherwise a Usage error
+// naming the flag and what to do.
+void check_device_flags(const Options& o, const CLI::App& app, const DistSpec& d, Device device);
 
 }  // namespace kiln::apps::mnist

@@ -90,6 +90,10 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(apps::at_least(1))->capture_default_str();
   app.add_flag("--pin-memory", o.pin_memory, "stage batches in page-locked host memory (always "
                "on when training on a GPU; needs a build with CUDA)");
+  app.add_flag("--data-on-device", o.data_on_device, "copy the whole training and test sets "
+               "to the GPU once (as bytes: 47 MB for MNIST) and gather each batch there with a "
+               "kernel, instead of the loader's threads and a copy per batch: the same batches, "
+               "bit for bit (needs a CUDA --device, --dist none and --format idx)");
   app.add_option("--limit-train", o.limit_train, "train on the first N training images only "
                  "(imagefolder: N images spread evenly over the classes)")
       ->check(apps::at_least(int64_t{1}));

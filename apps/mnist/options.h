@@ -68,6 +68,8 @@ struct Options {
   int prefetch = 2;
   bool pin_memory = false;
   std::string format = "idx";
+  // The whole data set in GPU memory, each batch gathered there by a kernel (data/device_mnist.h).
+  bool data_on_device = false;
   // Data parallelism.
   std::string dist = "none";
   std::string allreduce = "ring";

@@ -108,8 +108,16 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
               o.lr, describe_schedule(o).c_str(), static_cast<long long>(o.batch_size),
               static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
               static_cast<unsigned long long>(o.seed));
-  std::printf("data: %s; loader: %s, prefetch %d%s\n", data.train->describe().c_str(),
-              count_of(o.workers, "worker").c_str(), o.prefetch, o.pin_memory || device.is_cuda() ? ", pinned" : "");
+  if (o.data_on_device) {
+    // Both sets' bytes: 784 pixels and a label per example.
+    const double bytes = static_cast<double>(data.train->size() + data.test->size()) * (784 + 1);
+    std::printf("data: %s; on the device: %.0f MB of bytes, each batch gathered there by a "
+                "kernel\n", data.train->describe().c_str(), bytes / 1e6);
+  } else {
+    std::printf("data: %s; loader: %s, prefetch %d%s\n", data.train->describe().c_str(),
+                count_of(o.workers, "worker").c_str(), o.prefetch,
+                o.pin_memory || device.is_cuda() ? ", pinned" : "");
+  }
   if (plan.ranks.dist) print_data_parallel_line(o, plan);
   if (plan.start_position > 0) {
     std::printf("resumed from %s in epoch %d, after %lld of its %lld examples\n",
@@ -205,6 +213,7 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["prefetch"] = o.prefetch;
   j["pin_memory"] = o.pin_memory;
   j["format"] = o.format;
+  j["data_on_device"] = o.data_on_device;
   j["seed"] = o.seed;
   j["simulated"] = cuda::kSimulated && device.is_cuda();
   add_data_parallel_fields(o, plan, traffic, replicas_equal, j);

@@ -4,6 +4,8 @@
 //   mnist_train: cnn (1199882 parameters) on cpu:0, 1 thread per rank, vendor kernels, adadelta
 //     lr 1 (x0.7 per epoch), batch 128, 2000 train / 500 test images, seed 1
 //   data: MNIST: 2000 examples of 1x28x28, 10 classes, from ...; loader: 1 worker, prefetch 2
+//     (--data-on-device: "...; on the device: 2 MB of bytes, each batch gathered there by a
+//     kernel")
 //   data parallel: local:2, 2 ranks (2 workers), allreduce ring, buckets 1 MiB, batch 64 per
 //     worker = 128 global                                                   (--dist only)
 //   epoch  1/1  train loss 1.5608  test loss 0.6939  test acc 77.40%  1628 img/s  1.4 s (train
