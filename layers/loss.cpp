@@ -16,6 +16,7 @@
 #include "engine/ops.h"
 #include "layers/loss_kernels.h"
 #if KILN_WITH_CUDA
+#include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
 #endif
 
@@ -82,6 +83,17 @@ void resolve_target_checks(bool wait, cuda::SyncSite site) {
     checks.pop_front();
   }
 }
+
+// Whether the work queued on `device` now is being captured into a CUDA graph
+// (engine/cuda/graph.h). A replay runs no host code, so the check above cannot follow it: a
+// captured call neither polls nor defers a check (nor records the event and pinned copy a
+// capture refuses). Its loss is still NaN for a bad target; a caller that captures its step
+// checks the labels before they reach the device (MnistDataset validates them as it loads).
+bool captured_on(Device device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  KILN_CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(device.index), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
 #else
 void resolve_target_checks(bool, cuda::SyncSite) {}
 #endif
@@ -125,10 +137,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
              targets.str());
   check_same_device(logits, targets, "cross_entropy");
   int64_t n = logits.size(0), c = logits.size(1);
-  if (logits.device().is_cuda()) {  // earlier calls' bad targets, as far as known: never waits
+  const bool on_cpu = logits.device().type == DeviceType::CPU;
+#if KILN_WITH_CUDA
+  const bool check_on_host = !on_cpu && !captured_on(logits.device());
+#else
+  const bool check_on_host = false;
+#endif
+  if (check_on_host) {  // earlier calls' bad targets, as far as known: never waits
     resolve_target_checks(/*wait=*/false, cuda::SyncSite());
   }
-  const bool on_cpu = logits.device().type == DeviceType::CPU;
   Tensor probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   Tensor out = Tensor::empty({}, logits.dtype(), logits.device());  // the loss, a scalar
   Tensor bad_row = Tensor::empty({1}, DType::I64, logits.device());
@@ -147,7 +164,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     // On a GPU the loss stays on the device (NaN for a bad target); the first bad row (or -1)
     // comes back to the host asynchronously, and is read by a later call (see above).
 #if KILN_WITH_CUDA
-    defer_target_check(bad_row, targets, c);
+    if (check_on_host) defer_target_check(bad_row, targets, c);
 #endif
   }
   if (any_requires_grad({&logits})) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/graph.h"
 #include "engine/error.h"
 #include "layers/loss.h"
 #include "parity/parity_harness.h"
@@ -78,6 +79,32 @@ TEST(CrossEntropyCuda, BadTargetIsAnInputErrorLikeCpu) {
   const Tensor loss = cross_entropy(logits.to(kCuda), good);
   check_cross_entropy_targets();
   EXPECT_TRUE(std::isfinite(loss.item()));
+}
+
+// Captured into a CUDA graph, cross_entropy queues its kernels only (a replay runs no host
+// code: the deferred check of the targets is left out), and each replay computes the loss of
+// the static inputs as they are then, equal to the eager call's bit for bit; a bad target
+// still makes the replayed loss NaN.
+TEST(CrossEntropyCuda, CapturedInAGraphReplaysTheEagerLoss) {
+  KILN_SKIP_WITHOUT_CUDA();
+  Tensor logits = random_tensor({6, 7}, 5, -1.0, 1.0, DType::F32).to(kCuda);
+  Tensor targets = random_targets(6, 7, 3).to(kCuda);
+  check_cross_entropy_targets();
+  (void)cross_entropy(logits, targets);  // once eagerly first, as a graph's warm-up
+  cuda::Graph graph;
+  Tensor loss;
+  graph.capture([&] { loss = cross_entropy(logits, targets); });
+  for (uint32_t seed : {7u, 8u}) {
+    logits.copy_(random_tensor({6, 7}, seed, -1.0, 1.0, DType::F32));
+    targets.copy_(random_targets(6, 7, seed));
+    graph.replay();
+    const Tensor eager = cross_entropy(logits, targets);
+    EXPECT_EQ(loss.to_vector<float>(), eager.to_vector<float>()) << "seed " << seed;
+  }
+  check_cross_entropy_targets();  // the eager calls' checks: all good
+  targets.copy_(Tensor::from_vector(std::vector<int64_t>{0, 1, 9, 3, 4, 5}, {6}));
+  graph.replay();
+  EXPECT_TRUE(std::isnan(loss.item())) << "a replay's loss of a bad target is not NaN";
 }
 
 TEST(CrossEntropyCuda, TargetsOnAnotherDeviceAreAnError) {
