@@ -110,6 +110,7 @@
 #include "engine/optim/lr_schedule.h"
 #include "engine/parallel.h"
 #include "engine/philox.h"
+#include "engine/step_graph.h"
 #include "engine/trace.h"
 
 using namespace kiln;
@@ -203,11 +204,11 @@ int64_t warmup_steps(const Options& o, int64_t steps_per_epoch) {
 int report_on_rank0(const Options& o, const RunPlan& plan, const Datasets& data,
                     const std::vector<EpochResult>& results,
                     const std::vector<apps::EpochRecord>& history, const DistTraining* dist,
-                    bool replicas_equal, const GradScaler* scaler) {
+                    bool replicas_equal, const GradScaler* scaler, int64_t graph_replays) {
   const CommSummary traffic = dist != nullptr ? dist->comm_summary() : CommSummary();
   if (!o.json.empty()) {
-    write_json(o.json,
-               summary_json(o, plan, data, results, history, traffic, replicas_equal, scaler));
+    write_json(o.json, summary_json(o, plan, data, results, history, traffic, replicas_equal,
+                                    scaler, graph_replays));
   }
   if (!o.quiet) print_closing_lines(o, plan, results, traffic);
   if (!replicas_equal) {
@@ -267,7 +268,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
 
   // The training step: --batch-per-rank and the per-step schedules (cosine, onecycle, cyclic)
   // set the learning rate before each step, then backward and the update, alone or with the
-  // other ranks.
+  // other ranks, or the whole step as a CUDA graph (--cuda-graph).
   const Precision precision = apps::setup_precision(o.precision, device);
   const DType autocast = autocast_dtype_of(precision);
   const bool per_step = o.batch_per_rank || schedule_per_step(o);
@@ -276,15 +277,47 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   int64_t global_step = state.start_step >= 0
                             ? state.start_step
                             : static_cast<int64_t>(plan.start_epoch) * steps_per_epoch;
-  const StepFn step_fn = [&](Tensor& loss, const trace::Ids& ids) {
+  // --cuda-graph: the whole step through a StepGraph (its warm-up steps eager, then one capture
+  // and a replay per step), reading the batch from static inputs (train_loop.h, TrainStep).
+  std::unique_ptr<StepGraph> graph;
+  TrainStep step;
+  if (o.cuda_graph) {
+    graph = std::make_unique<StepGraph>(device);
+    step.graph = graph.get();
+    Shape batch{plan.rank_batch};
+    const Shape example = data.train->example_shape();
+    batch.insert(batch.end(), example.begin(), example.end());
+    step.inputs = Tensor::empty(batch, DType::F32, device);
+    step.labels = Tensor::empty({plan.rank_batch}, DType::I64, device);
+    // fp16: the loss scale and the skip decision stay on the device (a replay decides nothing
+    // on the host).
+    if (state.scaler) state.scaler->keep_on_device(device);
+  }
+  // On the host before each step, outside any graph.
+  step.before = [&] {
     if (per_step) schedule->apply(*state.opt, global_step);
     ++global_step;
+  };
+  step.update = [&](Tensor& loss, const trace::Ids& ids) {
     GradScaler* scaler = state.scaler.get();  // fp16 only
     if (dist) {
       dist->step(loss, *state.opt, ids, scaler);
       return;
     }
     state.opt->zero_grad();
+    if (graph) {
+      // Nothing here may wait for the device or record a timing event: the step is captured.
+      if (scaler) {
+        scaler->scale(loss).backward();
+        scaler->unscale_on_device(state.model->parameters());
+        state.opt->step(scaler->found_inf());  // skipped on the device when a gradient overflowed
+        scaler->update_on_device();
+      } else {
+        loss.backward();
+        state.opt->step();
+      }
+      return;
+    }
     {
       trace::Scope backward("backward", trace::Phase::Backward, device, ids);
       if (scaler) scaler->scale(loss).backward();
@@ -332,7 +365,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
     // workers' together: rank 0 carries them, so the sums over the workers add up.
     EpochProgress start = epoch == plan.start_epoch ? state.start_progress : EpochProgress{};
     if (ranks.rank != 0) start.loss_sum = 0, start.seen = 0;
-    train_epoch(*state.model, step_fn, *loaders.train, device, epoch, o.epochs, print,
+    train_epoch(*state.model, step, *loaders.train, device, epoch, o.epochs, print,
                 ranks.dist ? ranks.rank : -1, r, autocast, start,
                 mid_epoch_checkpoints ? &mid_epoch : nullptr);
     if (dist) dist->sum_training_over_workers(r);
@@ -363,7 +396,7 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   const bool replicas_equal = dist ? dist->finish_and_compare_replicas() : true;
   if (ranks.rank != 0) return replicas_equal ? 0 : 1;
   return report_on_rank0(o, plan, data, results, history, dist.get(), replicas_equal,
-                         state.scaler.get());
+                         state.scaler.get(), graph ? graph->replays() : 0);
 }
 
 // A rank of a run whose ranks are threads (local:N, nccl:N): a rank that fails says so on its

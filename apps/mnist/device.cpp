@@ -28,6 +28,15 @@ Device resolve_device(const std::string& spec) {
 Impl impl_for(Device device) { return conv_impl(device, DType::F32); }
 
 void check_device_flags(const Options& o, const CLI::App& app, const DistSpec& d, Device device) {
+  if (o.cuda_graph && d.kind != "none") {
+    throw Error("--cuda-graph replays one device's step, and --dist " + o.dist + " exchanges "
+                "gradients between ranks inside it: drop one of them", ErrorKind::Usage);
+  }
+  if (o.cuda_graph && !device.is_cuda()) {
+    throw Error("--cuda-graph replays the training step as a CUDA graph, and this run trains on " +
+                device.str() + " (--device " + o.device + "): pass --device cuda (or cuda:N), "
+                "or drop --cuda-graph", ErrorKind::Usage);
+  }
   if (!o.data_on_device) return;
   if (d.kind != "none") {
     throw Error("--data-on-device keeps the data set in one GPU's memory and --dist " + o.dist +

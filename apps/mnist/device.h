@@ -23,8 +23,16 @@ Device resolve_device(const std::string& spec);
 Impl impl_for(Device device);
 
 // --data-on-device needs one CUDA device (--dist none, the resolved `device` a GPU), the IDX
-// files (it copies their bytes) and no loader flags (no loader runs): otherwise a Usage error
-// naming the flag and what to do.
+// files (it copies their bytes) and no loader flags (no loader runs); --cuda-graph needs one
+// CUDA device. Otherwise a Usage error naming the flag and what to do.
+//
+// Why --cuda-graph is not the default on a GPU, although a replay trains exactly as the eager
+// step (the same kernels on the same values: tests/apps/mnist_train_device_step_test.cpp):
+// the eager step is the one a reader follows and debugs (an error names the op that failed;
+// in a replay, only the graph), --trace splits it into forward, backward and optimizer (a
+// replay is one span), and the graph holds a second set of the step's buffers in its private
+// pool. A run that wants the speed asks for it, as with PyTorch's CUDA graphs and
+// torch.compile(mode="reduce-overhead").
 void check_device_flags(const Options& o, const CLI::App& app, const DistSpec& d, Device device);
 
 }  // namespace kiln::apps::mnist

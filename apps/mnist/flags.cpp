@@ -15,6 +15,7 @@
 #include "data/mnist.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
+#include "engine/step_graph.h"
 
 namespace kiln::apps::mnist {
 
@@ -94,6 +95,12 @@ void add_flags(CLI::App& app, Options& o) {
                "to the GPU once (as bytes: 47 MB for MNIST) and gather each batch there with a "
                "kernel, instead of the loader's threads and a copy per batch: the same batches, "
                "bit for bit (needs a CUDA --device, --dist none and --format idx)");
+  app.add_flag("--cuda-graph", o.cuda_graph, "run each training step (forward, loss, backward, "
+               "update) as one CUDA graph: " + std::to_string(StepGraphOptions().warmup_steps) +
+               " eager steps, one capture, then one launch per step instead of hundreds; the "
+               "same results bit for bit (an epoch's last, smaller batch runs eagerly). Off by "
+               "default: --trace then shows one span per step, not its phases (needs a CUDA "
+               "--device and --dist none)");
   app.add_option("--limit-train", o.limit_train, "train on the first N training images only "
                  "(imagefolder: N images spread evenly over the classes)")
       ->check(apps::at_least(int64_t{1}));

@@ -70,6 +70,9 @@ struct Options {
   std::string format = "idx";
   // The whole data set in GPU memory, each batch gathered there by a kernel (data/device_mnist.h).
   bool data_on_device = false;
+  // The training step, forward to update, replayed as one CUDA graph (engine/step_graph.h).
+  // Off by default: apps/mnist/device.h says why.
+  bool cuda_graph = false;
   // Data parallelism.
   std::string dist = "none";
   std::string allreduce = "ring";

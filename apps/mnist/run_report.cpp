@@ -14,6 +14,7 @@
 #include "engine/build_config.h"
 #include "engine/error.h"
 #include "engine/output_file.h"
+#include "engine/step_graph.h"
 #if KILN_WITH_CUDA
 #include "engine/cuda/caching_allocator.h"
 #endif
@@ -118,6 +119,14 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
                 count_of(o.workers, "worker").c_str(), o.prefetch,
                 o.pin_memory || device.is_cuda() ? ", pinned" : "");
   }
+  if (device.is_cuda() && !plan.ranks.dist) {
+    if (o.cuda_graph) {
+      std::printf("step: one CUDA graph (%d eager steps, a capture, then a replay per step; an "
+                  "epoch's smaller last batch eager)\n", StepGraphOptions().warmup_steps);
+    } else {
+      std::printf("step: eager (--cuda-graph replays it as one CUDA graph)\n");
+    }
+  }
   if (plan.ranks.dist) print_data_parallel_line(o, plan);
   if (plan.start_position > 0) {
     std::printf("resumed from %s in epoch %d, after %lld of its %lld examples\n",
@@ -142,7 +151,7 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
                             const std::vector<EpochResult>& results,
                             const std::vector<apps::EpochRecord>& history,
                             const CommSummary& traffic, bool replicas_equal,
-                            const GradScaler* scaler) {
+                            const GradScaler* scaler, int64_t graph_replays) {
   nlohmann::json j;
   j["precision"] = o.precision;
   if (scaler != nullptr) j["loss_scale"] = loss_scale_json(*scaler);
@@ -214,6 +223,8 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
   j["pin_memory"] = o.pin_memory;
   j["format"] = o.format;
   j["data_on_device"] = o.data_on_device;
+  j["cuda_graph"] = o.cuda_graph;
+  j["cuda_graph_replays"] = graph_replays;  // steps replayed from the graph (not eager)
   j["seed"] = o.seed;
   j["simulated"] = cuda::kSimulated && device.is_cuda();
   add_data_parallel_fields(o, plan, traffic, replicas_equal, j);

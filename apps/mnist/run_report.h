@@ -6,6 +6,7 @@
 //   data: MNIST: 2000 examples of 1x28x28, 10 classes, from ...; loader: 1 worker, prefetch 2
 //     (--data-on-device: "...; on the device: 2 MB of bytes, each batch gathered there by a
 //     kernel")
+//   step: eager (--cuda-graph replays it as one CUDA graph)               (a GPU, --dist none)
 //   data parallel: local:2, 2 ranks (2 workers), allreduce ring, buckets 1 MiB, batch 64 per
 //     worker = 128 global                                                   (--dist only)
 //   epoch  1/1  train loss 1.5608  test loss 0.6939  test acc 77.40%  1628 img/s  1.4 s (train
@@ -65,7 +66,8 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
                             const std::vector<EpochResult>& results,
                             const std::vector<apps::EpochRecord>& history,
                             const CommSummary& traffic,
-                            bool replicas_equal, const GradScaler* scaler = nullptr);
+                            bool replicas_equal, const GradScaler* scaler = nullptr,
+                            int64_t graph_replays = 0);
 
 // Writes `j` to `path` (--json) atomically (engine/output_file.h); a failed write is a Runtime
 // error naming the file and the system's reason, and leaves a previous file as it was.

@@ -48,7 +48,7 @@ std::vector<double> read_all(const std::vector<Tensor>& parts) {
 
 }  // namespace
 
-void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
+void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
                  DType autocast, const EpochProgress& start, const MidEpochSave* mid_epoch) {
   model.train();
@@ -62,6 +62,17 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
   // divergence is still caught within a few steps. That read and the mid-epoch checkpoints are
   // the loop's only waits for the device (KILN_SYNC_DEBUG=error checks it: docs/cuda.md).
   const int kReadEvery = device.is_cuda() ? 32 : 1;
+  const bool graphed = how.graph != nullptr;
+  // --cuda-graph: forward, loss and update as one step, the one a graph captures (TrainStep).
+  auto forward_and_update = [&](const Tensor& x, const Tensor& y, const trace::Ids& ids) {
+    Tensor loss;
+    {
+      AutocastGuard mixed(autocast);
+      loss = cross_entropy(model(x), y);
+    }
+    how.update(loss, ids);
+    return loss;
+  };
   std::vector<Tensor> pending;        // losses on the device
   std::vector<int64_t> pending_rows;  // their batch sizes
   double loss_sum = start.loss_sum;
@@ -94,25 +105,49 @@ void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Devi
     trace::Ids ids;
     ids.step = static_cast<int64_t>(epoch) * source.num_batches() + start.steps + i;
     ids.replica = replica;
-    Batch b;
+    // The batch: in the graph's static inputs (their first rows), or a batch of its own.
+    Tensor x, y;
     {
       std::optional<trace::Scope> wait;  // not for the call that finds the epoch over
       if (i < batches) {
         wait.emplace("loader wait", trace::Phase::LoaderWait, host_side(device), ids);
       }
-      if (!source.next(b)) break;
+      if (graphed) {
+        const int64_t rows = source.next_into(how.inputs, how.labels);
+        if (rows == 0) break;
+        x = how.inputs.rows(0, rows);
+        y = how.labels.rows(0, rows);
+      } else {
+        Batch b;
+        if (!source.next(b)) break;
+        x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
+        y = b.labels.device() == device ? b.labels : b.labels.to(device);
+      }
     }
-    Tensor x = b.inputs.device() == device ? b.inputs : b.inputs.to(device);
-    Tensor y = b.labels.device() == device ? b.labels : b.labels.to(device);
+    if (how.before) how.before();
     Tensor loss;
-    {
-      trace::Scope forward("forward", trace::Phase::Forward, device, ids);
-      AutocastGuard mixed(autocast);
-      loss = cross_entropy(model(x), y);
+    if (!graphed) {
+      {
+        trace::Scope forward("forward", trace::Phase::Forward, device, ids);
+        AutocastGuard mixed(autocast);
+        loss = cross_entropy(model(x), y);
+      }
+      how.update(loss, ids);
+      loss = loss.detach();
+    } else if (x.size(0) == how.inputs.size(0)) {
+      // A full batch: the graph's step. Its loss is overwritten by the next replay: a copy is
+      // kept.
+      trace::Scope whole(how.graph->captured() ? "step (graph replay)" : "step (before capture)",
+                         trace::Phase::Other, device, ids);
+      loss = how.graph->run([&] {
+        return std::vector<Tensor>{forward_and_update(how.inputs, how.labels, ids)};
+      })[0].clone();
+    } else {
+      trace::Scope whole("step (eager: a smaller batch)", trace::Phase::Other, device, ids);
+      loss = forward_and_update(x, y, ids).detach();
     }
-    step_fn(loss, ids);
-    pending.push_back(loss.detach());
-    pending_rows.push_back(b.inputs.size(0));
+    pending.push_back(loss);
+    pending_rows.push_back(x.size(0));
     if (static_cast<int>(pending.size()) >= kReadEvery) read_pending();
     if (mid_epoch != nullptr && i + 1 < batches && mid_epoch->due()) {
       read_pending();  // the sums include this step

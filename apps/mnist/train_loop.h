@@ -1,9 +1,11 @@
 // train_loop.h: one epoch of training and one pass of evaluation, on one rank.
 //
-// Both read batches from a BatchSource (data/loader.h: worker threads build them ahead) and
-// move them to the training device. What a training step does after the loss (plain, or with
-// the gradients exchanged between ranks) is the caller's StepFn, so the same loop serves
-// --dist none and every data-parallel mode (apps/mnist/dist_training.h).
+// Both read batches from a BatchSource (data/loader.h: worker threads build them ahead;
+// data/device_mnist.h: gathered on the GPU) and move them to the training device. What a
+// training step does after the loss (plain, or with the gradients exchanged between ranks) is
+// the caller's StepFn, so the same loop serves --dist none and every data-parallel mode
+// (apps/mnist/dist_training.h). With --cuda-graph the whole step, forward to update, runs
+// through a StepGraph (engine/step_graph.h): see TrainStep.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 
 #include "data/batch_iterator.h"
 #include "engine/device.h"
+#include "engine/step_graph.h"
 #include "engine/tensor.h"
 #include "engine/trace.h"
 #include "layers/module.h"
@@ -52,6 +55,27 @@ struct MidEpochSave {
 // which step (and replica) the step's trace spans belong to (engine/trace.h).
 using StepFn = std::function<void(Tensor& loss, const trace::Ids& ids)>;
 
+// How train_epoch runs each step.
+//
+// Eagerly (graph null): before(), then the forward pass and the loss, then update(loss).
+//
+// As a CUDA graph (--cuda-graph, graph set): each batch is written into the static `inputs`
+// and `labels` (BatchSource::next_into: a copy of the loader's batch, or the gather of
+// --data-on-device straight into them), before() runs on the host, and then forward, loss and
+// update(loss) run as one step through graph->run(): eagerly for its warm-up steps, captured
+// once, replayed after that. What changes between steps must reach the device outside the
+// graph, so before() holds the host-side work: the per-step learning rate (set_lr writes the
+// device's copy with a kernel, which a capture would bake in). A batch smaller than `inputs`
+// (an epoch's last) runs the same step eagerly on the first rows. update() must then neither
+// wait for the device nor open trace scopes (a timing event cannot be captured): the loop
+// records one "step" span per step instead of forward, backward and optimizer.
+struct TrainStep {
+  std::function<void()> before;  // may be empty
+  StepFn update;
+  StepGraph* graph = nullptr;
+  Tensor inputs, labels;  // with a graph: f32 (batch, 1, 28, 28) and i64 (batch) on the device
+};
+
 // One pass over the training set (epoch is 0-based; the progress bar shows epoch + 1 of
 // `epochs` when `progress` is true and stdout is a terminal). Fills the training fields of
 // `r`. A loss that is not finite stops training with an error saying to lower --lr.
@@ -62,7 +86,7 @@ using StepFn = std::function<void(Tensor& loss, const trace::Ids& ids)>;
 // `start`: where the epoch begins (a resumed checkpoint's progress; zeros: the beginning): the
 // source starts at start.position without reading what came before, and the sums continue
 // from start's. `mid_epoch`: optional mid-epoch checkpoints (null: none).
-void train_epoch(Module& model, const StepFn& step_fn, BatchSource& source, Device device,
+void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
                  DType autocast = DType::F32, const EpochProgress& start = {},
                  const MidEpochSave* mid_epoch = nullptr);
