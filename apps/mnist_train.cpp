@@ -15,6 +15,8 @@
 //   mpirun -np 2 mnist_train --dist nccl             2 processes, one GPU each
 //   mnist_train --dist local:3 --allreduce ps --ps-servers 1 --ps-async   async parameter server
 //   mnist_train --trace run.json      a timeline of the run (tools/plot.py --trace run.json)
+//   mnist_train --device cuda --data-on-device --cuda-graph   the data set in GPU memory, each
+//                                     step one CUDA graph replay: the same results, faster
 //
 // Data parallelism (--dist; comm/data_parallel.h): every rank holds a replica of the model and
 // trains on its shard of the data (DistributedSampler: the same epoch order on every rank, rank
@@ -52,7 +54,8 @@
 // run(), and train_rank(), the story of one rank):
 //   options.h        the flags' values, and the measurements behind the defaults
 //   flags.h          every flag (CLI11) with its range, and the checks before any work
-//   device.h         --device and --kernels: which device, which kernels, simulated or not
+//   device.h         --device and --kernels: which device, which kernels, simulated or not;
+//                    what --data-on-device and --cuda-graph need of it
 //   datasets.h       MNIST in --format idx or imagefolder, --limit-*
 //   model_state.h    model + optimizer from the seed or --resume; --checkpoint after each epoch
 //   train_loop.h     one training epoch, one evaluation pass (EpochResult, StepFn)

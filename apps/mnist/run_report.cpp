@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "apps/common/flag_checks.h"  // human_bytes
 #include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
 #include "apps/mnist/device.h"
@@ -112,8 +113,8 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
   if (o.data_on_device) {
     // Both sets' bytes: 784 pixels and a label per example.
     const double bytes = static_cast<double>(data.train->size() + data.test->size()) * (784 + 1);
-    std::printf("data: %s; on the device: %.0f MB of bytes, each batch gathered there by a "
-                "kernel\n", data.train->describe().c_str(), bytes / 1e6);
+    std::printf("data: %s; on the device: %s of bytes, each batch gathered there by a "
+                "kernel\n", data.train->describe().c_str(), human_bytes(bytes).c_str());
   } else {
     std::printf("data: %s; loader: %s, prefetch %d%s\n", data.train->describe().c_str(),
                 count_of(o.workers, "worker").c_str(), o.prefetch,

@@ -4,7 +4,7 @@
 //   mnist_train: cnn (1199882 parameters) on cpu:0, 1 thread per rank, vendor kernels, adadelta
 //     lr 1 (x0.7 per epoch), batch 128, 2000 train / 500 test images, seed 1
 //   data: MNIST: 2000 examples of 1x28x28, 10 classes, from ...; loader: 1 worker, prefetch 2
-//     (--data-on-device: "...; on the device: 2 MB of bytes, each batch gathered there by a
+//     (--data-on-device: "...; on the device: 1.9 MiB of bytes, each batch gathered there by a
 //     kernel")
 //   step: eager (--cuda-graph replays it as one CUDA graph)               (a GPU, --dist none)
 //   data parallel: local:2, 2 ranks (2 workers), allreduce ring, buckets 1 MiB, batch 64 per

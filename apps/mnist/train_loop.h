@@ -79,7 +79,8 @@ struct TrainStep {
 // One pass over the training set (epoch is 0-based; the progress bar shows epoch + 1 of
 // `epochs` when `progress` is true and stdout is a terminal). Fills the training fields of
 // `r`. A loss that is not finite stops training with an error saying to lower --lr.
-// When tracing is on it records the loader waits and each step's forward pass, with
+// When tracing is on it records the loader waits and each step's forward pass (with a graph,
+// one "step" span per step: TrainStep), with
 // ids.step = epoch * batches per epoch + batch and ids.replica = `replica` (-1: not
 // data-parallel). With autocast BF16 or F16 each forward runs under an AutocastGuard of that
 // dtype (engine/autocast.h; mixed precision); F32 leaves it off.

@@ -8,9 +8,12 @@
 // numbers (compared with ==, not a tolerance). The runs are small: batches of 16 over 72
 // examples leave four full batches and a smaller one each epoch, and two epochs make eight
 // full steps: three eager warm-up steps, the capture, then replays, with the smaller batch run
-// eagerly between them. The MNIST CNN has dropout, so a replay that drew the capture's mask
-// again would show. The combinations the fast paths cannot serve exit 2 before any work,
-// saying what to do. Under the simulator this carries the label sim; on a real GPU, gpu.
+// eagerly between them. The runs use what a replay must get right: the MNIST CNN's dropout (a
+// replay that drew the capture's mask again would show), --recipe fast's one-cycle learning
+// rate, set every step (one baked in at the capture would show), and fp16 loss scaling (the
+// eager step decides on the host, the graph's on the device). The combinations the fast paths
+// cannot serve exit 2 before any work, saying what to do. Under the simulator this carries the
+// label sim; on a real GPU, gpu.
 #include <string>
 #include <vector>
 
@@ -24,7 +27,8 @@ nlohmann::json train(const std::string& json, const std::vector<std::string>& ex
   std::vector<std::string> args = {"--device", "cuda", "--data", mnist_dir(), "--limit-train",
                                    "72", "--limit-test", "32", "--epochs", "2",
                                    "--batch-size", "16", "--eval-batch-size", "32",
-                                   "--threads", "1", "--kernels", "hand", "--json", json};
+                                   "--threads", "1", "--kernels", "hand", "--recipe", "fast",
+                                   "--precision", "fp16", "--json", json};
   args.insert(args.end(), extra.begin(), extra.end());
   RunResult r = run_mnist_train(args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -71,6 +75,7 @@ TEST_F(MnistTrainTest, CudaGraphTrainsAsTheEagerStep) {
     // Eight full steps: three eager, the capture (replayed once), four replays.
     EXPECT_EQ((*j)["cuda_graph_replays"], 5);
     expect_same_training(*j, plain_run());
+    EXPECT_EQ((*j)["loss_scale"], plain_run()["loss_scale"]);  // the same steps, none skipped
   }
 }
 
