@@ -9,11 +9,12 @@
 // examples leave four full batches and a smaller one each epoch, and two epochs make eight
 // full steps: three eager warm-up steps, the capture, then replays, with the smaller batch run
 // eagerly between them. The runs use what a replay must get right: the MNIST CNN's dropout (a
-// replay that drew the capture's mask again would show), --recipe fast's one-cycle learning
-// rate, set every step (one baked in at the capture would show), and fp16 loss scaling (the
-// eager step decides on the host, the graph's on the device). The combinations the fast paths
-// cannot serve exit 2 before any work, saying what to do. Under the simulator this carries the
-// label sim; on a real GPU, gpu.
+// replay that drew the capture's mask again would show) and --recipe fast's Adam with a
+// one-cycle learning rate, set every step (a rate or step count baked in at the capture would
+// show). (fp16, whose graph scales the loss on the device, is left out for time: its simulated
+// kernels are four times slower.) The combinations the fast paths cannot serve exit 2 before
+// any work, saying what to do. Under the simulator this carries the label sim; on a real GPU,
+// gpu.
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ nlohmann::json train(const std::string& json, const std::vector<std::string>& ex
                                    "72", "--limit-test", "32", "--epochs", "2",
                                    "--batch-size", "16", "--eval-batch-size", "32",
                                    "--threads", "1", "--kernels", "hand", "--recipe", "fast",
-                                   "--precision", "fp16", "--json", json};
+                                   "--precision", "fp32", "--json", json};
   args.insert(args.end(), extra.begin(), extra.end());
   RunResult r = run_mnist_train(args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -75,7 +76,6 @@ TEST_F(MnistTrainTest, CudaGraphTrainsAsTheEagerStep) {
     // Eight full steps: three eager, the capture (replayed once), four replays.
     EXPECT_EQ((*j)["cuda_graph_replays"], 5);
     expect_same_training(*j, plain_run());
-    EXPECT_EQ((*j)["loss_scale"], plain_run()["loss_scale"]);  // the same steps, none skipped
   }
 }
 
