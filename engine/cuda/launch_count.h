@@ -17,15 +17,25 @@
 // (a count, not an ordering).
 //
 // Every build has this header; in a build without a CUDA backend the counts stay 0.
+//
+// Header-only (a C++17 inline variable, one per process): launch.h counts every launch, and code
+// linked against the simulator alone (tests/sim, the custom-layer example) includes launch.h
+// without the engine library.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace kiln::cuda {
 
-int64_t launch_count();  // kernels and vendor library calls queued since the process started
+namespace detail {
+inline std::atomic<int64_t> launches{0};
+}  // namespace detail
+
+// Kernels and vendor library calls queued since the process started.
+inline int64_t launch_count() { return detail::launches.load(std::memory_order_relaxed); }
 
 // Called by the launch helper and at each vendor library call that queues work.
-void count_launch();
+inline void count_launch() { detail::launches.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace kiln::cuda
