@@ -22,6 +22,7 @@
 #include "engine/ops.h"
 #include "layers/conv2d_dispatch.h"
 #include "layers/conv2d_kernels.h"
+#include "layers/flop_counter.h"
 #include "layers/layout.h"
 
 namespace kiln {
@@ -230,6 +231,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
              shape_str(w.shape()), "; pad the input or use a smaller kernel");
   g.p = (g.h + 2 * padding - g.r) / stride + 1;
   g.q = (g.w + 2 * padding - g.s) / stride + 1;
+  // Multiply-adds x 2 (layers/flop_counter.h); the bias add is not counted.
+  FlopCounter::add(2 * g.n * g.k * g.p * g.q * g.c * g.r * g.s);
 
   if (autocast_applies(x)) return conv2d_autocast(x, w, b, g);
   const Impl impl = conv_impl(x.device(), x.dtype());

@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/init.h"
 #include "engine/ops.h"
+#include "layers/flop_counter.h"
 
 namespace kiln {
 
@@ -14,6 +15,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   KILN_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "linear: input ",
              shape_str(x.shape()), " does not match weight ", shape_str(w.shape()),
              " (expected input (N, ", w.dim() == 2 ? w.size(1) : -1, "))");
+  FlopCounter::add(2 * x.size(0) * w.size(0) * w.size(1));  // layers/flop_counter.h
   Tensor y = matmul(x, w, /*trans_a=*/false, /*trans_b=*/true);  // (N, in) x (in, out)
   if (b.defined()) y = add(y, b);                                 // bias row broadcast
   return y;
