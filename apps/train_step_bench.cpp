@@ -38,6 +38,7 @@
 #include "apps/common/flag_checks.h"
 #include "apps/common/mixed_precision.h"
 #include "apps/common/output_paths.h"
+#include "apps/common/step_flops.h"
 #include "engine/output_file.h"
 #include "engine/autocast.h"
 #include "engine/autograd.h"
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
 #endif
     };
 
+    const apps::StepFlops flops = apps::step_flops(*net, x.shape(), train, device, math);
     const DType autocast = autocast_dtype_of(math);
     std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as training would run it
     if (precision == "fp16") {
@@ -224,14 +226,14 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
     std::printf("kiln model=%s mode=%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
-                "image=%d images_per_sec=%.1f ms_per_step=%.2f%s\n",
+                "image=%d images_per_sec=%.1f ms_per_step=%.2f%s%s\n",
                 model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
                 precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
                 device.str().c_str(), threads, kernels.c_str(),
-                batch, image, batch * 1000.0 / median, median,
+                batch, image, batch * 1000.0 / median, median, flops.suffix(median / 1000).c_str(),
                 on_cuda && cuda::kSimulated ? " SIMULATED" : "");
     if (!json_path.empty()) {
-      const nlohmann::json j = {
+      nlohmann::json j = {
           {"app", "train_step_bench"}, {"model", model}, {"mode", mode},
           {"device", device.str()}, {"threads", threads}, {"kernels", kernels},
           {"precision", precision}, {"fold_bn", fold_bn}, {"winograd", winograd},
@@ -241,6 +243,7 @@ int main(int argc, char** argv) {
           {"simulated", on_cuda && cuda::kSimulated}, {"cuda_graph", cuda_graph},
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
           {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]}};
+      j.update(flops.json(median / 1000));  // model_flops_per_step, achieved_tflops, mfu
       write_output_file("--json", json_path, j.dump(2) + "\n");
     }
   } catch (const OutOfMemory& e) {
