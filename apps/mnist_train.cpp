@@ -86,6 +86,7 @@
 #include "apps/common/flag_checks.h"
 #include "apps/common/launcher.h"
 #include "apps/common/mixed_precision.h"
+#include "apps/common/step_flops.h"
 #include "apps/common/progress.h"
 #include "apps/common/rank_agreement.h"
 #include "apps/common/train_checkpoint.h"
@@ -274,6 +275,9 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   // other ranks, or the whole step as a CUDA graph (--cuda-graph).
   const Precision precision = apps::setup_precision(o.precision, device);
   const DType autocast = autocast_dtype_of(precision);
+  // The model FLOPs of training on one image (apps/common/step_flops.h), for the epoch line.
+  const apps::StepFlops image_flops =
+      print ? apps::step_flops(*state.model, {1, 1, 28, 28}, true, device, precision) : apps::StepFlops{};
   const bool per_step = o.batch_per_rank || schedule_per_step(o);
   // Optimizer steps so far: a checkpoint says; an epoch-end file of an older Kiln does not, and
   // its epochs were whole.
@@ -393,7 +397,9 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
       at.history = history;
       save_checkpoint(o, at, state);
     }
-    if (print) print_epoch_line(o, epoch, r, seconds_since(epoch_start));
+    if (print)  // FLOP/s per device: each of the ranks trains images_per_sec / workers
+      print_epoch_line(o, epoch, r, seconds_since(epoch_start),
+                       r.images_per_sec > 0 ? image_flops.suffix(ranks.workers / r.images_per_sec) : "");
   }
 
   const bool replicas_equal = dist ? dist->finish_and_compare_replicas() : true;

@@ -140,11 +140,12 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
   std::fflush(stdout);
 }
 
-void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double epoch_seconds) {
+void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double epoch_seconds,
+                      const std::string& rate) {
   std::printf("epoch %2d/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  %.0f img/s  "
-              "%.1f s (train %.1f s, eval %.1f s)\n",
+              "%.1f s (train %.1f s, eval %.1f s)%s\n",
               epoch + 1, o.epochs, r.train_loss, r.test_loss, 100.0 * r.test_accuracy,
-              r.images_per_sec, epoch_seconds, r.train_seconds, r.eval_seconds);
+              r.images_per_sec, epoch_seconds, r.train_seconds, r.eval_seconds, rate.c_str());
   std::fflush(stdout);
 }
 

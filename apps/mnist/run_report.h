@@ -55,8 +55,10 @@ struct RunPlan {
 void print_run_header(const Options& o, const RunPlan& plan, const Module& model,
                       const Datasets& data);
 
-// One line per epoch; epoch is 0-based, epoch_seconds includes evaluation.
-void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double epoch_seconds);
+// One line per epoch; epoch is 0-based, epoch_seconds includes evaluation; `rate` ends the
+// line (the training FLOP rate, apps/common/step_flops.h).
+void print_epoch_line(const Options& o, int epoch, const EpochResult& r, double epoch_seconds,
+                      const std::string& rate = "");
 
 // The summary of the run, for --json. Epoch seconds include evaluation; images/s counts the
 // training loop only, all ranks' images together. The *_per_epoch fields are this process's
