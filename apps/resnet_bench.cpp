@@ -42,6 +42,7 @@
 #include "apps/common/mixed_precision.h"
 #include "apps/common/output_paths.h"
 #include "apps/common/progress.h"
+#include "apps/common/step_flops.h"
 #include "apps/resnet_bench/runs.h"
 #include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
@@ -461,6 +462,9 @@ int run(Options& o) {
     std::fflush(stdout);
   }
 
+  // The single device's FLOP rate (apps/common/step_flops.h): the model FLOPs of one step.
+  const StepFlops flops = step_flops(*make_model(o.workload), {o.workload.batch, 3, o.workload.image,
+                                     o.workload.image}, true, devices[0], precision);
   // The table.
   const double base = runs.empty() ? 0 : mean_of(runs[0]->step_seconds);
   CsvOut csv(o.csv, false,
@@ -472,7 +476,9 @@ int run(Options& o) {
   for (auto& r : runs) {
     const double m = mean_of(r->step_seconds), sd = std_of(r->step_seconds);
     const double ips = static_cast<double>(o.workload.batch) / m;
-    std::printf("%-34s %7.3f+-%5.3f %10.1f %8.2fx%s\n", r->label.c_str(), m, sd, ips, base / m, sim);
+    const bool single = r->mode == "single";
+    std::printf("%-34s %7.3f+-%5.3f %10.1f %8.2fx%s%s\n", r->label.c_str(), m, sd, ips, base / m,
+                single ? flops.suffix(m).c_str() : "", sim);
     csv.row(detail::str(o.workload.model, ",", o.workload.image, ",", o.workload.batch, ",",
                         r->mode, ",", r->label, ",", r->mode == "pipeline" ? o.schedule : "", ",",
                         r->split, ",", r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
@@ -481,6 +487,7 @@ int run(Options& o) {
                      {"micro_batches", r->micro_batches}, {"step_s", r->step_seconds},
                      {"step_s_mean", m}, {"step_s_std", sd}, {"images_per_s", ips},
                      {"speedup_vs_first", base / m}});
+    if (single) jruns.back().update(flops.json(m));  // model_flops_per_step, achieved_tflops, mfu
     if (r->scaler()) jruns.back()["loss_scale"] = loss_scale_json(*r->scaler());
     if (r->mode == "pipeline" && (!best || m < mean_of(best->step_seconds))) best = r.get();
   }
