@@ -28,14 +28,14 @@
 
 namespace kiln::cuda {
 
-namespace detail {
-inline std::atomic<int64_t> launches{0};
-}  // namespace detail
+// The counter itself (not a `detail` namespace here: kiln::cuda::detail would hide kiln::detail
+// from the CUDA code that names it unqualified).
+inline std::atomic<int64_t> g_launch_counter{0};
 
 // Kernels and vendor library calls queued since the process started.
-inline int64_t launch_count() { return detail::launches.load(std::memory_order_relaxed); }
+inline int64_t launch_count() { return g_launch_counter.load(std::memory_order_relaxed); }
 
 // Called by the launch helper and at each vendor library call that queues work.
-inline void count_launch() { detail::launches.fetch_add(1, std::memory_order_relaxed); }
+inline void count_launch() { g_launch_counter.fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace kiln::cuda
