@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/multi_tensor.h"
 #include "engine/optim/optim_kernels.h"
 
 namespace kiln {
@@ -80,6 +82,37 @@ void Adam::update(size_t i, const Tensor& g, const int32_t* skip) {
     adam_step(backend, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
               coefs.data<double>(), skip, T(beta1_), T(beta2_), T(eps_), T(wd_l2));
   });
+}
+
+// Every parameter in one adam_prepare_multi and one adam_step_multi launch (more when the
+// tables overflow; multi_tensor.h). Buffers are created and coefficients allocated here as
+// update() would, before the launches.
+bool Adam::update_all(const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
+                      const int32_t* skip) {
+  const bool decoupled = mode_ == WeightDecayMode::Decoupled;
+  const Tensor& first = params_[indices[0]];
+  std::vector<multi_tensor::PrepareArgs> prepare;
+  std::vector<multi_tensor::TensorArgs> tensors;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const size_t i = indices[k];
+    Tensor& p = params_[i];
+    void* m = buffer(i, "exp_avg").raw_data();
+    void* v = buffer(i, "exp_avg_sq").raw_data();
+    double* coefs = coefficients(i, kAdamCoefs).data<double>();
+    prepare.push_back({step_of(i), coefs});
+    tensors.push_back({p.raw_data(), grads[k].raw_data(), m, v, coefs, p.numel()});
+  }
+  const double* lr = lr_on(first.device());
+  const double wd_l2 = decoupled ? 0.0 : weight_decay_;
+  run_kernel(name(), first.device(), first.dtype(), [&](auto backend, auto tag) {
+    if constexpr (std::is_same_v<decltype(backend), cuda::Backend>) {
+      using T = typename decltype(tag)::type;
+      adam_prepare_multi(backend, prepare, lr, skip, beta1_, beta2_,
+                         decoupled ? weight_decay_ : 0.0);
+      adam_step_multi(backend, tensors, skip, T(beta1_), T(beta2_), T(eps_), T(wd_l2));
+    }
+  });
+  return true;
 }
 
 }  // namespace kiln

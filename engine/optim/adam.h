@@ -46,6 +46,8 @@ class Adam : public Optimizer {
 
  private:
   void update(size_t i, const Tensor& g, const int32_t* skip) override;
+  bool update_all(const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
+                  const int32_t* skip) override;
 
   double beta1_, beta2_, eps_, weight_decay_;
   WeightDecayMode mode_;

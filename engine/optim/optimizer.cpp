@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/cuda/sync_debug.h"
@@ -96,14 +97,27 @@ void Optimizer::step(const Tensor& skip_if_nonzero) {
                skip_if_nonzero.device().str(), " but the parameters are on ", home.str());
     skip = skip_if_nonzero.data<int32_t>();
   }
+  std::vector<size_t> indices;
+  std::vector<Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = grad_of(i);
     if (!g.defined()) continue;
     KILN_CHECK(!skip || params_[i].device() == home, name(), ": parameter ", i, " is on ",
                params_[i].device().str(), ", not on ", home.str(),
                " with the skip flag: step(skip) needs every parameter on the flag's device");
-    update(i, g, skip);
+    indices.push_back(i);
+    grads.push_back(std::move(g));
   }
+  // One device and dtype for all of them on CUDA: the whole step in few launches, if the
+  // optimizer has that path. Otherwise (the CPU, mixed devices or dtypes) one by one.
+  const bool uniform =
+      !indices.empty() && params_[indices[0]].device().type == DeviceType::CUDA &&
+      std::all_of(indices.begin(), indices.end(), [&](size_t i) {
+        return params_[i].device() == params_[indices[0]].device() &&
+               params_[i].dtype() == params_[indices[0]].dtype();
+      });
+  if (!multi_tensor_ || !uniform || !update_all(indices, grads, skip))
+    for (size_t k = 0; k < indices.size(); ++k) update(indices[k], grads[k], skip);
   if (!step_count_.defined()) step_count_ = Tensor::zeros({1}, DType::I64, home);
   int64_t* count = on(step_count_, home).data<int64_t>();
   on_device(name(), home, [&](auto backend) { count_step(backend, count, skip); });

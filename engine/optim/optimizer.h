@@ -9,7 +9,9 @@
 // Conventions shared by every subclass:
 //  - step() runs under NoGradGuard, skips parameters whose .grad is undefined (they get no
 //    state and their per-parameter step does not advance), and updates in place through raw
-//    data pointers with an OpenMP loop templated on float/double (a fused kernel on CUDA).
+//    data pointers with an OpenMP loop templated on float/double (a fused kernel on CUDA;
+//    when every stepped parameter is on one CUDA device with one dtype, SGD and Adam step them
+//    all in one launch, engine/optim/multi_tensor.h).
 //  - what changes from step to step lives in memory of the parameters' device, and the
 //    kernels read it when they run: the learning rate (set_lr() writes it there with a kernel,
 //    no wait), the step counts (advanced there), the bias corrections (computed there from
@@ -52,6 +54,12 @@ class Optimizer {
   virtual std::vector<std::string> buffer_names() const = 0;
   void zero_grad();                      // drops every parameter's .grad (PyTorch set_to_none)
 
+  // Whether step() may update all CUDA parameters in one launch (update_all; on by default).
+  // Off, each parameter is stepped by its own kernels: the results are the same bit for bit,
+  // with more launches (PyTorch's foreach=False).
+  void set_multi_tensor(bool on) { multi_tensor_ = on; }
+  bool multi_tensor() const { return multi_tensor_; }
+
   double lr() const { return lr_; }
   void set_lr(double lr);  // also writes the copy on each device, without waiting
   // Steps taken (not skipped). Read from the device: waits for it (named, cuda::AllowSync).
@@ -72,6 +80,14 @@ class Optimizer {
   // Updates parameter i, whose gradient g is defined; skip is null or a device flag (see
   // step(skip)). The subclass's rule.
   virtual void update(size_t i, const Tensor& g, const int32_t* skip) = 0;
+  // Updates parameters indices[k] with gradients grads[k], all on one CUDA device and of one
+  // dtype, in one step's worth of launches for all of them (engine/optim/multi_tensor.h), with
+  // the results of update() bit for bit. False when the optimizer has no such path: step() then
+  // calls update() for each.
+  virtual bool update_all(const std::vector<size_t>& /*indices*/,
+                          const std::vector<Tensor>& /*grads*/, const int32_t* /*skip*/) {
+    return false;
+  }
   // The parameter's buffer `name`, created as zeros on first use. `created` tells the caller
   // it is fresh. (SGD's first momentum step is decided on the device, by the step count.)
   Tensor& buffer(size_t i, const std::string& name, bool* created = nullptr);
@@ -91,6 +107,7 @@ class Optimizer {
  private:
   std::vector<Tensor> lr_copies_;  // one f64 [1] per device the parameters were stepped on
   Tensor step_count_;              // i64 [1], on the first parameter's device
+  bool multi_tensor_ = true;
 };
 
 }  // namespace kiln

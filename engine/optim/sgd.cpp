@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/optim/multi_tensor.h"
 #include "engine/optim/optim_kernels.h"
 
 namespace kiln {
@@ -74,6 +76,34 @@ void SGD::update(size_t i, const Tensor& g, const int32_t* skip) {
              p.numel(), coefs.data<double>(), skip, T(momentum_), T(dampening_), T(weight_decay_),
              nesterov_);
   });
+}
+
+// Every parameter in one sgd_prepare_multi and one sgd_step_multi launch (more when the
+// tables overflow; multi_tensor.h). Buffers are created and coefficients allocated here as
+// update() would, before the launches.
+bool SGD::update_all(const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
+                     const int32_t* skip) {
+  const Tensor& first = params_[indices[0]];
+  std::vector<multi_tensor::PrepareArgs> prepare;
+  std::vector<multi_tensor::TensorArgs> tensors;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    const size_t i = indices[k];
+    Tensor& p = params_[i];
+    void* buf = momentum_ != 0 ? buffer(i, "momentum_buffer").raw_data() : nullptr;
+    double* coefs = coefficients(i, kSgdCoefs).data<double>();
+    prepare.push_back({step_of(i), coefs});
+    tensors.push_back({p.raw_data(), grads[k].raw_data(), buf, nullptr, coefs, p.numel()});
+  }
+  const double* lr = lr_on(first.device());
+  run_kernel("SGD", first.device(), first.dtype(), [&](auto backend, auto tag) {
+    if constexpr (std::is_same_v<decltype(backend), cuda::Backend>) {
+      using T = typename decltype(tag)::type;
+      sgd_prepare_multi(backend, prepare, lr, skip);
+      sgd_step_multi(backend, tensors, skip, T(momentum_), T(dampening_), T(weight_decay_),
+                     nesterov_);
+    }
+  });
+  return true;
 }
 
 }  // namespace kiln

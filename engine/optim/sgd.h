@@ -45,6 +45,8 @@ class SGD : public Optimizer {
 
  private:
   void update(size_t i, const Tensor& g, const int32_t* skip) override;
+  bool update_all(const std::vector<size_t>& indices, const std::vector<Tensor>& grads,
+                  const int32_t* skip) override;
 
   double momentum_, dampening_, weight_decay_;
   bool nesterov_;

@@ -16,6 +16,9 @@ if(KILN_CUDA_SIM)
 endif()
 kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+# The one-launch optimizer step against the per-parameter kernels, bit for bit.
+kiln_test(optim_multi_cuda_test SOURCES optim_multi_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 # The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.
 kiln_test(gemm_lowp_cuda_test SOURCES gemm_lowp_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)

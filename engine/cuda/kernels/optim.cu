@@ -3,7 +3,9 @@
 // engine/ops_cuda.h) and the loss-scale update (engine/optim/grad_scaler_kernels.h).
 //
 // Parallelisation: one thread per parameter element, 256 threads per block, a grid-stride loop
-// beyond kMaxElementwiseBlocks blocks; one launch per parameter tensor. Each thread loads the
+// beyond kMaxElementwiseBlocks blocks; one launch per parameter tensor. (SGD and Adam step all
+// of a device's parameters in one launch instead when they can, optim_multi.cu; the loop of
+// one thread is shared with it, optim_device.h.) Each thread loads the
 // element's parameter, gradient and state, runs the optimizer's per-element rule, and stores
 // the parameter and state: the whole update is one read and one write of each buffer. The
 // learning rate and coefficients come from device memory (written by a *_prepare kernel queued
@@ -27,6 +29,7 @@
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
+#include "engine/cuda/kernels/optim_device.h"
 #include "engine/cuda/launch.h"
 #include "engine/optim/adadelta.h"
 #include "engine/optim/adam.h"
@@ -39,33 +42,20 @@ namespace kiln::cuda {
 
 namespace {
 
-// The per-step values (one thread; optim_kernels.h), in double as the CPU twins compute them.
-// The product is _rn (never contracted into an FMA with the subtraction) so that both round
-// alike. pow is the one place where a GPU may differ from the host's libm: the CUDA C++
-// Programming Guide's table of double-precision functions gives it 2 ulp of maximum error
-// (https://docs.nvidia.com/cuda/cuda-c-programming-guide/#double-precision-floating-point-functions);
-// the simulator calls the host's.
+// The per-step values (one thread; optim_kernels.h): the rules of optim_device.h.
 __global__ void count_step_kernel(int64_t* count, const int32_t* skip) {
-  if (!skip || *skip == 0) ++*count;
+  count_step_one(count, skip);
 }
 
 __global__ void sgd_prepare_kernel(const double* lr, int64_t* step, const int32_t* skip,
                                    double* coefs) {
-  coefs[kSgdLr] = *lr;
-  coefs[kSgdFirstStep] = *step == 0 ? 1.0 : 0.0;
-  if (!skip || *skip == 0) ++*step;
+  sgd_prepare_one(lr, step, skip, coefs);
 }
 
 __global__ void adam_prepare_kernel(const double* lr, int64_t* step, const int32_t* skip,
                                     double beta1, double beta2, double decoupled_wd,
                                     double* coefs) {
-  const double t = static_cast<double>(*step + 1);
-  const double bc1 = 1.0 - pow(beta1, t);
-  const double bc2 = 1.0 - pow(beta2, t);
-  coefs[kAdamStepSize] = *lr / bc1;
-  coefs[kAdamBc2Sqrt] = sqrt(bc2);
-  coefs[kAdamDecay] = 1.0 - mul_rn(*lr, decoupled_wd);
-  if (!skip || *skip == 0) ++*step;
+  adam_prepare_one(lr, step, skip, beta1, beta2, decoupled_wd, coefs);
 }
 
 // p, g, buf are (n); buf is null when momentum == 0. A set skip flag returns at once (every
@@ -75,14 +65,9 @@ __global__ void sgd_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* _
                                 int64_t n, const double* coefs, const int32_t* skip, T momentum,
                                 T dampening, T wd, bool nesterov) {
   if (skip && *skip != 0) return;
-  const T lr = T(coefs[kSgdLr]);
-  const bool first_step = coefs[kSgdFirstStep] != 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    T unused = T(0);
-    T& b = buf ? buf[i] : unused;
-    sgd_update<T>(p[i], g[i], b, lr, momentum, dampening, wd, nesterov, first_step);
-  }
+  sgd_elements<T>(p, g, buf, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, n,
+                  stride, coefs, momentum, dampening, wd, nesterov);
 }
 
 // p, g, m, v are (n).
@@ -91,11 +76,9 @@ __global__ void adam_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* 
                                  T* __restrict__ v, int64_t n, const double* coefs,
                                  const int32_t* skip, T beta1, T beta2, T eps, T wd_l2) {
   if (skip && *skip != 0) return;
-  const T step_size = T(coefs[kAdamStepSize]), bc2_sqrt = T(coefs[kAdamBc2Sqrt]);
-  const T decay = T(coefs[kAdamDecay]);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    adam_update<T>(p[i], g[i], m[i], v[i], beta1, beta2, eps, step_size, bc2_sqrt, decay, wd_l2);
+  adam_elements<T>(p, g, m, v, static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, n,
+                   stride, coefs, beta1, beta2, eps, wd_l2);
 }
 
 // p, g, s, a are (n).
