@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
   std::string precision = "fp32", json_path;
-  bool fold_bn = false, winograd = false, cuda_graph = false;
+  bool fold_bn = false, winograd = false, cuda_graph = false, per_parameter_step = false;
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
       ->check(apps::one_of({"mnist_cnn", "resnet18", "resnet34", "resnet50", "resnet101",
@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graph", cuda_graph,
                "CUDA: capture the step into a CUDA graph after --warmup - 1 eager steps and time "
                "its replays (engine/step_graph.h)");
+  app.add_flag("--per-parameter-step", per_parameter_step,
+               "CUDA: the optimizer steps each parameter with its own launches instead of all of "
+               "them in one (Optimizer::set_multi_tensor(false); same results)");
   app.add_option("--json", json_path, "also write the result as JSON to this file");
   // --tf32 was this app's spelling of the other apps' --precision tf32.
   if (const std::optional<int> rc =
@@ -154,6 +157,7 @@ int main(int argc, char** argv) {
     net->train(train);
     net->to(device);
     SGD opt(net->parameters(), 0.01, 0.9);
+    opt.set_multi_tensor(!per_parameter_step);
     Tensor x = Tensor::empty({batch, is_resnet ? 3 : 1, image, image});
     uniform_(x, -1, 1);
     x = x.to(device);
@@ -241,6 +245,7 @@ int main(int argc, char** argv) {
           {"steps", steps}, {"warmup", warmup}, {"ms_per_step", median},
           {"images_per_sec", batch * 1000.0 / median}, {"step_ms", step_ms},
           {"simulated", on_cuda && cuda::kSimulated}, {"cuda_graph", cuda_graph},
+          {"per_parameter_step", per_parameter_step},
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
           {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]}};
       j.update(flops.json(median / 1000));  // model_flops_per_step, achieved_tflops, mfu
