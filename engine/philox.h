@@ -45,7 +45,7 @@ KILN_HOST_DEVICE inline uint32_t philox_u32(uint64_t key, uint64_t base, uint64_
 
 // Hands out disjoint counter ranges of one seed. Thread-safe.
 //
-// Under CUDA graph capture (engine/cuda/step_graph.h) a kernel's arguments are recorded once
+// Under CUDA graph capture (engine/step_graph.h) a kernel's arguments are recorded once
 // and replayed unchanged, so a base counter passed by value would give every replay the same
 // dropout mask. During a capture the generator therefore hands out bases relative to the
 // capture's start, with `device_offset`: a device scalar the kernel adds to the base when it

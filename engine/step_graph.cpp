@@ -1,6 +1,7 @@
 // step_graph.cpp: eager warm-up, one capture, replays (step_graph.h).
 #include "engine/step_graph.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <utility>

@@ -10,6 +10,7 @@
 // (BatchNorm's running statistics), with the hand kernels and the vendor ones (cuBLAS/cuDNN),
 // f32, bf16 autocast, and fp16 with device-side loss scaling, where one batch overflows f16 on
 // purpose during the replays: that step must be skipped on the device, as eagerly.
+#include <cstddef>
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include "engine/cuda/runtime.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

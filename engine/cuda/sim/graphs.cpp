@@ -28,8 +28,10 @@
 // cudaErrorStreamCaptureInvalidated until cudaStreamEndCapture, which returns that error and a
 // null graph.
 #include <algorithm>
+#include <cstddef>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
