@@ -127,7 +127,9 @@ void expect_graph_equals_eager(const Case& c) {
   for (size_t i = 0; i < eager.params.size(); ++i)
     ASSERT_EQ(eager.params[i], replayed.params[i]) << "parameter " << i;
   EXPECT_EQ(eager.skipped, replayed.skipped);
-  if (c.autocast == DType::F16) EXPECT_GE(replayed.skipped, 1) << "the overflow step was not skipped";
+  if (c.autocast == DType::F16) {
+    EXPECT_GE(replayed.skipped, 1) << "the overflow step was not skipped";
+  }
 }
 
 std::shared_ptr<Module> narrow_resnet() {
