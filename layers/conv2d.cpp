@@ -7,6 +7,7 @@
 #include "layers/conv2d.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <sstream>

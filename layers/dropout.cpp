@@ -2,6 +2,7 @@
 // kernels are in dropout_cuda.cu (declared in dropout_kernels.h).
 #include "layers/dropout.h"
 
+#include <cstdint>
 #include <memory>
 #include <sstream>
 #include <vector>

@@ -1,6 +1,8 @@
 // flop_counter.cpp: the thread's chain of live FlopCounters.
 #include "layers/flop_counter.h"
 
+#include <cstdint>
+
 namespace kiln {
 
 namespace {

@@ -1,6 +1,7 @@
 // flops.cpp: one counted forward of the model (models/flops.h).
 #include "models/flops.h"
 
+#include <cstdint>
 #include <vector>
 
 #include "engine/autograd.h"

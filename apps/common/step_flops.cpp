@@ -1,6 +1,7 @@
 // step_flops.cpp: a step's model FLOPs, FLOP/s and MFU for the apps (apps/common/step_flops.h).
 #include "apps/common/step_flops.h"
 
+#include <cstdint>
 #include <cstdio>
 
 #include "engine/peak_flops.h"
