@@ -2,9 +2,9 @@
 # tools/soak.sh: does a long training run stay flat? Builds and runs the soak test
 # (tests/soak/soak_test.cpp: 2 data-parallel ranks, the MNIST CNN, loaders abandoned mid-epoch
 # again and again) and prints its figures: resident memory after epoch 1 and after the last,
-# the growth in %, the CPU allocator's reserve growth in %, and threads and open descriptors
-# before and after. Exit code 0 when everything stayed flat (growth < 5%, no thread or
-# descriptor left behind), 1 otherwise.
+# the growth in %, the CPU allocator's reserve, peak and bytes in use, and threads and open
+# descriptors before and after. Exit code 0 when everything stayed flat (growth < 5%, no thread
+# or descriptor left behind), 1 otherwise.
 #
 #   tools/soak.sh                      the long version (ctest label soak: 12 epochs)
 #   tools/soak.sh --epochs 30 --examples 4096 --exits 8

@@ -3,7 +3,9 @@
 // epoch with another batch size, and between epochs abandon loaders mid-epoch again and again
 // (an epoch restarted after k batches; a Loader with workers destroyed while its workers are
 // busy). Checked, from the end of epoch 1 (every cache warm) to the end of the last epoch:
-//   - resident memory (/proc/self/statm) and Kiln's CPU pool reserve grow by less than 5%;
+//   - resident memory (/proc/self/statm) grows by less than 5%;
+//   - Kiln's CPU pool: the bytes in use at the end of training grow by less than 5%, and the
+//     training phase's reserve stays under 1.5 times its peak in use;
 //   - the process has as many threads and open descriptors as after epoch 1;
 // and from before the run to after it: the same thread and descriptor counts (the ranks' and
 // the loaders' threads are joined, their descriptors closed).
@@ -66,8 +68,17 @@ struct SoakConfig {
 // Figures of one epoch, taken by rank 0 while both ranks wait between two barriers: after the
 // training phase (the allocator's cache full of its blocks) and at the end of the epoch (the
 // cache handed back, the loaders abandoned).
+//
+// The pool's reserve at the end of training is not compared from epoch to epoch: it depends on
+// the order in which the two ranks' threads free and request blocks (a request may take a
+// cached block up to 1.5 times its size, engine/allocator.h, and the block it took is then
+// missing for the request it would have fitted exactly), so it lands at 84 or 89 MB, run to
+// run, over the same 72 MB peak in use. The reserve cannot build up across epochs either:
+// release_cached() empties the cache after each training phase. So a leak is checked as bytes
+// still in use at the end of training, and the cache's reuse as reserve over peak in use.
 struct EpochFigures {
   int64_t trained_rss_bytes = 0, trained_reserved_bytes = 0;
+  int64_t trained_peak_bytes = 0, trained_current_bytes = 0;
   ProcessStats end;
 };
 
@@ -112,6 +123,7 @@ void run_rank(const SoakConfig& c, const std::shared_ptr<comm::Transport>& t, So
     const bool measured = epoch == 0 || epoch == c.epochs - 1;
     EpochFigures& figures = epoch == 0 ? result.first_epoch : result.last_epoch;
     model->train();
+    if (measured) measure(*comm, rank, [] { cpu_allocator::reset_peak(); });
     train.start_epoch(epoch);
     for (Batch b; train.next(b);) {
       Tensor loss = cross_entropy((*model)(b.inputs), b.labels);
@@ -123,7 +135,10 @@ void run_rank(const SoakConfig& c, const std::shared_ptr<comm::Transport>& t, So
     if (measured) {
       measure(*comm, rank, [&] {
         figures.trained_rss_bytes = testing::resident_bytes();
-        figures.trained_reserved_bytes = cpu_allocator::stats().reserved_bytes;
+        const MemoryStats pool = cpu_allocator::stats();
+        figures.trained_reserved_bytes = pool.reserved_bytes;
+        figures.trained_peak_bytes = pool.peak_bytes;
+        figures.trained_current_bytes = pool.current_bytes;
       });
     }
     {
@@ -166,15 +181,17 @@ void print_figures(const SoakConfig& c, const SoakResult& r) {
   const ProcessStats &a = f.end, &b = l.end;
   std::printf("soak: %d epochs, 2 ranks, %lld examples, %d early exits per epoch: RSS %.1f MB "
               "after epoch 1, %.1f MB after epoch %d (%+.2f%%); while training %.1f -> %.1f MB "
-              "(%+.2f%%); allocator reserve %.1f -> %.1f MB (%+.2f%%); malloc in use %.1f -> "
-              "%.1f MB; threads %d before, %d after epoch 1, %d after epoch %d, %d after; fds %d "
-              "before, %d after epoch 1, %d after epoch %d, %d after\n",
+              "(%+.2f%%); allocator reserve %.1f -> %.1f MB over a peak in use of %.1f -> %.1f "
+              "MB, in use after training %.2f -> %.2f MB; malloc in use %.1f -> %.1f MB; threads "
+              "%d before, %d after epoch 1, %d after epoch %d, %d after; fds %d before, %d after "
+              "epoch 1, %d after epoch %d, %d after\n",
               c.epochs, static_cast<long long>(c.examples), c.exits, a.rss_bytes / 1e6,
               b.rss_bytes / 1e6, c.epochs, 100 * growth(a.rss_bytes, b.rss_bytes),
               f.trained_rss_bytes / 1e6, l.trained_rss_bytes / 1e6,
               100 * growth(f.trained_rss_bytes, l.trained_rss_bytes),
               f.trained_reserved_bytes / 1e6, l.trained_reserved_bytes / 1e6,
-              100 * growth(f.trained_reserved_bytes, l.trained_reserved_bytes),
+              f.trained_peak_bytes / 1e6, l.trained_peak_bytes / 1e6,
+              f.trained_current_bytes / 1e6, l.trained_current_bytes / 1e6,
               a.malloc_in_use_bytes / 1e6, b.malloc_in_use_bytes / 1e6, r.before.threads,
               a.threads, b.threads, c.epochs, r.after.threads, r.before.fds, a.fds, b.fds,
               c.epochs, r.after.fds);
@@ -205,10 +222,22 @@ TEST(Soak, MemoryThreadsAndDescriptorsStayFlat) {
   // threads and descriptors (and, under TSan, the races of abandoned loaders).
   if (!KILN_ASAN_ENABLED && !KILN_TSAN_ENABLED) {
     EXPECT_LT(growth(a.rss_bytes, b.rss_bytes), 0.05) << "resident memory grew after epoch 1";
-    EXPECT_LT(growth(f.trained_rss_bytes, l.trained_rss_bytes), 0.05)
-        << "resident memory while training grew after epoch 1";
-    EXPECT_LT(growth(f.trained_reserved_bytes, l.trained_reserved_bytes), 0.05)
-        << "the CPU allocator's reserve grew after epoch 1";
+    // While training, the pool's reserve is resident, and it moves with the order of the
+    // ranks' requests (see EpochFigures): resident memory beyond the reserve must stay flat.
+    const double trained_rss_growth =
+        static_cast<double>((l.trained_rss_bytes - l.trained_reserved_bytes) -
+                            (f.trained_rss_bytes - f.trained_reserved_bytes)) /
+        static_cast<double>(f.trained_rss_bytes);
+    EXPECT_LT(trained_rss_growth, 0.05)
+        << "resident memory while training, beyond the allocator's reserve, grew after epoch 1";
+    EXPECT_LT(growth(f.trained_current_bytes, l.trained_current_bytes), 0.05)
+        << "the CPU allocator holds more bytes in use after training than after epoch 1";
+    for (const EpochFigures* e : {&f, &l}) {
+      EXPECT_LT(static_cast<double>(e->trained_reserved_bytes),
+                1.5 * static_cast<double>(e->trained_peak_bytes))
+          << "the CPU allocator's reserve is far beyond its peak in use: cached blocks are not "
+             "reused";
+    }
   }
   EXPECT_EQ(b.threads, a.threads) << "threads were left running between epochs";
   EXPECT_EQ(b.fds, a.fds) << "file descriptors were left open between epochs";
