@@ -45,12 +45,18 @@ Tensor reduce_to(const Tensor& g, const Shape& b_shape, Broadcast kind) {
   return g;
 }
 
-Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, Broadcast kind) {
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+// Element-wise ops do not care about the order of the elements, only that the operands share
+// it: the result takes a's memory format, and b is brought into it when it differs (a counted
+// conversion). A row broadcast indexes the last logical dimension, so it runs in NCHW.
+Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, Broadcast kind) {
+  const bool row = kind == Broadcast::Row;
+  const Tensor a = row ? a_in.contiguous() : a_in;
+  const Tensor b = kind == Broadcast::Same ? b_in.to(a.memory_format()) : b_in;
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device(), a.memory_format());
   run_kernel(binary_name(op), a.device(), a.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    binary(backend, op, kind, a.data<T>(), b.data<T>(), out.data<T>(), a.numel(),
-           kind == Broadcast::Row ? b.numel() : 1);
+    binary(backend, op, kind, a.template data_any_format<T>(), b.template data_any_format<T>(),
+           out.template data_any_format<T>(), a.numel(), row ? b.numel() : 1);
   });
   return out;
 }
@@ -108,21 +114,25 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* name) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   run_kernel(name, x.device(), x.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    unary(backend, op, x.data<T>(), out.data<T>(), x.numel(), T(scalar));
+    unary(backend, op, x.template data_any_format<T>(), out.template data_any_format<T>(),
+          x.numel(), T(scalar));
   });
   return out;
 }
 
 // grad_x = grad_y where y > 0, else 0 (the backward of relu and of add_relu).
-Tensor relu_backward(const Tensor& g, const Tensor& y) {
-  check_same_device(g, y, "relu_backward");
-  Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device());
+// In y's memory format (g is brought into it).
+Tensor relu_backward(const Tensor& g_in, const Tensor& y) {
+  check_same_device(g_in, y, "relu_backward");
+  const Tensor g = g_in.to(y.memory_format());
+  Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device(), g.memory_format());
   run_kernel("relu_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    relu_backward(backend, g.data<T>(), y.data<T>(), gx.data<T>(), g.numel());
+    relu_backward(backend, g.template data_any_format<T>(), y.template data_any_format<T>(),
+                  gx.template data_any_format<T>(), g.numel());
   });
   return gx;
 }

@@ -12,6 +12,7 @@
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/tensor_copy.h"
 #include "engine/error.h"
+#include "engine/memory_format.h"
 #if KILN_WITH_CUDA  // the allocators' headers name CUDA runtime types
 #include "engine/cuda/caching_allocator.h"
 #include "engine/cuda/pinned_allocator.h"
@@ -119,6 +120,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return from_storage(std::make_shared<Storage>(nbytes, device), shape, dtype);
 }
 
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
+  KILN_CHECK(format == MemoryFormat::Contiguous || shape.size() == 4, "Tensor::empty: the ",
+             memory_format_name(format), " format needs a 4-D shape (N, C, H, W), got ",
+             shape_str(shape));
+  Tensor t = empty(shape, dtype, device);
+  t.impl_->memory_format = format;
+  return t;
+}
+
 Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, Shape shape, DType dtype,
                             int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
@@ -180,16 +190,31 @@ Device Tensor::device() const {
   return impl_->storage->device;
 }
 
+MemoryFormat Tensor::memory_format() const {
+  KILN_CHECK(defined(), "memory_format() of an undefined tensor");
+  return impl_->memory_format;
+}
+
 std::string Tensor::str() const {
   if (!defined()) return "Tensor(undefined)";
   return std::string("Tensor ") + dtype_name(dtype()) + " " + shape_str(shape()) + " on " +
-         device().str();
+         device().str() + (is_channels_last() ? " channels_last" : "");
 }
 
-void* Tensor::raw_data() const {
+void* Tensor::raw_data_any_format() const {
   KILN_CHECK(defined(), "data of an undefined tensor");
   return static_cast<char*>(impl_->storage->data) +
          impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
+}
+
+void* Tensor::raw_data() const {
+  if (defined() && impl_->memory_format != MemoryFormat::Contiguous) {
+    throw Error(str() + ": this op reads its input in NCHW order and has no kernel for the " +
+                    memory_format_name(impl_->memory_format) +
+                    " format; give it x.contiguous() (engine/tensor.h, MemoryFormat)",
+                ErrorKind::Usage);
+  }
+  return raw_data_any_format();
 }
 
 template <typename T>
@@ -201,7 +226,17 @@ T* Tensor::data() const {
 }
 
 template <typename T>
+T* Tensor::data_any_format() const {
+  KILN_CHECK(defined(), "data<", dtype_name(dtype_of<T>::value), ">() of an undefined tensor");
+  KILN_CHECK(impl_->dtype == dtype_of<T>::value, "data<", dtype_name(dtype_of<T>::value),
+             ">() of a tensor of dtype ", dtype_name(impl_->dtype));
+  return static_cast<T*>(raw_data_any_format());
+}
+
+template <typename T>
 std::vector<T> Tensor::to_vector(cuda::SyncSite site) const {
+  // In the shape's order, whatever the memory format.
+  if (defined() && is_channels_last()) return detach().contiguous().to_vector<T>(site);
   Tensor host = device().is_cpu()
                     ? *this
                     : to(Device(), /*non_blocking=*/false, site.named("Tensor::to_vector()"));
@@ -219,7 +254,7 @@ double Tensor::item(cuda::SyncSite site) const {
 
 Tensor Tensor::to(Device target, bool non_blocking, cuda::SyncSite site) const {
   if (device() == target) return *this;
-  Tensor out = empty(shape(), dtype(), target);
+  Tensor out = empty(shape(), dtype(), target, memory_format());
   out.copy_(*this, non_blocking, site.named("Tensor::to()"));
   if (any_requires_grad({this})) {
     set_history(out, std::make_shared<ToDeviceBackward>(device()), {*this});
@@ -229,22 +264,37 @@ Tensor Tensor::to(Device target, bool non_blocking, cuda::SyncSite site) const {
 
 Tensor Tensor::to(DType target) const {
   if (dtype() == target) return *this;
-  Tensor out = empty(shape(), target, device());
+  Tensor out = empty(shape(), target, device(), memory_format());
   out.copy_(*this);
   return out;
 }
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), dtype(), device());
+  Tensor out = empty(shape(), dtype(), device(), memory_format());
   out.copy_(*this);
   return out;
 }
 
 Tensor Tensor::detach() const {
-  return from_storage(impl_->storage, impl_->shape, impl_->dtype, impl_->offset);
+  Tensor out = from_storage(impl_->storage, impl_->shape, impl_->dtype, impl_->offset);
+  out.impl_->memory_format = impl_->memory_format;
+  return out;
+}
+
+Tensor Tensor::storage_order_view() const {
+  if (!is_channels_last()) return detach();
+  const Shape& s = shape();
+  return from_storage(impl_->storage, {s[0], s[2], s[3], s[1]}, impl_->dtype, impl_->offset);
 }
 
 Tensor Tensor::reshape(const Shape& new_shape) const {
+  if (defined() && is_channels_last()) {
+    // With one channel, or one pixel, the two orders are the same bytes: relabel, no copy.
+    const bool same_bytes = size(1) == 1 || size(2) * size(3) == 1;
+    const Tensor nchw = same_bytes ? relabel_memory_format(*this, MemoryFormat::Contiguous)
+                                   : contiguous();
+    return nchw.reshape(new_shape);
+  }
   Shape s = new_shape;
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -302,6 +352,7 @@ Tensor Tensor::pin_memory() const {
   if (is_pinned()) return *this;
   Tensor out = from_storage(std::make_shared<Storage>(nbytes(), device(), MemoryKind::PinnedHost),
                             shape(), dtype());
+  out.impl_->memory_format = memory_format();
   out.copy_(*this);
   return out;
 }
@@ -312,6 +363,16 @@ bool Tensor::is_pinned() const {
 
 void Tensor::copy_(const Tensor& src, bool non_blocking, cuda::SyncSite site) {
   KILN_CHECK(numel() == src.numel(), "copy_: source ", src.str(), " does not match ", str());
+  if (is_channels_last() || src.is_channels_last()) {
+    // Element for element in the shape's order: reorder the source into this tensor's format
+    // (a counted conversion), then copy the bytes as they lie.
+    KILN_CHECK(shape() == src.shape(), "copy_: a ", memory_format_name(memory_format()),
+               " tensor ", str(), " takes a source of its own shape, got ", src.str());
+    const Tensor same_order = src.detach().to(memory_format());
+    Tensor dst = storage_order_view();
+    dst.copy_(same_order.storage_order_view(), non_blocking, site);
+    return;
+  }
   if (device().is_cpu() && src.device().is_cpu()) {
     // Both on (possibly different) CPUs: host memory either way.
     convert_copy(src.raw_data(), src.dtype(), raw_data(), dtype(), numel());
@@ -328,7 +389,7 @@ void Tensor::fill_(double value) {
   if (device().is_cuda()) {
     if constexpr (kWithCuda) {
       cuda::DeviceGuard guard(device().index);
-      cuda::fill(raw_data(), dtype(), n, value);
+      cuda::fill(raw_data_any_format(), dtype(), n, value);
     } else {
       cuda::check_device(device().index);  // throws
     }
@@ -336,7 +397,7 @@ void Tensor::fill_(double value) {
   }
   dispatch_any(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(raw_data());
+    T* p = static_cast<T*>(raw_data_any_format());
     const T v = convert_elem<T>(value);  // the rule of to(DType): f16 and bf16 round to nearest
 #pragma omp parallel for if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) p[i] = v;
@@ -350,6 +411,7 @@ void Tensor::set_data(const Tensor& other) {
   impl_->shape = other.impl_->shape;
   impl_->dtype = other.impl_->dtype;
   impl_->numel = other.impl_->numel;
+  impl_->memory_format = other.impl_->memory_format;
   impl_->grad = Tensor();
   impl_->grad_buffer = Tensor();  // on the old device or of the old shape
 }
@@ -421,6 +483,7 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 // ---- Explicit instantiations ------------------------------------------------------------------
 #define KILN_INSTANTIATE(T)                                                               \
   template T* Tensor::data<T>() const;                                                    \
+  template T* Tensor::data_any_format<T>() const;                                         \
   template std::vector<T> Tensor::to_vector<T>(cuda::SyncSite) const;                     \
   template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device,     \
                                          cuda::SyncSite);

@@ -1,9 +1,10 @@
 // tensor.h: the Tensor handle.
 //
 // A Tensor is a cheap handle (a shared_ptr) to a TensorImpl: shared Storage, an element
-// offset into it, a shape, a dtype and a device. Tensors are always contiguous (row-major);
-// reshape() shares storage, transpose() copies. That keeps every kernel simple: it sees a
-// dense buffer and a shape.
+// offset into it, a shape, a dtype, a device and a memory format. Tensors are always dense:
+// row-major in the shape's order, or, for a 4-D tensor in the channels-last format, row-major
+// in (N, H, W, C) order (MemoryFormat below). reshape() shares storage, transpose() copies.
+// That keeps every kernel simple: it sees a dense buffer, a shape and at most two orders.
 //
 // Autograd fields live here too: requires_grad, the producing Node (grad_fn), the accumulated
 // .grad of a leaf, and the leaf's grad-ready hooks (see autograd.h).
@@ -53,6 +54,20 @@ struct Storage {
   Storage& operator=(const Storage&) = delete;
 };
 
+// How a tensor's elements lie in memory (the idea of PyTorch's torch.memory_format,
+// https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html). The shape is always
+// the logical one, (N, C, H, W) for an activation; only the order of the bytes differs:
+//   Contiguous    row-major in the shape's order (NCHW for an activation)
+//   ChannelsLast  a 4-D tensor, row-major in (N, H, W, C) order: the C channels of one pixel
+//                 side by side, what cuDNN's tensor-core and oneDNN's 16-bit convolutions read
+//                 directly (layers/layout.h)
+// data() and raw_data() hand out Contiguous tensors only, so a kernel that indexes by the
+// shape can never read a channels-last tensor as NCHW by mistake: it gets an error that says
+// to convert. Kernels written for both orders (element-wise ops, the layers with channels-last
+// kernels) read data_any_format() and look at memory_format().
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast };
+const char* memory_format_name(MemoryFormat f);  // "contiguous" | "channels_last"
+
 class Tensor;
 struct Node;
 struct TensorImpl;
@@ -65,6 +80,8 @@ class Tensor {
 
   // ---- Factories. Memory from empty() is uninitialised. -------------------------------
   static Tensor empty(const Shape& shape, DType dtype = DType::F32, Device device = Device());
+  // Uninitialised, in `format` (ChannelsLast needs a 4-D shape).
+  static Tensor empty(const Shape& shape, DType dtype, Device device, MemoryFormat format);
   static Tensor zeros(const Shape& shape, DType dtype = DType::F32, Device device = Device());
   static Tensor ones(const Shape& shape, DType dtype = DType::F32, Device device = Device());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::F32,
@@ -88,12 +105,19 @@ class Tensor {
   DType dtype() const;
   Device device() const;
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
-  std::string str() const;  // "Tensor f32 [2, 3] on cpu:0"
+  MemoryFormat memory_format() const;
+  bool is_channels_last() const { return memory_format() == MemoryFormat::ChannelsLast; }
+  std::string str() const;  // "Tensor f32 [2, 3] on cpu:0", "... channels_last" when it is
 
   // ---- Data access (the tensor's own device memory; host memory only for CPU). ----------
+  // Contiguous tensors only: a channels-last one throws kiln::Error (Usage) saying to convert.
   void* raw_data() const;
   template <typename T>
   T* data() const;  // checks that T matches dtype()
+  // The same pointer in any memory format, for kernels that read memory_format().
+  void* raw_data_any_format() const;
+  template <typename T>
+  T* data_any_format() const;
   // Copies to host as T (converting dtype). Works for any device; from a GPU the host waits for
   // the work that computes the tensor. The sync debug mode (engine/cuda/sync_debug.h) reports
   // these waits, and every blocking copy below, at the caller's line (`site`, a default
@@ -110,9 +134,19 @@ class Tensor {
   Tensor to(Device device, bool non_blocking = false,
             cuda::SyncSite site = cuda::SyncSite()) const;
   Tensor to(DType dtype) const;                                // not differentiable
+  // This tensor in `format` (engine/memory_format.cpp): *this when it already is, else a
+  // differentiable copy that reorders the elements (ChannelsLast needs a 4-D tensor). Every
+  // reordering copy is counted (memory_format_conversions()).
+  Tensor to(MemoryFormat format) const;
+  Tensor contiguous() const { return to(MemoryFormat::Contiguous); }
+  // The same bytes as a Contiguous tensor of the storage order's shape: (N, H, W, C) for a
+  // channels-last tensor, the tensor itself otherwise. Shares storage; not differentiable.
+  Tensor storage_order_view() const;
   Tensor clone() const;   // deep copy, no autograd history
   Tensor detach() const;  // shares storage, no autograd history
-  Tensor reshape(const Shape& shape) const;  // shares storage; differentiable; one -1 allowed
+  // Shares storage; differentiable; one -1 allowed. A channels-last tensor is made contiguous
+  // first (a copy), unless C or H * W is 1 (then both orders are the same bytes).
+  Tensor reshape(const Shape& shape) const;
   Tensor view(const Shape& shape) const { return reshape(shape); }
   Tensor flatten(int64_t start_dim = 1) const;
   // Rows [begin, end) along dimension 0, sharing storage (a contiguous view): how a batch is cut
@@ -167,6 +201,7 @@ struct TensorImpl {
   Shape shape;
   DType dtype = DType::F32;
   int64_t numel = 0;
+  MemoryFormat memory_format = MemoryFormat::Contiguous;
 
   // Autograd.
   bool requires_grad = false;
