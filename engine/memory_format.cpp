@@ -2,8 +2,8 @@
 //
 // NCHW -> NHWC is a batch of matrix transposes: each image's (C, H * W) matrix becomes
 // (H * W, C). So the conversion is transpose(1, 2) of the (N, C, H * W) view, and its result's
-// bytes, relabelled, are the channels-last tensor. The backward of each piece is already known
-// (TransposeBackward, and the view's own below), so the conversion is differentiable for free.
+// bytes, relabelled, are the channels-last tensor. Its gradient is the conversion back, so a
+// conversion in forward is one in backward too, and both are counted.
 #include "engine/memory_format.h"
 
 #include <atomic>
@@ -19,6 +19,28 @@ namespace kiln {
 namespace {
 
 std::atomic<int64_t> g_conversions{0};
+
+// The gradient of x.to(format): the incoming gradient brought back into x's format.
+struct ToMemoryFormatBackward : Node {
+  MemoryFormat source;
+  explicit ToMemoryFormatBackward(MemoryFormat s) : source(s) {}
+  const char* name() const override { return "ToMemoryFormatBackward"; }
+  std::vector<Tensor> apply(const Tensor& g) override { return {g.to(source)}; }
+};
+
+// x (contiguous, 4-D) reordered into `target`, or a channels-last x into contiguous; no
+// autograd history.
+Tensor reorder(const Tensor& x, MemoryFormat target) {
+  NoGradGuard no_grad;
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  if (target == MemoryFormat::ChannelsLast) {
+    // (N, C, H * W) -> (N, H * W, C): the bytes of (N, H, W, C).
+    return reinterpret_view(transpose(x.detach().reshape({n, c, hw}), 1, 2), x.shape(),
+                            MemoryFormat::ChannelsLast);
+  }
+  return transpose(reinterpret_view(x.detach(), {n, hw, c}, MemoryFormat::Contiguous), 1, 2)
+      .reshape(x.shape());
+}
 
 // The gradient of reinterpret_view: the incoming gradient (the view's shape, any format) is
 // brought into the view's format, then read back with the input's shape and format.
@@ -77,14 +99,10 @@ Tensor Tensor::to(MemoryFormat target) const {
              "channels-last format");
   if (formats_coincide(*this)) return relabel_memory_format(*this, target);
   g_conversions.fetch_add(1, std::memory_order_relaxed);
-  const int64_t n = size(0), c = size(1), hw = size(2) * size(3);
-  if (target == MemoryFormat::ChannelsLast) {
-    // (N, C, H * W) -> (N, H * W, C): the bytes of (N, H, W, C).
-    return reinterpret_view(transpose(reshape({n, c, hw}), 1, 2), shape(),
-                            MemoryFormat::ChannelsLast);
-  }
-  return transpose(reinterpret_view(*this, {n, hw, c}, MemoryFormat::Contiguous), 1, 2)
-      .reshape(shape());
+  Tensor out = reorder(*this, target);
+  if (any_requires_grad({this}))
+    set_history(out, std::make_shared<ToMemoryFormatBackward>(memory_format()), {*this});
+  return out;
 }
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 #include "engine/cuda/context.h"
 #include "engine/dim_split.h"
 #include "engine/dispatch.h"
+#include "engine/memory_format.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
 #include "engine/ops_cuda.h"
@@ -111,13 +112,28 @@ std::vector<int64_t> all_dims(const Tensor& x) {
 
 }  // namespace
 
-Tensor sum(const Tensor& a) { return reduce(a, all_dims(a), false, false, "sum"); }
-Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce(a, dims, keepdim, false, "sum");
+// A reduction over every element does not care about their order: a channels-last tensor is
+// reduced as the flat vector of its bytes (no copy). One over some dimensions indexes by the
+// shape, so a channels-last input is made contiguous first (a counted conversion).
+namespace {
+Tensor flat_if_any_format(const Tensor& a) {
+  return a.is_channels_last() ? reinterpret_view(a, {a.numel()}, MemoryFormat::Contiguous) : a;
 }
-Tensor mean(const Tensor& a) { return reduce(a, all_dims(a), false, true, "mean"); }
+}  // namespace
+
+Tensor sum(const Tensor& a) {
+  const Tensor flat = flat_if_any_format(a);
+  return reduce(flat, all_dims(flat), false, false, "sum");
+}
+Tensor sum(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce(a.contiguous(), dims, keepdim, false, "sum");
+}
+Tensor mean(const Tensor& a) {
+  const Tensor flat = flat_if_any_format(a);
+  return reduce(flat, all_dims(flat), false, true, "mean");
+}
 Tensor mean(const Tensor& a, const std::vector<int64_t>& dims, bool keepdim) {
-  return reduce(a, dims, keepdim, true, "mean");
+  return reduce(a.contiguous(), dims, keepdim, true, "mean");
 }
 
 Tensor argmax(const Tensor& a, int64_t dim) {

@@ -9,6 +9,7 @@
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
 #include "engine/error.h"
+#include "engine/memory_format.h"
 #include "engine/ops.h"
 #include "layers/batchnorm2d_kernels.h"
 #include "layers/layout.h"
@@ -82,6 +83,16 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, bool training,
                     double momentum, double eps, BatchNormActivation activation) {
   KILN_CHECK(x.defined(), kOp, ": the input is undefined");
+  if (x.is_channels_last()) {
+    // Byte for byte, a channels-last (N, C, H, W) is a contiguous (N * H * W, C, 1, 1): the
+    // same values per channel, so the same statistics (over m = N * H * W values) and the same
+    // normalisation, with no copy in either direction.
+    const Tensor rows = reinterpret_view(x, {x.size(0) * x.size(2) * x.size(3), x.size(1), 1, 1},
+                                         MemoryFormat::Contiguous);
+    return reinterpret_view(batch_norm2d(rows, weight, bias, running_mean, running_var, training,
+                                         momentum, eps, activation),
+                            x.shape(), MemoryFormat::ChannelsLast);
+  }
   const bool blocked = is_channel_blocked(x);
   KILN_CHECK(x.dim() == 4 || blocked, kOp, ": expected an input of shape (N, C, H, W) ",
              "(or channel-blocked (N, C/16, H, W, 16)), got ", shape_str(x.shape()));

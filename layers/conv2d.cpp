@@ -49,10 +49,12 @@ namespace conv_detail {
 
 namespace {
 
-// The tensor's elements, or nullptr for an undefined tensor (a gradient nobody needs).
+// The tensor's elements, or nullptr for an undefined tensor (a gradient nobody needs). In any
+// memory format: the geometry says which (g.x_nhwc, g.y_nhwc), and conv2d() gives channels-last
+// tensors only to the kernels that read them.
 template <typename T>
 T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
+  return t.defined() ? t.template data_any_format<T>() : nullptr;
 }
 
 // Whether backend B has a vendor convolution of T: cuDNN has float and double, oneDNN float
@@ -66,7 +68,11 @@ constexpr bool kHasVendorConv = std::is_same_v<B, cuda::Backend> || std::is_same
 // exactly to db's f32.
 void bias_grad_alone(const Tensor& dy, Tensor& db, const ConvGeometry& g) {
   const Tensor d = dy.dtype() == db.dtype() ? dy : dy.to(db.dtype());
-  db.copy_(sum(d, {0, 2, 3}).reshape({g.k}));
+  // Channels-last: the channels are the last dimension of the storage order (N, P, Q, K).
+  if (d.is_channels_last())
+    db.copy_(sum(d.storage_order_view(), {0, 1, 2}).reshape({g.k}));
+  else
+    db.copy_(sum(d, {0, 2, 3}).reshape({g.k}));
 }
 
 }  // namespace
@@ -78,7 +84,7 @@ void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
     const T* bp = data_or_null<T>(b);
     if constexpr (kHasVendorConv<decltype(backend), T>) {
       if (impl == Impl::Vendor) {
-        conv2d_forward_vendor(backend, x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+        conv2d_forward_vendor(backend, data_or_null<T>(x), w.data<T>(), bp, data_or_null<T>(y), g);
         return;
       }
     }
@@ -94,7 +100,7 @@ void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx
     const T *xp = data_or_null<T>(x), *wp = data_or_null<T>(w);
     if constexpr (kHasVendorConv<decltype(backend), T>) {
       if (impl == Impl::Vendor) {  // one call for every gradient
-        conv2d_backward_vendor(backend, xp, dy.data<T>(), wp, dxp, dwp, dbp, g);
+        conv2d_backward_vendor(backend, xp, data_or_null<T>(dy), wp, dxp, dwp, dbp, g);
         return;
       }
     }
@@ -121,16 +127,21 @@ struct Conv2dBackward : Node {
   bool autocast = false;
   // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
 
-  std::vector<Tensor> apply(const Tensor& grad_out) override {
+  std::vector<Tensor> apply(const Tensor& grad_out_any) override {
     const Shape y_shape = activation_shape(g.n, g.k, g.p, g.q, g.y_blocked);
-    KILN_CHECK(grad_out.shape() == y_shape, "conv2d backward: the output gradient has shape ",
-               shape_str(grad_out.shape()), ", expected ", shape_str(y_shape));
+    KILN_CHECK(grad_out_any.shape() == y_shape, "conv2d backward: the output gradient has shape ",
+               shape_str(grad_out_any.shape()), ", expected ", shape_str(y_shape));
     const Tensor& x = saved[0];
     const Tensor& w = saved[1];
-    const DType dt = autocast ? DType::F32 : grad_out.dtype();
-    const Device dev = grad_out.device();
+    const DType dt = autocast ? DType::F32 : grad_out_any.dtype();
+    const Device dev = grad_out_any.device();
+    // The gradient in the output's format (a no-op unless another consumer sent another one).
+    const Tensor grad_out =
+        g.y_nhwc ? grad_out_any.to(MemoryFormat::ChannelsLast) : grad_out_any.contiguous();
     Tensor dx, dw, db;
-    if (next[0]) dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev);
+    if (next[0])
+      dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev,
+                         g.x_nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
     if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev);
     if (has_bias && next[2]) db = Tensor::empty({g.k}, dt, dev);
     if (g.n == 0) {  // an empty batch: the sums over images are empty
@@ -182,6 +193,17 @@ using conv_detail::activation_shape;
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
+  if (x.is_channels_last()) {
+    // oneDNN (the CPU's vendor f32 kernels) reads and writes channels-last itself; every other
+    // kernel gets NCHW and its result is converted back (two counted conversions).
+    if (out_layout && *out_layout != Layout::NHWC)
+      return as_layout(conv2d(x, w, b, stride, padding), *out_layout);
+    if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
+          conv_impl(x.device(), x.dtype()) == Impl::Vendor) || autocast_applies(x))
+      return conv2d(x.contiguous(), w, b, stride, padding).to(MemoryFormat::ChannelsLast);
+  } else if (out_layout == Layout::NHWC) {
+    return as_layout(conv2d(x, w, b, stride, padding), Layout::NHWC);
+  }
   const Layout y_layout = out_layout.value_or(layout_of(x));
   if (is_channel_blocked(x))
     KILN_CHECK(w.dim() == 4 && w.size(1) == logical_channels(x), "conv2d: the channel-blocked ",
@@ -223,6 +245,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   g.n = x.size(0), g.c = logical_channels(x), g.h = x.size(2), g.w = x.size(3);
   g.x_blocked = blocked;
   g.y_blocked = y_layout == Layout::NCHW16c;
+  g.x_nhwc = g.y_nhwc = x.is_channels_last();
   g.k = w.size(0), g.r = w.size(2), g.s = w.size(3);
   g.stride = stride, g.pad = padding;
   KILN_CHECK(g.r >= 1 && g.s >= 1 && g.k >= 1 && g.c >= 1, "conv2d: the weight ",
@@ -238,7 +261,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   if (autocast_applies(x)) return conv2d_autocast(x, w, b, g);
   const Impl impl = conv_impl(x.device(), x.dtype());
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
-                           x.device());
+                           x.device(), x.memory_format());
   if (g.n > 0) conv_detail::run_forward(x, w, b, y, g, impl);
   conv_detail::record_backward(y, x, w, b, x.detach(), w.detach(), g, impl, /*autocast=*/false);
   return y;

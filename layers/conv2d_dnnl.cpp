@@ -132,25 +132,34 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights bwd_weights;
   Operand bx, bdw, bdy;
 
-  bool x_blocked = false, y_blocked = false;
+  bool x_blocked = false, y_blocked = false, x_nhwc = false, y_nhwc = false;
   dnnl::algorithm algo = dnnl::algorithm::convolution_direct;
 
-  // How the primitives are told about an activation: a blocked one as it is (asking for `any`
-  // could pick yet another layout and bring the reorders back), a plain one as `any`.
+  // How the primitives are told about an activation: a blocked or channels-last one as it is
+  // (asking for `any` could pick yet another layout and bring the reorders back), a plain NCHW
+  // one as `any`.
   static memory::desc any_layout(const memory::desc& md) {
     return memory::desc(md.dims(), md.data_type(), tag::any);
   }
-  memory::desc x_arg(const memory::desc& md) const { return x_blocked ? md : any_layout(md); }
-  memory::desc y_arg(const memory::desc& md) const { return y_blocked ? md : any_layout(md); }
+  memory::desc x_arg(const memory::desc& md) const {
+    return x_blocked || x_nhwc ? md : any_layout(md);
+  }
+  memory::desc y_arg(const memory::desc& md) const {
+    return y_blocked || y_nhwc ? md : any_layout(md);
+  }
 
   ConvPrimitives(const ConvGeometry& g, bool with_bias, DType in)
-      : bias(with_bias), x_blocked(g.x_blocked), y_blocked(g.y_blocked), algo(conv_algorithm(g)) {
+      : bias(with_bias), x_blocked(g.x_blocked), y_blocked(g.y_blocked), x_nhwc(g.x_nhwc),
+        y_nhwc(g.y_nhwc), algo(conv_algorithm(g)) {
     const auto f32 = memory::data_type::f32;
     const auto lowp = dnnl_cpu::data_type(in);
-    // Activations: plain NCHW, or already in oneDNN's blocked layout (layers/layout.h), which
-    // the blocked kernels then read and write in place.
-    const tag x_tag = g.x_blocked ? tag::nChw16c : tag::nchw;
-    const tag y_tag = g.y_blocked ? tag::nChw16c : tag::nchw;
+    // Activations: plain NCHW, or already in oneDNN's blocked layout (layers/layout.h) or
+    // channels-last (nhwc), which the kernels then read and write in place.
+    const auto act_tag = [](bool blocked, bool nhwc) {
+      return blocked ? tag::nChw16c : nhwc ? tag::nhwc : tag::nchw;
+    };
+    const tag x_tag = act_tag(g.x_blocked, g.x_nhwc);
+    const tag y_tag = act_tag(g.y_blocked, g.y_nhwc);
     const memory::dims x_dims{g.n, g.c, g.h, g.w}, w_dims{g.k, g.c, g.r, g.s},
         y_dims{g.n, g.k, g.p, g.q};
     x_md = memory::desc(x_dims, lowp, x_tag);
@@ -230,7 +239,8 @@ ConvPrimitives* conv_primitives(const ConvGeometry& g, bool bias, DType in) {
   using Key = std::array<int64_t, 14>;
   thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
   const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
-                g.x_blocked * 2 + g.y_blocked, static_cast<int64_t>(conv_algorithm(g)),
+                g.x_blocked * 8 + g.y_blocked * 4 + g.x_nhwc * 2 + g.y_nhwc,
+                static_cast<int64_t>(conv_algorithm(g)),
                 static_cast<int64_t>(in)};
   auto it = cache.find(key);
   if (it == cache.end()) {

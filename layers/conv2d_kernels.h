@@ -32,6 +32,9 @@ struct ConvGeometry {
   // dy) blocked, (N, K/16, P, Q, 16). The oneDNN kernels only (conv2d.cpp converts for the
   // others).
   bool x_blocked = false, y_blocked = false;
+  // x (and dx) and y (and dy) channels-last: logical (N, C, H, W), bytes in (N, H, W, C) order
+  // (MemoryFormat, engine/tensor.h). The oneDNN kernels only, like the blocked layout.
+  bool x_nhwc = false, y_nhwc = false;
 };
 
 }  // namespace kiln

@@ -13,7 +13,10 @@ bool is_channel_blocked(const Tensor& x) {
   return x.defined() && x.dim() == 5 && x.size(4) == kChannelBlock;
 }
 
-Layout layout_of(const Tensor& x) { return is_channel_blocked(x) ? Layout::NCHW16c : Layout::NCHW; }
+Layout layout_of(const Tensor& x) {
+  if (is_channel_blocked(x)) return Layout::NCHW16c;
+  return x.defined() && x.is_channels_last() ? Layout::NHWC : Layout::NCHW;
+}
 
 int64_t logical_channels(const Tensor& x) {
   return is_channel_blocked(x) ? x.size(1) * kChannelBlock : x.size(1);
@@ -36,6 +39,7 @@ Tensor from_channel_blocks(const Tensor& x) {
 }
 
 Layout preferred_layout(const Tensor& x, int64_t channels) {
+  if (x.is_channels_last()) return Layout::NHWC;
   // Under autocast the low-precision convolutions take NCHW only (layers/conv2d_lowp.cpp).
   const bool fast = x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
                     conv_impl(x.device(), x.dtype()) == Impl::Vendor &&
@@ -44,8 +48,15 @@ Layout preferred_layout(const Tensor& x, int64_t channels) {
 }
 
 Tensor as_layout(const Tensor& x, Layout layout) {
-  if (layout_of(x) == layout) return x;
-  return layout == Layout::NCHW16c ? to_channel_blocks(x) : from_channel_blocks(x);
+  const Layout from = layout_of(x);
+  if (from == layout) return x;
+  const Tensor nchw = from == Layout::NCHW16c ? from_channel_blocks(x) : x.contiguous();
+  switch (layout) {
+    case Layout::NCHW: return nchw;
+    case Layout::NCHW16c: return to_channel_blocks(nchw);
+    case Layout::NHWC: return nchw.to(MemoryFormat::ChannelsLast);
+  }
+  return nchw;
 }
 
 }  // namespace kiln

@@ -82,6 +82,11 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+void Module::to(MemoryFormat format) {
+  memory_format_ = format;
+  for (auto& [name, child] : children_) child->to(format);
+}
+
 void Module::to(Device device) {
   for (auto* list : {&params_, &buffers_})
     for (auto& [name, t] : *list)

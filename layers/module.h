@@ -42,6 +42,12 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
   void to(Device device);  // moves parameters and buffers in place
+  // The memory format this module and its children want their activations in (engine/tensor.h).
+  // Channels-last: a model that reads it (ResNet) converts its input once, at the entry, and
+  // its layers keep the format from there on. Parameters keep theirs: the convolutions read
+  // contiguous weights in either format.
+  void to(MemoryFormat format);
+  MemoryFormat memory_format() const { return memory_format_; }
   void zero_grad();        // drops the .grad of every parameter
   int64_t num_parameters() const;
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
@@ -71,6 +77,7 @@ class Module {
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  MemoryFormat memory_format_ = MemoryFormat::Contiguous;
 };
 
 // Runs children in order: y = m_n(...m_1(x)).

@@ -9,6 +9,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/init.h"
+#include "engine/memory_format.h"
 #include "engine/ops.h"
 #include "engine/serialize.h"
 #include "layers/activation.h"
@@ -40,12 +41,13 @@ class ResNetStem : public Module {
     register_module("bn1", c1_->bn);
     register_module("maxpool", pool_);
   }
-  // The image comes in NCHW (3 channels). conv1 writes its output in the layout the blocks
-  // prefer on this device (layers/layout.h): from there on, activations stay in it.
+  // The image comes in NCHW or channels-last (3 channels). conv1 writes its output in the
+  // layout the blocks prefer on this device, or channels-last for a channels-last image
+  // (layers/layout.h): from there on, activations stay in it.
   Tensor forward(const Tensor& x) override {
     const Layout layout = preferred_layout(x, c1_->conv->weight.size(0));
-    return pool_->forward(c1_->forward(as_layout(x, Layout::NCHW), BatchNormActivation::Relu,
-                                       layout));
+    const Tensor image = layout == Layout::NHWC ? x : as_layout(x, Layout::NCHW);
+    return pool_->forward(c1_->forward(image, BatchNormActivation::Relu, layout));
   }
   std::string type_name() const override { return "ResNetStem"; }
   void drop_bn() { remove_module("bn1"); }
@@ -67,6 +69,13 @@ class ResNetHead : public Module {
       // The global average of (N, C/16, H, W, 16) over H and W is (N, C/16, 16): channel
       // cb * 16 + l, i.e. (N, C) once flattened. No conversion needed.
       return fc_->forward(mean(x, {2, 3}).flatten(1));
+    }
+    if (x.is_channels_last()) {
+      // Channels-last is, byte for byte, (N, H * W, C): the average over its middle dimension
+      // is (N, C). No conversion needed.
+      const Tensor pixels = reinterpret_view(x, {x.size(0), x.size(2) * x.size(3), x.size(1)},
+                                             MemoryFormat::Contiguous);
+      return fc_->forward(mean(pixels, {1}));
     }
     return fc_->forward(pool_->forward(x).flatten(1));
   }
@@ -151,8 +160,10 @@ void ResidualBlock::add_downsample(int64_t in, int64_t out, int64_t stride) {
 Tensor ResidualBlock::forward(const Tensor& input) {
   // The channel-blocked layout where that is fast for this input and every channel count of the
   // block is a multiple of 16 (layers/layout.h); NCHW otherwise.
-  const Tensor x =
-      as_layout(input, blockable_ ? preferred_layout(input, kChannelBlock) : Layout::NCHW);
+  // A channels-last input stays channels-last.
+  const Tensor x = as_layout(input, blockable_ || input.is_channels_last()
+                                        ? preferred_layout(input, kChannelBlock)
+                                        : Layout::NCHW);
   Tensor out = x;
   for (size_t i = 0; i < main_.size(); ++i)
     out = main_[i].forward(out, i + 1 < main_.size() ? BatchNormActivation::Relu
@@ -242,7 +253,8 @@ Tensor ResNet::forward(const Tensor& x) {
              "halvings), got ", shape_str(x.shape()));
   KILN_CHECK(!folded_ || !is_training(), "ResNet: this model's BatchNorms were folded for ",
              "inference; it cannot train (call eval(), or build a fresh model)");
-  Tensor y = x;
+  // The one conversion of a channels-last model: its input, at the entry (Module::to).
+  Tensor y = memory_format() == MemoryFormat::ChannelsLast ? x.to(MemoryFormat::ChannelsLast) : x;
   for (const ResNetPiece& piece : pieces_) y = piece.module->forward(y);
   return y;
 }

@@ -1,0 +1,168 @@
+// channels_last_test.cpp: the layers on channels-last activations (MemoryFormat, engine/tensor.h;
+// Layout::NHWC, layers/layout.h). Each computes what it computes on NCHW, forward and backward,
+// keeps the format, and converts nothing where it has a channels-last kernel:
+//   - Conv2d: oneDNN's nhwc convolution (CPU, f32) against its NCHW one; the other kernels
+//     convert and say so in the counter;
+//   - BatchNorm2d: the same kernels on the (N * H * W, C) view, no copy.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/impl.h"
+#include "engine/memory_format.h"
+#include "engine/ops.h"
+#include "layers/batchnorm2d.h"
+#include "layers/conv2d.h"
+#include "layers/layout.h"
+#include "support/gradcheck.h"
+
+namespace kiln {
+namespace {
+
+using testing::gradcheck;
+using testing::max_abs_diff;
+using testing::random_tensor;
+
+constexpr MemoryFormat kCl = MemoryFormat::ChannelsLast;
+
+Tensor with_grad(Tensor t) {
+  t.set_requires_grad(true);
+  return t;
+}
+
+// Largest |a - b| relative to max |b|: results of the same op computed in another order.
+double rel_diff(const Tensor& a, const Tensor& b) {
+  double scale = 0;
+  for (double v : b.to_vector<double>()) scale = std::max(scale, std::abs(v));
+  return max_abs_diff(a, b) / (scale > 0 ? scale : 1.0);
+}
+
+// conv2d on a channels-last input against the NCHW op; `conversions` is how many reorderings
+// forward and backward may make (0 where the kernels read channels-last).
+void check_conv(Impl impl, int64_t stride, int64_t pad, int64_t k, bool bias,
+                int64_t conversions) {
+  KernelsGuard guard(impl);
+  Tensor x = random_tensor({3, 24, 9, 7}, 10, -1, 1, DType::F32);
+  Tensor w = random_tensor({40, 24, k, k}, 11, -0.2, 0.2, DType::F32);
+  Tensor b = bias ? random_tensor({40}, 12, -1, 1, DType::F32) : Tensor();
+  Tensor xr = with_grad(x.clone()), wr = with_grad(w.clone());
+  Tensor br = bias ? with_grad(b.clone()) : Tensor();
+  Tensor xc = with_grad(x.to(kCl)), wc = with_grad(w.clone());
+  Tensor bc = bias ? with_grad(b.clone()) : Tensor();
+  Tensor yr = conv2d(xr, wr, br, stride, pad);
+  Tensor g = random_tensor(yr.shape(), 13, -1, 1, DType::F32);
+  Tensor gc = g.to(kCl);
+  const int64_t before = memory_format_conversions();
+  Tensor yc = conv2d(xc, wc, bc, stride, pad);
+  backward(yc, gc);
+  EXPECT_EQ(memory_format_conversions() - before, conversions);
+  ASSERT_TRUE(yc.is_channels_last());
+  ASSERT_TRUE(xc.grad().is_channels_last());
+  backward(yr, g);
+  // Both are f32 sums of c * k * k products in another order: a few roundings apart.
+  EXPECT_LT(rel_diff(yc, yr), 1e-5);
+  EXPECT_LT(rel_diff(xc.grad(), xr.grad()), 1e-5);
+  EXPECT_LT(rel_diff(wc.grad(), wr.grad()), 1e-5);
+  if (bias) EXPECT_LT(rel_diff(bc.grad(), br.grad()), 1e-5);
+}
+
+TEST(ChannelsLast, ConvReadsAndWritesNhwcWithOneDnn) {
+  check_conv(Impl::Vendor, 1, 1, 3, false, 0);
+  check_conv(Impl::Vendor, 2, 1, 3, true, 0);
+  check_conv(Impl::Vendor, 2, 0, 1, false, 0);  // a ResNet downsample
+}
+
+TEST(ChannelsLast, ConvWithoutAChannelsLastKernelConvertsAndCountsIt) {
+  // The hand im2col convolution reads NCHW: x in and y out, and their gradients back.
+  check_conv(Impl::Hand, 2, 1, 3, true, 4);
+}
+
+TEST(ChannelsLast, ConvLoneBiasGradient) {
+  KernelsGuard vendor(Impl::Vendor);
+  Tensor x = random_tensor({2, 16, 5, 5}, 20, -1, 1, DType::F32);
+  Tensor w = random_tensor({16, 16, 3, 3}, 21, -0.2, 0.2, DType::F32);
+  Tensor b = with_grad(random_tensor({16}, 22, -1, 1, DType::F32));
+  Tensor br = with_grad(b.detach().clone());
+  Tensor g = random_tensor({2, 16, 5, 5}, 23, -1, 1, DType::F32);
+  backward(conv2d(x.to(kCl), w, b, 1, 1), g.to(kCl));
+  backward(conv2d(x, w, br, 1, 1), g);
+  EXPECT_LT(rel_diff(b.grad(), br.grad()), 1e-6);
+}
+
+TEST(ChannelsLast, ConvOutputLayoutsMeetAtTheFormat) {
+  KernelsGuard vendor(Impl::Vendor);
+  Tensor x = random_tensor({2, 3, 11, 10}, 50, -1, 1, DType::F32);  // a stem: 3 channels
+  Tensor w = random_tensor({16, 3, 7, 7}, 51, -0.2, 0.2, DType::F32);
+  Tensor y = conv2d(x, w, Tensor(), 2, 3);
+  Tensor nhwc = conv2d(x, w, Tensor(), 2, 3, Layout::NHWC);
+  EXPECT_TRUE(nhwc.is_channels_last());
+  EXPECT_EQ(max_abs_diff(nhwc, y), 0.0);  // the NCHW kernel, then a copy
+  Tensor back = conv2d(x.to(kCl), w, Tensor(), 2, 3, Layout::NCHW);
+  EXPECT_FALSE(back.is_channels_last());
+  EXPECT_LT(rel_diff(back, y), 1e-5);
+  EXPECT_EQ(layout_of(nhwc), Layout::NHWC);
+  EXPECT_EQ(preferred_layout(nhwc, 64), Layout::NHWC);  // the input's choice stands
+  EXPECT_EQ(max_abs_diff(as_layout(as_layout(y, Layout::NHWC), Layout::NCHW16c),
+                         to_channel_blocks(y)),
+            0.0);
+}
+
+// batch_norm2d on channels-last activations against the NCHW op: the kernels sum the same
+// values per channel in double, in another grouping, so results may differ by a rounding of
+// the dtype (tol).
+void check_bn(DType dtype, bool training, BatchNormActivation act, double tol) {
+  const int64_t c = 12;
+  Tensor x = random_tensor({3, c, 5, 4}, 30, -2, 3, dtype);
+  Tensor w = random_tensor({c}, 31, 0.5, 1.5, dtype), b = random_tensor({c}, 32, -1, 1, dtype);
+  Tensor rm = random_tensor({c}, 33, -0.5, 0.5, dtype), rv = random_tensor({c}, 34, 0.5, 2, dtype);
+  Tensor rm_c = rm.clone(), rv_c = rv.clone();
+  Tensor xr = with_grad(x.clone()), wr = with_grad(w.clone()), br = with_grad(b.clone());
+  Tensor xc = with_grad(x.to(kCl)), wc = with_grad(w.clone()), bc = with_grad(b.clone());
+  Tensor yr = batch_norm2d(xr, wr, br, rm, rv, training, 0.1, 1e-5, act);
+  Tensor g = random_tensor(yr.shape(), 35, -1, 1, dtype);
+  Tensor gc = g.to(kCl);
+  const int64_t before = memory_format_conversions();
+  Tensor yc = batch_norm2d(xc, wc, bc, rm_c, rv_c, training, 0.1, 1e-5, act);
+  backward(yc, gc);
+  EXPECT_EQ(memory_format_conversions() - before, 0);
+  ASSERT_TRUE(yc.is_channels_last());
+  backward(yr, g);
+  EXPECT_LT(rel_diff(yc, yr), tol);
+  EXPECT_LT(rel_diff(rm_c, rm), tol);
+  EXPECT_LT(rel_diff(rv_c, rv), tol);
+  EXPECT_LT(rel_diff(xc.grad(), xr.grad()), tol);
+  EXPECT_LT(rel_diff(wc.grad(), wr.grad()), tol);
+  EXPECT_LT(rel_diff(bc.grad(), br.grad()), tol);
+}
+
+TEST(ChannelsLast, BatchNormMatchesNchwWithoutConversions) {
+  for (bool training : {true, false}) {
+    for (auto act : {BatchNormActivation::None, BatchNormActivation::Relu}) {
+      SCOPED_TRACE(::testing::Message() << "training=" << training
+                                        << " relu=" << (act == BatchNormActivation::Relu));
+      check_bn(DType::F32, training, act, 1e-6);
+      check_bn(DType::F64, training, act, 1e-13);
+    }
+  }
+}
+
+TEST(ChannelsLast, BatchNormGradcheck) {
+  // gradcheck perturbs its inputs element by element in NCHW order: the input goes channels-last
+  // inside the function.
+  Tensor x = with_grad(random_tensor({2, 3, 3, 2}, 40, -2, 2));
+  Tensor w = with_grad(random_tensor({3}, 41, 0.5, 1.5));
+  Tensor b = with_grad(random_tensor({3}, 42, -1, 1));
+  EXPECT_TRUE(gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return batch_norm2d(in[0].to(kCl), in[1], in[2], Tensor(), Tensor(), true, 0.1, 1e-5,
+                            BatchNormActivation::None);
+      },
+      {x, w, b}));
+}
+
+}  // namespace
+}  // namespace kiln
