@@ -50,6 +50,7 @@
 #include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/init.h"
+#include "engine/memory_format.h"
 #include "engine/optim/sgd.h"
 #include "engine/parallel.h"
 #include "engine/step_graph.h"
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
-  std::string precision = "fp32", json_path;
+  std::string precision = "fp32", json_path, memory_format = "contiguous";
   bool fold_bn = false, winograd = false, cuda_graph = false, per_parameter_step = false;
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
   app.add_flag("--per-parameter-step", per_parameter_step,
                "CUDA: the optimizer steps each parameter with its own launches instead of all of "
                "them in one (Optimizer::set_multi_tensor(false); same results)");
+  app.add_option("--memory-format", memory_format,
+                 "ResNet activations: contiguous (NCHW, or channel-blocked where that is "
+                 "faster) or channels_last (NHWC)")
+      ->check(apps::one_of({"contiguous", "channels_last"}));
   app.add_option("--json", json_path, "also write the result as JSON to this file");
   // --tf32 was this app's spelling of the other apps' --precision tf32.
   if (const std::optional<int> rc =
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
     apps::check_output_paths({{"--json", json_path}});  // written after the steps: check now
     KILN_CHECK_INPUT(!fold_bn || (mode == "eval" && model != "mnist_cnn"),
                      "--fold-bn needs --mode eval and a ResNet model");
-    for (const char* flag : {"--image-size", "--classes"}) {
+    for (const char* flag : {"--image-size", "--classes", "--memory-format"}) {
       KILN_CHECK_INPUT(model != "mnist_cnn" || app.count(flag) == 0, flag, " applies to the "
                        "ResNet models (mnist_cnn's images are 1x28x28, 10 classes): drop it or "
                        "pass --model resnet50");
@@ -156,6 +161,8 @@ int main(int argc, char** argv) {
     const bool train = mode == "train";
     net->train(train);
     net->to(device);
+    const bool channels_last = memory_format == "channels_last";
+    if (channels_last) net->to(MemoryFormat::ChannelsLast);
     SGD opt(net->parameters(), 0.01, 0.9);
     opt.set_multi_tensor(!per_parameter_step);
     Tensor x = Tensor::empty({batch, is_resnet ? 3 : 1, image, image});
@@ -181,7 +188,7 @@ int main(int argc, char** argv) {
     }
     setup.reset();
     std::vector<double> ms, enqueue_ms;
-    int64_t timed_launches = 0;
+    int64_t timed_launches = 0, timed_conversions = 0;
     // One step's work, run eagerly or captured once and replayed (StepGraph).
     const auto step = [&]() -> std::vector<Tensor> {
       if (!train) {
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
     StepGraph step_graph(device, graph_options);
     for (int s = 0; s < warmup + steps; ++s) {
       const int64_t launches_before = cuda::launch_count();
+      const int64_t conversions_before = memory_format_conversions();
       auto t0 = std::chrono::steady_clock::now();
       step_graph.run(step);
       const auto queued = std::chrono::steady_clock::now();
@@ -223,15 +231,17 @@ int main(int argc, char** argv) {
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         enqueue_ms.push_back(std::chrono::duration<double, std::milli>(queued - t0).count());
         timed_launches += launches;
+        timed_conversions += memory_format_conversions() - conversions_before;
       }
     }
     std::sort(enqueue_ms.begin(), enqueue_ms.end());
     const std::vector<double> step_ms = ms;  // in the order they ran
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
+    std::printf("kiln model=%s mode=%s%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
                 "image=%d images_per_sec=%.1f ms_per_step=%.2f%s%s\n",
-                model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "", winograd ? "+winograd" : "",
+                model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "",
+                winograd ? "+winograd" : "", channels_last ? "+channels_last" : "",
                 precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
                 device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median, flops.suffix(median / 1000).c_str(),
@@ -247,7 +257,10 @@ int main(int argc, char** argv) {
           {"simulated", on_cuda && cuda::kSimulated}, {"cuda_graph", cuda_graph},
           {"per_parameter_step", per_parameter_step},
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
-          {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]}};
+          {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]},
+          {"memory_format", memory_format},
+          {"memory_format_conversions_per_step",
+           static_cast<double>(timed_conversions) / steps}};
       j.update(flops.json(median / 1000));  // model_flops_per_step, achieved_tflops, mfu
       write_output_file("--json", json_path, j.dump(2) + "\n");
     }

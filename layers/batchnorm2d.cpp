@@ -86,9 +86,15 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (x.is_channels_last()) {
     // Byte for byte, a channels-last (N, C, H, W) is a contiguous (N * H * W, C, 1, 1): the
     // same values per channel, so the same statistics (over m = N * H * W values) and the same
-    // normalisation, with no copy in either direction.
-    const Tensor rows = reinterpret_view(x, {x.size(0) * x.size(2) * x.size(3), x.size(1), 1, 1},
-                                         MemoryFormat::Contiguous);
+    // normalisation, with no copy in either direction. On the CPU, when C is a multiple of 16,
+    // it is also the channel-blocked (N * H * W, C/16, 1, 1, 16), whose kernels read 16
+    // channels of a pixel at once; the NCHW kernels would walk each channel with a stride of C.
+    const int64_t rows_count = x.size(0) * x.size(2) * x.size(3), c = x.size(1);
+    const bool as_blocks = x.device().type == DeviceType::CPU && c % kChannelBlock == 0;
+    const Shape rows_shape = as_blocks
+                                 ? Shape{rows_count, c / kChannelBlock, 1, 1, kChannelBlock}
+                                 : Shape{rows_count, c, 1, 1};
+    const Tensor rows = reinterpret_view(x, rows_shape, MemoryFormat::Contiguous);
     return reinterpret_view(batch_norm2d(rows, weight, bias, running_mean, running_var, training,
                                          momentum, eps, activation),
                             x.shape(), MemoryFormat::ChannelsLast);

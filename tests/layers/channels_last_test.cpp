@@ -114,8 +114,7 @@ TEST(ChannelsLast, ConvOutputLayoutsMeetAtTheFormat) {
 // batch_norm2d on channels-last activations against the NCHW op: the kernels sum the same
 // values per channel in double, in another grouping, so results may differ by a rounding of
 // the dtype (tol).
-void check_bn(DType dtype, bool training, BatchNormActivation act, double tol) {
-  const int64_t c = 12;
+void check_bn(int64_t c, DType dtype, bool training, BatchNormActivation act, double tol) {
   Tensor x = random_tensor({3, c, 5, 4}, 30, -2, 3, dtype);
   Tensor w = random_tensor({c}, 31, 0.5, 1.5, dtype), b = random_tensor({c}, 32, -1, 1, dtype);
   Tensor rm = random_tensor({c}, 33, -0.5, 0.5, dtype), rv = random_tensor({c}, 34, 0.5, 2, dtype);
@@ -144,8 +143,12 @@ TEST(ChannelsLast, BatchNormMatchesNchwWithoutConversions) {
     for (auto act : {BatchNormActivation::None, BatchNormActivation::Relu}) {
       SCOPED_TRACE(::testing::Message() << "training=" << training
                                         << " relu=" << (act == BatchNormActivation::Relu));
-      check_bn(DType::F32, training, act, 1e-6);
-      check_bn(DType::F64, training, act, 1e-13);
+      // 12 channels: the NCHW kernels on the (N * H * W, C, 1, 1) view; 32: the CPU's
+      // channel-blocked kernels on the (N * H * W, C/16, 1, 1, 16) view.
+      for (int64_t c : {12, 32}) {
+        check_bn(c, DType::F32, training, act, 1e-6);
+        check_bn(c, DType::F64, training, act, 1e-13);
+      }
     }
   }
 }
