@@ -4,7 +4,9 @@
 // instead of reading it wrong.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/autograd.h"
