@@ -21,14 +21,16 @@
 #   tuned             + glibc malloc told never to give memory back (MALLOC_MMAP_THRESHOLD_ and
 #                     MALLOC_TRIM_THRESHOLD_ at 16 GiB): no page faults on every step's buffers;
 #   tuned+nhwc        + torch.channels_last for model and input (oneDNN without reorders).
-# Kiln runs its defaults (channel-blocked activations, direct convolutions) and, for the 3x3
-# convolutions, oneDNN's Winograd (--winograd; eval also with BatchNorm folded, --fold-bn).
+# Kiln runs its defaults (channel-blocked activations, direct convolutions), channels-last
+# activations (--memory-format channels_last) and, for the 3x3 convolutions, oneDNN's Winograd
+# (--winograd; eval also with BatchNorm folded, --fold-bn).
 #
 # device cuda[:N] (a GPU machine, e.g. from tools/gpu_check.sh): ResNet-50 training on the GPU,
 # for each precision (a comma-separated list of fp32 = TF32 off, tf32, bf16 and fp16 autocast
 # (PyTorch AMP, with its GradScaler for fp16); default: all four) and each workload, every
 # round running in turn:
 #   kiln              train_step_bench, eager (each op launched as it comes);
+#   kiln-nhwc         the same with channels-last activations (--memory-format channels_last);
 #   pytorch           PyTorch eager, NCHW, cudnn.benchmark on (as its users run it);
 #   kiln-graph        train_step_bench --cuda-graph: the whole step captured once into a CUDA
 #                     graph after the warm-up steps, then replayed;
@@ -72,9 +74,9 @@ else
     usage "precision must be fp32, tf32, bf16, fp16, a comma-separated list of them, or all (got $precision)"
   [[ $workload =~ ^[1-9][0-9]*:[1-9][0-9]*(,[1-9][0-9]*:[1-9][0-9]*)*$ ]] ||
     usage "workload must be IMAGE:BATCH or a comma-separated list of them, e.g. 128:32,224:128 (got $workload)"
-  runners=${KILN_BENCH_RUNNERS:-kiln,pytorch,kiln-graph,pytorch-nhwc,pytorch-compile}
-  [[ $runners =~ ^(kiln|kiln-graph|pytorch|pytorch-nhwc|pytorch-compile)(,(kiln|kiln-graph|pytorch|pytorch-nhwc|pytorch-compile))*$ ]] ||
-    usage "KILN_BENCH_RUNNERS must be a comma-separated list of kiln, kiln-graph, pytorch, pytorch-nhwc, pytorch-compile (got $runners)"
+  runners=${KILN_BENCH_RUNNERS:-kiln,pytorch,kiln-graph,pytorch-nhwc,kiln-nhwc,pytorch-compile}
+  [[ $runners =~ ^(kiln|kiln-graph|kiln-nhwc|pytorch|pytorch-nhwc|pytorch-compile)(,(kiln|kiln-graph|kiln-nhwc|pytorch|pytorch-nhwc|pytorch-compile))*$ ]] ||
+    usage "KILN_BENCH_RUNNERS must be a comma-separated list of kiln, kiln-graph, kiln-nhwc, pytorch, pytorch-nhwc, pytorch-compile (got $runners)"
   seconds=${KILN_BENCH_SECONDS:-0}
   [[ $seconds =~ ^[0-9]+$ ]] || usage "KILN_BENCH_SECONDS must be whole seconds (got $seconds)"
 fi
@@ -152,7 +154,7 @@ for key in order:
     best = max(eager) if eager else None
     if best:
         c["pytorch_eager_best"] = best[1]
-    for kiln in ("kiln[graph]", "kiln"):
+    for kiln in ("kiln[graph]", "kiln", "kiln[nhwc]"):
         if kiln in med and best:
             c["ratios"][f"{kiln} / pytorch eager best"] = med[kiln] / best[0]
         if kiln in med and COMPILED in med:
@@ -289,6 +291,7 @@ PY
           case $runner in
             kiln) kiln_run kiln ;;
             kiln-graph) kiln_run "kiln[graph]" --cuda-graph ;;
+            kiln-nhwc) kiln_run "kiln[nhwc]" --memory-format channels_last ;;
             pytorch) pt_ask "pytorch[eager]" "${pcommon[@]}" --warmup "$warm" ;;
             pytorch-nhwc) pt_ask "pytorch[eager+nhwc]" "${pcommon[@]}" --warmup "$warm" --channels-last ;;
             pytorch-compile) pt_ask "pytorch[compile+nhwc]" "${pcommon[@]}" --channels-last --compile ;;
@@ -323,6 +326,7 @@ for r in $(seq "$rounds"); do
     run "pytorch[default]" "${p[@]}" "${py[@]}"
     run kiln "${k[@]}" --winograd
     run "pytorch[tuned]" "${p[@]}" "${tuned[@]}" "${py[@]}"
+    run kiln "${k[@]}" --memory-format channels_last
     [[ $mode == eval ]] && run kiln "${k[@]}" --winograd --fold-bn
     run "pytorch[tuned+nhwc]" "${p[@]}" "${tuned[@]}" "${py[@]}" --channels-last
   done
