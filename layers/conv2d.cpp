@@ -194,12 +194,15 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
   if (x.is_channels_last()) {
-    // oneDNN (the CPU's vendor f32 kernels) reads and writes channels-last itself; every other
-    // kernel gets NCHW and its result is converted back (two counted conversions).
+    // oneDNN (the CPU's vendor kernels, f32 and under autocast bf16/f16) reads and writes
+    // channels-last itself; every other kernel gets NCHW and its result is converted back (two
+    // counted conversions).
     if (out_layout && *out_layout != Layout::NHWC)
       return as_layout(conv2d(x, w, b, stride, padding), *out_layout);
-    if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 &&
-          conv_impl(x.device(), x.dtype()) == Impl::Vendor) || autocast_applies(x))
+    const bool vendor = conv_impl(x.device(), x.dtype()) == Impl::Vendor &&
+                        (!autocast_applies(x) ||
+                         conv_impl(x.device(), autocast_dtype()) == Impl::Vendor);
+    if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 && vendor))
       return conv2d(x.contiguous(), w, b, stride, padding).to(MemoryFormat::ChannelsLast);
   } else if (out_layout == Layout::NHWC) {
     return as_layout(conv2d(x, w, b, stride, padding), Layout::NHWC);

@@ -22,7 +22,8 @@ void check_lowp_call(DType in, const ConvGeometry& g, const char* who) {
   KILN_CHECK(is_low_precision(in), who, ": x, w and dy must be bf16 or f16, got ",
              dtype_name(in), "; f32 convolutions go through the f32 kernels");
   KILN_CHECK(!g.x_blocked && !g.y_blocked, who,
-             ": bf16/f16 convolutions take NCHW tensors only; convert blocked ones with to_nchw");
+             ": bf16/f16 convolutions take NCHW or channels-last tensors; convert blocked ones "
+             "with from_channel_blocks");
 }
 
 }  // namespace

@@ -20,10 +20,11 @@ namespace {
 
 Tensor widen(const Tensor& t) { return t.defined() ? t.to(DType::F32) : Tensor(); }
 
+// In any memory format: the geometry says which (g.x_nhwc, g.y_nhwc).
 const uint16_t* bits(const Tensor& t) {
-  return t.defined() ? static_cast<const uint16_t*>(t.raw_data()) : nullptr;
+  return t.defined() ? static_cast<const uint16_t*>(t.raw_data_any_format()) : nullptr;
 }
-float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* f32_or_null(const Tensor& t) { return t.defined() ? t.data_any_format<float>() : nullptr; }
 
 }  // namespace
 
@@ -38,7 +39,7 @@ void run_forward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& b,
     bool done = false;
     on_device("conv2d", x_low.device(), [&](auto backend) {
       done = conv2d_forward_lowp_vendor(backend, x_low.dtype(), bits(x_low), bits(w_low), bp,
-                                        y.data<float>(), g);
+                                        f32_or_null(y), g);
     });
     if (done) return;
   }
@@ -66,7 +67,7 @@ Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const 
   const Tensor w_low = autocast_cast(w);
   const Impl impl = conv_impl(x.device(), autocast_dtype());
   Tensor y = Tensor::empty(conv_detail::activation_shape(g.n, g.k, g.p, g.q, g.y_blocked),
-                           DType::F32, x.device());
+                           DType::F32, x.device(), x.memory_format());
   if (g.n > 0) conv_detail::run_forward_lowp(x_low, w_low, b, y, g, impl);
   conv_detail::record_backward(y, x, w, b, x_low, w_low, g, impl, /*autocast=*/true);
   return y;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/autograd.h"
 #include "engine/impl.h"
 #include "engine/memory_format.h"
@@ -79,6 +80,42 @@ TEST(ChannelsLast, ConvReadsAndWritesNhwcWithOneDnn) {
 TEST(ChannelsLast, ConvWithoutAChannelsLastKernelConvertsAndCountsIt) {
   // The hand im2col convolution reads NCHW: x in and y out, and their gradients back.
   check_conv(Impl::Hand, 2, 1, 3, true, 4);
+}
+
+// Under autocast the 16-bit convolution reads the channels-last input too: oneDNN's bf16 kernels
+// where this CPU has them, else the rounded values widened to f32 and oneDNN's f32 kernels.
+TEST(ChannelsLast, AutocastConvKeepsTheFormat) {
+  KernelsGuard vendor(Impl::Vendor);
+  for (DType low : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(low));
+    Tensor x = random_tensor({2, 16, 8, 6}, 70, -1, 1, DType::F32);
+    Tensor w = random_tensor({32, 16, 3, 3}, 71, -0.2, 0.2, DType::F32);
+    Tensor xr = with_grad(x.clone()), wr = with_grad(w.clone());
+    Tensor xc = with_grad(x.to(kCl)), wc = with_grad(w.clone());
+    Tensor yr, yc;
+    int64_t conversions = 0;
+    {
+      AutocastGuard autocast(low);
+      yr = conv2d(xr, wr, Tensor(), 2, 1);
+      const int64_t before = memory_format_conversions();
+      yc = conv2d(xc, wc, Tensor(), 2, 1);
+      conversions = memory_format_conversions() - before;
+    }
+    Tensor g = random_tensor(yr.shape(), 72, -1, 1, DType::F32);
+    Tensor gc = g.to(kCl);
+    const int64_t before = memory_format_conversions();
+    backward(yc, gc);
+    conversions += memory_format_conversions() - before;
+    backward(yr, g);
+    EXPECT_EQ(conversions, 0);
+    ASSERT_TRUE(yc.is_channels_last());
+    EXPECT_EQ(yc.dtype(), DType::F32);
+    ASSERT_TRUE(xc.grad().is_channels_last());
+    // The same rounded operands, products exact in f32, summed in another order.
+    EXPECT_LT(rel_diff(yc, yr), 1e-5);
+    EXPECT_LT(rel_diff(xc.grad(), xr.grad()), 1e-5);
+    EXPECT_LT(rel_diff(wc.grad(), wr.grad()), 1e-5);
+  }
 }
 
 TEST(ChannelsLast, ConvLoneBiasGradient) {
