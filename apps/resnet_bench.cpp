@@ -194,7 +194,8 @@ std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages)
   return {{"--model", w.model}, {"--image-size", std::to_string(w.image)},
           {"--batch-size", std::to_string(w.batch)}, {"--classes", std::to_string(w.classes)},
           {"--width", std::to_string(w.width)}, {"--lr", detail::str(w.lr)},
-          {"--precision", w.precision}, {"--modes", o.modes},
+          {"--precision", w.precision}, {"--memory-format", memory_format_name(w.memory_format)},
+          {"--modes", o.modes},
           {"stages (--devices)", std::to_string(stages)}, {"--schedule", o.schedule},
           {"--recompute", o.recompute ? "yes" : "no"}, {"--split-sizes", o.split_sizes},
           {"--balance", o.balance}, {"--steps", std::to_string(o.steps)},
@@ -380,6 +381,9 @@ int run(Options& o) {
                    "--modes single (among others) and a CUDA first device in --devices "
                    "(e.g. --devices cuda:0), without --dp or mpirun");
   o.workload.autocast = autocast_dtype_of(precision);
+  o.workload.memory_format = o.workload.memory_format_flag == "channels_last"
+                                 ? MemoryFormat::ChannelsLast
+                                 : MemoryFormat::Contiguous;
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
   const char* sim = any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "";
@@ -387,10 +391,11 @@ int run(Options& o) {
   if (launched_as_nonzero_rank()) std::freopen("/dev/null", "w", stdout);
 
   std::printf("resnet_bench: %s, %lldx%lld images, batch %lld, %lld classes, MSE on one-hot "
-              "labels, SGD lr %g, %s\n", o.workload.model.c_str(),
+              "labels, SGD lr %g, %s%s\n", o.workload.model.c_str(),
               static_cast<long long>(o.workload.image), static_cast<long long>(o.workload.image),
               static_cast<long long>(o.workload.batch), static_cast<long long>(o.workload.classes),
-              o.workload.lr, o.workload.precision.c_str());
+              o.workload.lr, o.workload.precision.c_str(),
+              o.workload.memory_format == MemoryFormat::ChannelsLast ? ", channels-last" : "");
   std::printf("devices %s; %d CPU thread%s per stage (%d cores)%s\n", o.devices.c_str(), threads,
               threads == 1 ? "" : "s", hw, sim);
   double slowdown = 0;
@@ -493,7 +498,9 @@ int run(Options& o) {
   }
   nlohmann::json report = {
       {"model", o.workload.model}, {"image", o.workload.image}, {"batch", o.workload.batch},
-      {"classes", o.workload.classes}, {"precision", o.workload.precision}, {"devices", o.devices}, {"threads_per_stage", threads},
+      {"classes", o.workload.classes}, {"precision", o.workload.precision},
+      {"memory_format", memory_format_name(o.workload.memory_format)}, {"devices", o.devices},
+      {"threads_per_stage", threads},
       {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule},
       {"recompute", o.recompute}, {"repeats", o.repeats}, {"steps", o.steps},
       {"simulated", *sim != 0}, {"plan", plan.text}, {"block_ms", plan.block_ms},
@@ -580,6 +587,10 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--lr", w.lr, "SGD learning rate (the tutorial used 0.001)")->check(above(0.0));
   app.add_option("--precision", w.precision, kPrecisionHelp)
       ->check(one_of({"fp32", "tf32", "bf16", "fp16"}));
+  app.add_option("--memory-format", w.memory_format_flag,
+                 "images and activations: contiguous (NCHW; channel-blocked on the CPU where "
+                 "faster) or channels_last (NHWC)")
+      ->check(one_of({"contiguous", "channels_last"}));
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
   app.add_option("--devices", o.devices,
                  "one device per stage: cuda:0,cuda:1 or cpu:0,cpu:1 (default: two GPUs when "

@@ -23,9 +23,15 @@ struct Workload {
   int64_t width = 64;  // stem channels (64: the real nets; 8 or 16: narrow nets of the same depth)
   std::string precision = "fp32";  // --precision (apps/common/mixed_precision.h)
   DType autocast = DType::F32;     // its autocast dtype: forwards run under AutocastGuard
+  // --memory-format: the images' memory format (engine/tensor.h). Channels-last images keep
+  // every activation channels-last; contiguous ones are channel-blocked on the CPU where that
+  // is faster (layers/layout.h).
+  std::string memory_format_flag = "contiguous";  // as given: contiguous | channels_last
+  MemoryFormat memory_format = MemoryFormat::Contiguous;
 };
 
-// The tutorial's data: random images and one-hot rows of random labels (MSE loss).
+// The tutorial's data: random images in the workload's memory format and one-hot rows of random
+// labels (MSE loss).
 struct Batch {
   Tensor x, y;
 };
