@@ -564,8 +564,9 @@ TEST_F(SimCudnn, DescriptorAndRangeErrors) {
   // Outside the subset, or invalid, at Set time.
   cudnnTensorDescriptor_t t;
   ASSERT_EQ(cudnnCreateTensorDescriptor(&t), CUDNN_STATUS_SUCCESS);
-  EXPECT_EQ(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, 1, 1, 1),
-            CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  EXPECT_EQ(cudnnSetTensor4dDescriptor(t, static_cast<cudnnTensorFormat_t>(2), CUDNN_DATA_FLOAT,
+                                       1, 1, 1, 1),
+            CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);  // NCHW_VECT_C (vectorised INT8 only)
   EXPECT_EQ(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, -1, 1, 1),
             CUDNN_STATUS_BAD_PARAM);
   EXPECT_EQ(cudnnDestroyTensorDescriptor(t), CUDNN_STATUS_SUCCESS);

@@ -29,6 +29,8 @@ kiln_test_run(sim_nccl_test_4_devices
 # the engine's handles: engine/cuda/blas.cpp, dnn.cpp), so they link the engine.
 kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
 kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
+# The same on NHWC data: the NCHW results permuted, bit for bit; the refused layouts.
+kiln_test(sim_cudnn_nhwc_test SOURCES sim_cudnn_nhwc_test.cpp LABELS sim LIBS kiln_engine)
 
 # The warp matrix functions (nvcuda::wmma, sim/mma.h) and the 16-bit float types (sim/fp16.h).
 kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)

@@ -35,19 +35,27 @@ using kiln::sim::library_fail;
 
 namespace {
 
+// cudnnSetTensor4dDescriptor and cudnnSetFilter4dDescriptor take the logical dimensions in the
+// same order for both formats (n, c, h, w / k, c, r, s); the format says where the packed
+// elements lie: NCHW element (n, c, h, w) at ((n C + c) H + h) W + w, NHWC at
+// ((n H + h) W + w) C + c (a filter: KCRS or KRSC). cuDNN also has NCHW_VECT_C, for the
+// vectorised INT8 types only; it is outside the subset.
 cudnnStatus_t set_4d(const char* call, cudnnDataType_t type, cudnnTensorFormat_t format, int n,
-                     int c, int h, int w, bool* set, cudnnDataType_t* out_type, int64_t dims[4]) {
+                     int c, int h, int w, bool* set, cudnnDataType_t* out_type,
+                     cudnnTensorFormat_t* out_format, int64_t dims[4]) {
   if (n < 0 || c < 0 || h < 0 || w < 0)
     return library_fail(CUDNN_STATUS_BAD_PARAM, std::string(call) + ": a negative dimension");
-  if (format != CUDNN_TENSOR_NCHW)
+  if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC)
     return library_fail(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT,
-                        std::string(call) + ": only CUDNN_TENSOR_NCHW is simulated");
+                        std::string(call) + ": only CUDNN_TENSOR_NCHW and CUDNN_TENSOR_NHWC are "
+                                            "simulated");
   if (type != CUDNN_DATA_FLOAT && type != CUDNN_DATA_DOUBLE && !is_16bit(type))
     return library_fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE,
                         std::string(call) + ": data type " + std::to_string(static_cast<int>(type)) +
                             " is not simulated (FLOAT, DOUBLE, HALF and BFLOAT16 are)");
   *set = true;
   *out_type = type;
+  *out_format = format;
   dims[0] = n, dims[1] = c, dims[2] = h, dims[3] = w;
   return CUDNN_STATUS_SUCCESS;
 }
@@ -110,7 +118,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
                                          cudnnDataType_t data_type, int n, int c, int h, int w) {
   return modify(desc, "cudnnSetTensor4dDescriptor", [&](cudnnTensorStruct& d) {
     return set_4d("cudnnSetTensor4dDescriptor", data_type, format, n, c, h, w, &d.set, &d.type,
-                  d.dims);
+                  &d.format, d.dims);
   });
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
@@ -124,7 +132,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
                                          cudnnTensorFormat_t format, int k, int c, int h, int w) {
   return modify(desc, "cudnnSetFilter4dDescriptor", [&](cudnnFilterStruct& d) {
     return set_4d("cudnnSetFilter4dDescriptor", data_type, format, k, c, h, w, &d.set, &d.type,
-                  d.dims);
+                  &d.format, d.dims);
   });
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace kiln::sim {
 namespace {
@@ -94,8 +96,42 @@ const Candidate* find_candidate(ConvPass pass, int algo) {
   return nullptr;
 }
 
+// The implicit-GEMM kernels: forward IMPLICIT_GEMM and IMPLICIT_PRECOMP_GEMM, backward ALGO_0
+// and ALGO_1 (data and filter).
+bool implicit_gemm(const Candidate& c) {
+  switch (c.pass) {
+    case ConvPass::Forward:
+      return c.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+             c.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    case ConvPass::BackwardData:
+      return c.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 ||
+             c.algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    case ConvPass::BackwardFilter:
+      return c.algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 ||
+             c.algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  }
+  return false;
+}
+
+// Empty when the algorithm takes these layouts, else why not. The API reference's tables of
+// supported configurations (cudnnConvolutionForward, ...BackwardData, ...BackwardFilter) are
+// split by the filter's format: with an NCHW (KCRS) filter, x and y may each be NCHW or NHWC,
+// except for the FFT algorithms, which want NCHW tensors; with an NHWC (KRSC) filter, x and y
+// must be NHWC too, and only the implicit-GEMM kernels run.
+std::string layout_unsupported(const Candidate& c, const ConvShape& g) {
+  if (g.w_nhwc) {
+    if (!g.x_nhwc || !g.y_nhwc) return "an NHWC filter needs NHWC input and output tensors";
+    if (!implicit_gemm(c)) return "with an NHWC filter only the implicit-GEMM algorithms run";
+    return "";
+  }
+  const bool fft = c.support == Support::Fft;
+  if (fft && (g.x_nhwc || g.y_nhwc)) return "FFT needs NCHW input and output tensors";
+  return "";
+}
+
 // Empty when the algorithm applies, else why not.
 std::string unsupported(const Candidate& c, const ConvShape& g, cudnnDataType_t dt) {
+  if (std::string why = layout_unsupported(c, g); !why.empty()) return why;
   const bool unit = g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1;
   switch (c.support) {
     case Support::Always: return "";

@@ -14,6 +14,10 @@
 //     CUDNN_FMA_MATH when the descriptor asks for it, CUDNN_DEFAULT_MATH otherwise. The list
 //     does not depend on the descriptor's math type: the caller filters on mathType (as Kiln's
 //     strict-FP32 rule does);
+//   - layouts (sim/cudnn_layout.h) as the tables of supported configurations list them: an
+//     NCHW filter takes NCHW or NHWC tensors (FFT: NCHW only); an NHWC filter takes NHWC
+//     tensors, and only the implicit-GEMM algorithms (forward IMPLICIT_GEMM and
+//     IMPLICIT_PRECOMP_GEMM, backward ALGO_0 and ALGO_1) run with it;
 //   - BWD_DATA_ALGO_0, BWD_FILTER_ALGO_0 and _3 are CUDNN_NON_DETERMINISTIC, as documented;
 //   - workspace sizes follow what each algorithm stores (an index table, one image's im2col,
 //     transformed tiles), and time is a fixed cost per multiply-add per algorithm, tensor-op

@@ -16,11 +16,13 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "engine/cuda/sim/cudnn_algos.h"
 #include "engine/cuda/sim/cudnn_compute.h"
+#include "engine/cuda/sim/cudnn_layout.h"
 #include "engine/cuda/sim/cudnn_objects.h"
 #include "engine/cuda/sim/internal.h"
 #include "engine/cuda/sim/library.h"
@@ -85,6 +87,9 @@ cudnnStatus_t describe(const std::string& call, ConvPass pass, cudnnTensorDescri
   g.stride_h = conv.stride_h, g.stride_w = conv.stride_w;
   g.dil_h = conv.dil_h, g.dil_w = conv.dil_w;
   g.flip = conv.mode == CUDNN_CONVOLUTION;
+  g.x_nhwc = x.format == CUDNN_TENSOR_NHWC;
+  g.w_nhwc = w.format == CUDNN_TENSOR_NHWC;
+  g.y_nhwc = y.format == CUDNN_TENSOR_NHWC;
   const int64_t span_h = (g.r - 1) * g.dil_h + 1, span_w = (g.s - 1) * g.dil_w + 1;
   if (span_h > g.h + 2 * g.pad_h || span_w > g.w + 2 * g.pad_w)
     return bad("the dilated filter is larger than the padded input");
@@ -197,16 +202,25 @@ cudnnStatus_t convolve(const char* call, ConvPass pass, cudnnHandle_t handle, co
     auto run = [&](auto tag, const void* xv, const void* wv, const void* yv) {
       using T = decltype(tag);
       const T a = static_cast<T>(s.alpha), b = static_cast<T>(s.beta);
-      T* xp = const_cast<T*>(static_cast<const T*>(xv));
-      T* wp = const_cast<T*>(static_cast<const T*>(wv));
-      T* yp = const_cast<T*>(static_cast<const T*>(yv));
+      // NHWC operands as NCHW copies (sim/cudnn_layout.h); the written one is stored back.
+      const int64_t xd[4] = {g.n, g.c, g.h, g.w}, wd[4] = {g.k, g.c, g.r, g.s};
+      const int64_t yd[4] = {g.n, g.k, g.p, g.q};
+      kiln::sim::NchwOperand<T> xo(g.x_nhwc, xd, const_cast<T*>(static_cast<const T*>(xv)));
+      kiln::sim::NchwOperand<T> wo(g.w_nhwc, wd, const_cast<T*>(static_cast<const T*>(wv)));
+      kiln::sim::NchwOperand<T> yo(g.y_nhwc, yd, const_cast<T*>(static_cast<const T*>(yv)));
+      T *xp = xo.data(), *wp = wo.data(), *yp = yo.data();
       switch (pass) {
-        case ConvPass::Forward: kiln::sim::conv_forward_host<T>(g, a, xp, wp, b, yp, tf32); break;
+        case ConvPass::Forward:
+          kiln::sim::conv_forward_host<T>(g, a, xp, wp, b, yp, tf32);
+          yo.store();
+          break;
         case ConvPass::BackwardData:
           kiln::sim::conv_backward_data_host<T>(g, a, wp, yp, b, xp, tf32);
+          xo.store();
           break;
         case ConvPass::BackwardFilter:
           kiln::sim::conv_backward_filter_host<T>(g, a, xp, yp, b, wp, tf32);
+          wo.store();
           break;
       }
     };
@@ -445,6 +459,9 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
   const size_t dyb = bytes_of(d.dims, d.type), dbb = bytes_of(b.dims, b.type);
   KILN_CUDNN_SIM_TRY(check_ranges(name, h.device, {{"dy", dy, dyb}, {"db", db, dbb}}));
   const int64_t n = d.dims[0], k = d.dims[1], pq = d.dims[2] * d.dims[3];
+  const int64_t dy_dims[4] = {d.dims[0], d.dims[1], d.dims[2], d.dims[3]};
+  // db (1, K, 1, 1) lies the same in both formats; an NHWC dy is summed from an NCHW copy.
+  const bool dy_nhwc = d.format == CUDNN_TENSOR_NHWC;
   const bool dbl = d.type == CUDNN_DATA_DOUBLE, half = is_16bit(d.type);
   const kiln::sim::Format16 f = format_16(d.type);
   const int device = h.device;
@@ -452,17 +469,24 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
     kiln::sim::require_device_range("cudnnConvolutionBackwardBias", "dy", dy, dyb, device);
     kiln::sim::require_device_range("cudnnConvolutionBackwardBias", "db", db, dbb, device);
     const float alpha_f = static_cast<float>(s.alpha), beta_f = static_cast<float>(s.beta);
+    auto dy_nchw = [&](auto* p) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
+      return kiln::sim::NchwOperand<T>(dy_nhwc, dy_dims, const_cast<T*>(p));
+    };
     if (dbl) {
-      kiln::sim::conv_backward_bias_host<double>(n, k, pq, s.alpha, static_cast<const double*>(dy),
-                                                 s.beta, static_cast<double*>(db));
+      auto dyo = dy_nchw(static_cast<const double*>(dy));
+      kiln::sim::conv_backward_bias_host<double>(n, k, pq, s.alpha, dyo.data(), s.beta,
+                                                 static_cast<double*>(db));
     } else if (half) {  // in float, db rounded back once
-      const std::vector<float> dyf = kiln::sim::widen_16(f, dy, n * k * pq);
+      std::vector<float> dyf = kiln::sim::widen_16(f, dy, n * k * pq);
+      auto dyo = dy_nchw(dyf.data());
       std::vector<float> dbf = kiln::sim::widen_16(f, db, k);
-      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, dyf.data(), beta_f, dbf.data());
+      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, dyo.data(), beta_f, dbf.data());
       kiln::sim::narrow_16(f, dbf, db);
     } else {
-      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, static_cast<const float*>(dy),
-                                                beta_f, static_cast<float*>(db));
+      auto dyo = dy_nchw(static_cast<const float*>(dy));
+      kiln::sim::conv_backward_bias_host<float>(n, k, pq, alpha_f, dyo.data(), beta_f,
+                                                static_cast<float*>(db));
     }
   });
 }
@@ -490,21 +514,29 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha,
   const bool dbl = a.type == CUDNN_DATA_DOUBLE, half = is_16bit(a.type);
   const kiln::sim::Format16 f = format_16(a.type);
   const int device = h.device;
+  // Every format is accepted, mixed too (A NCHW, C NHWC: a bias added to an NHWC output); NHWC
+  // operands are computed on NCHW copies, C stored back.
+  const bool a_nhwc = a.format == CUDNN_TENSOR_NHWC, c_nhwc = c.format == CUDNN_TENSOR_NHWC;
   return queue("cudnnAddTensor", h, [=] {
     kiln::sim::require_device_range("cudnnAddTensor", "A", A, ab, device);
     kiln::sim::require_device_range("cudnnAddTensor", "C", C, cb, device);
     const float alpha_f = static_cast<float>(s.alpha), beta_f = static_cast<float>(s.beta);
+    auto add = [&](auto alpha_t, auto* ap, auto* cp, auto beta_t) {
+      using T = decltype(alpha_t);
+      kiln::sim::NchwOperand<T> ao(a_nhwc, a.dims, const_cast<T*>(ap));
+      kiln::sim::NchwOperand<T> co(c_nhwc, c.dims, cp);
+      kiln::sim::add_tensor_host<T>(a.dims, alpha_t, ao.data(), c.dims, beta_t, co.data());
+      co.store();
+    };
     if (dbl) {
-      kiln::sim::add_tensor_host<double>(a.dims, s.alpha, static_cast<const double*>(A), c.dims,
-                                         s.beta, static_cast<double*>(C));
+      add(s.alpha, static_cast<const double*>(A), static_cast<double*>(C), s.beta);
     } else if (half) {  // in float, C rounded back once
-      const std::vector<float> af = kiln::sim::widen_16(f, A, static_cast<int64_t>(ab / 2));
+      std::vector<float> af = kiln::sim::widen_16(f, A, static_cast<int64_t>(ab / 2));
       std::vector<float> cf = kiln::sim::widen_16(f, C, static_cast<int64_t>(cb / 2));
-      kiln::sim::add_tensor_host<float>(a.dims, alpha_f, af.data(), c.dims, beta_f, cf.data());
+      add(alpha_f, af.data(), cf.data(), beta_f);
       kiln::sim::narrow_16(f, cf, C);
     } else {
-      kiln::sim::add_tensor_host<float>(a.dims, alpha_f, static_cast<const float*>(A), c.dims,
-                                        beta_f, static_cast<float*>(C));
+      add(alpha_f, static_cast<const float*>(A), static_cast<float*>(C), beta_f);
     }
   });
 }

@@ -28,6 +28,9 @@ struct ConvShape {
   int64_t p, q;
   int64_t pad_h, pad_w, stride_h, stride_w, dil_h, dil_w;
   bool flip;  // CUDNN_CONVOLUTION
+  // The descriptors' formats (sim/cudnn_layout.h), for the algorithm model (cudnn_algos.h):
+  // the functions below read and write NCHW / KCRS buffers only, whatever these say.
+  bool x_nhwc = false, w_nhwc = false, y_nhwc = false;
 };
 
 // `tf32`: round x, w and dy to TF32 first (float only), as tensor cores read them.

@@ -20,15 +20,19 @@ struct cudnnContext {
   int device = 0;
   cudaStream_t stream = nullptr;
 };
+// dims are always the logical N, C, H, W (K, C, R, S for a filter), whatever the format: the
+// format says only in which order the packed bytes lie (NCHW / KCRS, or NHWC / KRSC).
 struct cudnnTensorStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int64_t dims[4] = {0, 0, 0, 0};  // N, C, H, W (NCHW, packed)
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
+  int64_t dims[4] = {0, 0, 0, 0};  // N, C, H, W
 };
 struct cudnnFilterStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int64_t dims[4] = {0, 0, 0, 0};  // K, C, R, S (KCRS, packed)
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NCHW;
+  int64_t dims[4] = {0, 0, 0, 0};  // K, C, R, S
 };
 struct cudnnConvolutionStruct {
   bool set = false;
@@ -133,6 +137,10 @@ inline const char* type_name(cudnnDataType_t t) {
 
 inline size_t bytes_of(const int64_t dims[4], cudnnDataType_t t) {
   return static_cast<size_t>(dims[0] * dims[1] * dims[2] * dims[3]) * element_size(t);
+}
+
+inline const char* format_name(cudnnTensorFormat_t f) {
+  return f == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW";
 }
 
 inline std::string dims_str(const int64_t d[4]) {
