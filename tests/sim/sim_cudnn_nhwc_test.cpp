@@ -79,7 +79,8 @@ std::vector<S> to_nchw(const std::vector<S>& v, int d0, int d1, int d2, int d3) 
 template <typename S>
 ::testing::AssertionResult same_bits(const std::string& what, const std::vector<S>& got,
                                      const std::vector<S>& want) {
-  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), got.size() * sizeof(S)) == 0)
+  const size_t bytes = got.size() * sizeof(S);
+  if (got.size() == want.size() && std::memcmp(got.data(), want.data(), bytes) == 0)
     return ::testing::AssertionSuccess();
   for (size_t i = 0; i < got.size() && i < want.size(); ++i)
     if (std::memcmp(&got[i], &want[i], sizeof(S)) != 0)
@@ -198,7 +199,8 @@ class SimCudnnNhwc : public ::testing::Test {
         if (beta == 0)  // every byte 0xFF: NaN, never read
           for (auto* v : {&start.y, &start.dx, &start.dw, &start.db})
             std::memset(v->data(), 0xFF, v->size() * sizeof(S));
-        const Outputs<S> ref = run(handle_, g, dt, CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NCHW, beta, in, start);
+        const Outputs<S> ref =
+            run(handle_, g, dt, CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NCHW, beta, in, start);
         const std::string name = "type " + std::to_string(dt) + " case c" + std::to_string(g.c) +
                                  " r" + std::to_string(g.r) + " stride " +
                                  std::to_string(g.stride) + " beta " + std::to_string(beta);

@@ -10,7 +10,8 @@
 // (sim/cudnn_compute.cpp) and queued on the handle's stream. What is simulated of the
 // algorithms (their list, workspace, math type) is described in sim/cudnn_algos.h.
 //
-// Subset: 4-d NCHW tensors and filters of FLOAT, DOUBLE, HALF or BFLOAT16, 2-d convolutions
+// Subset: 4-d packed tensors and filters, NCHW or NHWC (a filter KCRS or KRSC; the layouts each
+// algorithm takes: sim/cudnn_algos.h), of FLOAT, DOUBLE, HALF or BFLOAT16, 2-d convolutions
 // (padding, stride, dilation, convolution or cross-correlation, group count 1). The data type
 // and the convolution's compute type form one of cuDNN's documented configurations: FLOAT data
 // computed in FLOAT, DOUBLE in DOUBLE, HALF or BFLOAT16 in FLOAT (x, w and y of one type; the
@@ -49,7 +50,8 @@ enum cudnnDataType_t : int {
 
 enum cudnnTensorFormat_t : int {
   CUDNN_TENSOR_NCHW = 0,
-  CUDNN_TENSOR_NHWC = 1,  // not simulated
+  CUDNN_TENSOR_NHWC = 1,  // channels last: (n, c, h, w) at ((n H + h) W + w) C + c
+  // CUDNN_TENSOR_NCHW_VECT_C = 2 (vectorised INT8 types) is not simulated.
 };
 
 enum cudnnMathType_t : int {
