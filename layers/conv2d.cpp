@@ -84,7 +84,8 @@ void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
     const T* bp = data_or_null<T>(b);
     if constexpr (kHasVendorConv<decltype(backend), T>) {
       if (impl == Impl::Vendor) {
-        conv2d_forward_vendor(backend, data_or_null<T>(x), w.data<T>(), bp, data_or_null<T>(y), g);
+        conv2d_forward_vendor(backend, data_or_null<T>(x), data_or_null<T>(w), bp,
+                              data_or_null<T>(y), g);
         return;
       }
     }
@@ -142,7 +143,9 @@ struct Conv2dBackward : Node {
     if (next[0])
       dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev,
                          g.x_nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
-    if (next[1]) dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev);
+    if (next[1])
+      dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev,
+                         g.w_nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
     if (has_bias && next[2]) db = Tensor::empty({g.k}, dt, dev);
     if (g.n == 0) {  // an empty batch: the sums over images are empty
       if (dw.defined()) dw.zero_();
@@ -190,19 +193,28 @@ void record_backward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& 
 
 using conv_detail::activation_shape;
 
+namespace {
+
+// Whether the vendor kernels for x read and write channels-last activations themselves: oneDNN
+// (CPU: f32, and under autocast bf16/f16) and cuDNN (CUDA: f32 and f64, and under autocast).
+bool vendor_reads_channels_last(const Tensor& x) {
+  if (conv_impl(x.device(), x.dtype()) != Impl::Vendor) return false;
+  if (autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) != Impl::Vendor) return false;
+  const bool cuda = x.device().type == DeviceType::CUDA;
+  return x.dtype() == DType::F32 || (cuda && x.dtype() == DType::F64);
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
   if (x.is_channels_last()) {
-    // oneDNN (the CPU's vendor kernels, f32 and under autocast bf16/f16) reads and writes
-    // channels-last itself; every other kernel gets NCHW and its result is converted back (two
-    // counted conversions).
+    // oneDNN and cuDNN read and write channels-last themselves; every other kernel gets NCHW
+    // and its result is converted back (two counted conversions).
     if (out_layout && *out_layout != Layout::NHWC)
       return as_layout(conv2d(x, w, b, stride, padding), *out_layout);
-    const bool vendor = conv_impl(x.device(), x.dtype()) == Impl::Vendor &&
-                        (!autocast_applies(x) ||
-                         conv_impl(x.device(), autocast_dtype()) == Impl::Vendor);
-    if (!(x.device().type == DeviceType::CPU && x.dtype() == DType::F32 && vendor))
+    if (!vendor_reads_channels_last(x))
       return conv2d(x.contiguous(), w, b, stride, padding).to(MemoryFormat::ChannelsLast);
   } else if (out_layout == Layout::NHWC) {
     return as_layout(conv2d(x, w, b, stride, padding), Layout::NHWC);
@@ -261,12 +273,18 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   // Multiply-adds x 2 (layers/flop_counter.h); the bias add is not counted.
   FlopCounter::add(2 * g.n * g.k * g.p * g.q * g.c * g.r * g.s);
 
-  if (autocast_applies(x)) return conv2d_autocast(x, w, b, g);
+  // cuDNN on channels-last activations takes the filter channels-last too, KRSC
+  // (conv2d_cudnn.cu says why): a differentiable copy of the weight (counted, none for a 1x1
+  // filter, whose two orders are the same bytes), its gradient brought back to KCRS.
+  g.w_nhwc = g.x_nhwc && x.device().type == DeviceType::CUDA;
+  const Tensor w_op = g.w_nhwc ? w.to(MemoryFormat::ChannelsLast) : w;
+  if (autocast_applies(x)) return conv2d_autocast(x, w_op, b, g);
   const Impl impl = conv_impl(x.device(), x.dtype());
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
                            x.device(), x.memory_format());
-  if (g.n > 0) conv_detail::run_forward(x, w, b, y, g, impl);
-  conv_detail::record_backward(y, x, w, b, x.detach(), w.detach(), g, impl, /*autocast=*/false);
+  if (g.n > 0) conv_detail::run_forward(x, w_op, b, y, g, impl);
+  conv_detail::record_backward(y, x, w_op, b, x.detach(), w_op.detach(), g, impl,
+                               /*autocast=*/false);
   return y;
 }
 

@@ -14,7 +14,8 @@
 //     10 mantissa bits) unless TF32 is switched on (engine/cuda/blas.h, env KILN_TF32=1): the
 //     descriptor says CUDNN_FMA_MATH, the same rule as our cuBLAS GEMMs.
 // The choice, with the descriptors and the workspace size it needs, is cached in a map keyed
-// by the geometry, the dtype, the device and the TF32 switch, for the life of the process.
+// by the geometry (its layouts included), the dtype, the device and the TF32 switch, for the
+// life of the process.
 //
 // Workspace: the algorithms need scratch memory, up to kMaxWorkspace per call. It is a device
 // Tensor allocated per call: the caching allocator hands back the same block every step, and
@@ -22,8 +23,22 @@
 // run on this thread's current_stream(), which cudnn_handle() binds).
 //
 // Bias: forward adds it with cudnnAddTensor (broadcast of a (1, K, 1, 1) tensor); backward
-// sums dy per channel with cudnnConvolutionBackwardBias. Layouts are our plain NCHW and KCRS:
-// cuDNN takes them as they are, no reorders.
+// sums dy per channel with cudnnConvolutionBackwardBias.
+//
+// Layouts: our plain NCHW activations with KCRS weights, or channels-last activations
+// (g.x_nhwc, g.y_nhwc: CUDNN_TENSOR_NHWC descriptors) with the weight channels-last too, KRSC
+// (g.w_nhwc: an NHWC filter descriptor); cuDNN reads both as they are, no reorders. Why KRSC:
+// the API reference's tables of supported configurations (cudnnConvolutionForward,
+// ...BackwardData, ...BackwardFilter; https://docs.nvidia.com/deeplearning/cudnn/api/) do accept
+// NHWC tensors with an NCHW filter (except for FFT), but the kernels that make NHWC worth having,
+// the implicit-GEMM tensor-core kernels, read the filter NHWC: given a KCRS filter, cuDNN
+// transforms the operands itself before calling them ("padding, folding, and NCHW-to-NHWC
+// transformations", Legacy API, Tensor Core "Data and Filter Formats":
+// https://docs.nvidia.com/deeplearning/cudnn/latest/developer/legacy-api.html), once per call.
+// So conv2d.cpp hands the cuDNN path a KRSC copy of the weight (w.to(MemoryFormat::ChannelsLast),
+// small, counted; none for 1x1 filters, whose two orders coincide) and brings dw back to KCRS,
+// as PyTorch gives cuDNN its weight in the input's memory format. With an NHWC filter cuDNN runs
+// only its implicit-GEMM algorithms; the search below picks among them.
 //
 // Mixed precision (conv2d_forward_lowp_vendor, conv2d_backward_lowp_vendor): x, w and dy in bf16
 // or f16, summed in float on the tensor cores: cuDNN's PSEUDO_HALF_CONFIG and
@@ -34,6 +49,8 @@
 // the caller's f32 buffers (engine/cuda/kernels/copy.h); the bias is added in f32 on FLOAT
 // descriptors, and db sums dy widened exactly to f32. Their plans share the cache, keyed by the
 // 16-bit type, and their algorithms are chosen by the same rule (any math type is allowed).
+// They take channels-last activations and KRSC weights as the f32 path does: the widening
+// copies are element-wise, the same order in and out.
 #include "engine/cuda/runtime.h"
 
 #include <algorithm>
@@ -63,8 +80,10 @@ namespace {
 constexpr size_t kMaxWorkspace = size_t(512) << 20;  // bytes offered to the algorithm search
 
 std::string geometry_str(const ConvGeometry& g) {
-  return detail::str("input [", g.n, ", ", g.c, ", ", g.h, ", ", g.w, "], weight [", g.k, ", ",
-                     g.c, ", ", g.r, ", ", g.s, "], stride ", g.stride, ", padding ", g.pad);
+  return detail::str("input [", g.n, ", ", g.c, ", ", g.h, ", ", g.w, "]",
+                     g.x_nhwc ? " channels-last" : "", ", weight [", g.k, ", ", g.c, ", ", g.r,
+                     ", ", g.s, "]", g.w_nhwc ? " KRSC" : "", ", stride ", g.stride, ", padding ",
+                     g.pad);
 }
 
 template <typename T>
@@ -140,11 +159,13 @@ void make_conv_descriptor(cudnnConvolutionDescriptor_t* conv, const ConvGeometry
   KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(*conv, math));
 }
 
+// The logical (n, c, h, w), packed as NCHW or, with `nhwc`, NHWC (channels-last).
 void make_tensor(cudnnTensorDescriptor_t* t, cudnnDataType_t dt, int64_t n, int64_t c, int64_t h,
-                 int64_t w) {
+                 int64_t w, bool nhwc = false) {
   const auto i = [](int64_t v) { return static_cast<int>(v); };
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(t));
-  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, dt, i(n), i(c), i(h), i(w)));
+  KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*t, format, dt, i(n), i(c), i(h), i(w)));
 }
 
 // The math type the algorithms may use:
@@ -156,14 +177,15 @@ std::unique_ptr<Plan> make_plan(const ConvGeometry& g, cudnnDataType_t dt, bool 
   const bool lowp = is_16bit(dt);
   const cudnnDataType_t f32_or_dt = lowp ? CUDNN_DATA_FLOAT : dt;  // bias, compute type
   plan->type = dt;
-  make_tensor(&plan->x, dt, g.n, g.c, g.h, g.w);
-  make_tensor(&plan->y, dt, g.n, g.k, g.p, g.q);
-  make_tensor(&plan->bias, f32_or_dt, 1, g.k, 1, 1);
-  if (lowp) make_tensor(&plan->y_f32, CUDNN_DATA_FLOAT, g.n, g.k, g.p, g.q);
+  make_tensor(&plan->x, dt, g.n, g.c, g.h, g.w, g.x_nhwc);
+  make_tensor(&plan->y, dt, g.n, g.k, g.p, g.q, g.y_nhwc);
+  make_tensor(&plan->bias, f32_or_dt, 1, g.k, 1, 1);  // (1, K, 1, 1): the same in both formats
+  if (lowp) make_tensor(&plan->y_f32, CUDNN_DATA_FLOAT, g.n, g.k, g.p, g.q, g.y_nhwc);
   const auto i = [](int64_t v) { return static_cast<int>(v); };
   KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&plan->w));
-  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt, CUDNN_TENSOR_NCHW, i(g.k), i(g.c),
-                                              i(g.r), i(g.s)));
+  KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(plan->w, dt,
+                                              g.w_nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                              i(g.k), i(g.c), i(g.r), i(g.s)));
   plan->fp32_strict = dt == CUDNN_DATA_FLOAT && !tf32;
   plan->math = plan->fp32_strict ? CUDNN_FMA_MATH
                : lowp            ? CUDNN_TENSOR_OP_MATH
@@ -175,13 +197,14 @@ std::unique_ptr<Plan> make_plan(const ConvGeometry& g, cudnnDataType_t dt, bool 
 }
 
 // The cache. Choosing an algorithm happens under the lock too: it runs once per shape.
-using Key = std::array<int64_t, 12>;
+using Key = std::array<int64_t, 13>;
 std::mutex g_plans_mutex;
 std::map<Key, std::unique_ptr<Plan>> g_plans;
 
 Key plan_key(const ConvGeometry& g, cudnnDataType_t dt, bool tf32) {
+  const int64_t layouts = g.x_nhwc * 4 + g.y_nhwc * 2 + g.w_nhwc;
   return {g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad,
-          static_cast<int64_t>(dt), current_device(), tf32 ? 1 : 0};
+          static_cast<int64_t>(dt), current_device(), tf32 ? 1 : 0, layouts};
 }
 
 // A device workspace of `bytes` (none for 0), alive as long as the returned tensor.

@@ -41,7 +41,8 @@ Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked)
 
 }  // namespace conv_detail
 
-// conv2d under autocast (engine/autocast.h): x, w, b f32 and checked, NCHW, g computed.
+// conv2d under autocast (engine/autocast.h): x, w, b f32 and checked, g computed; x NCHW or
+// channels-last, w KCRS or, for cuDNN on channels-last (g.w_nhwc), its KRSC copy.
 Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g);
 
 }  // namespace kiln

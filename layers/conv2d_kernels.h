@@ -33,8 +33,10 @@ struct ConvGeometry {
   // others).
   bool x_blocked = false, y_blocked = false;
   // x (and dx) and y (and dy) channels-last: logical (N, C, H, W), bytes in (N, H, W, C) order
-  // (MemoryFormat, engine/tensor.h). The oneDNN kernels only, like the blocked layout.
+  // (MemoryFormat, engine/tensor.h). The vendor kernels only: oneDNN and cuDNN (f32, f64).
   bool x_nhwc = false, y_nhwc = false;
+  // w (and dw) channels-last, KRSC: cuDNN only, with x_nhwc (conv2d_cudnn.cu).
+  bool w_nhwc = false;
 };
 
 }  // namespace kiln
@@ -163,7 +165,8 @@ const char* conv_kernel_name(ConvKernel kernel);  // "direct" | "implicit-gemm"
 
 // ---- vendor kernels (conv2d_cudnn.cu): cuDNN (simulated under the simulator) ----------------
 // Same contracts as the hand kernels. Backward is one call; dx, dw, db may each be null (db
-// also without dw: cuDNN sums it on its own).
+// also without dw: cuDNN sums it on its own). x, dx and y, dy may be channels-last (g.x_nhwc,
+// g.y_nhwc), w and dw KRSC (g.w_nhwc), here and in the _lowp_ twins.
 template <typename T>
 void conv2d_forward_vendor(Backend, const T* x, const T* w, const T* b, T* y,
                            const ConvGeometry& g);

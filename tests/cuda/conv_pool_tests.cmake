@@ -7,3 +7,7 @@ kiln_test(pool2d_cuda_test SOURCES pool2d_cuda_test.cpp
 # Mixed precision through cuDNN: bf16 / f16 inputs, f32 outputs (the simulated cuDNN here).
 kiln_test(conv2d_cudnn_lowp_cuda_test SOURCES conv2d_cudnn_lowp_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
+# Channels-last activations through cuDNN (CUDNN_TENSOR_NHWC, KRSC weight copies) and the hand
+# kernels' conversions.
+kiln_test(conv2d_cudnn_nhwc_cuda_test SOURCES conv2d_cudnn_nhwc_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
