@@ -1,6 +1,8 @@
 // pool2d.cpp: the pooling ops (checks, output shapes, dispatch, autograd nodes) and modules.
 // The kernels live in pool2d_cpu.cpp (CPU) and pool2d_cuda.cu (CUDA, same results: max-pool
-// indices and gradients bit-identical).
+// indices and gradients bit-identical); a channels-last input runs the channels-last kernels
+// (pool2d_nhwc_cpu.cpp, pool2d_nhwc_cuda.cu, the same bits again) and gets a channels-last
+// output, so a channels-last network pools without reordering anything, forward or backward.
 #include "layers/pool2d.h"
 
 #include <limits>
@@ -66,35 +68,55 @@ Pool2dGeometry window_geometry(const char* op, const Shape& x4, int64_t kernel_s
 Shape out_shape(const Pool2dGeometry& g) { return {g.n, g.c, g.out_h, g.out_w}; }
 Shape in_shape(const Pool2dGeometry& g) { return {g.n, g.c, g.in_h, g.in_w}; }
 
+// Every tensor of one pooling call (input, output, indices, gradients) is in the input's
+// memory format: NCHW kernels for Contiguous, NHWC kernels for ChannelsLast. The tensors are
+// allocated in that format and read with data_any_format(); the format picks the kernel.
+bool nhwc(MemoryFormat f) { return f == MemoryFormat::ChannelsLast; }
+
 // ---- Max pooling ----------------------------------------------------------------------
 
-// Forward on x4: returns y and the int32 argmax indices (the kernels' own index type).
+// Forward on x4: returns y and the int32 argmax indices (the kernels' own index type), both in
+// x4's format. An index is the offset ih * W + iw in its channel's plane in either format.
 std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry& g) {
   KILN_CHECK(g.in_h * g.in_w <= std::numeric_limits<int32_t>::max(),
              "max_pool2d: an input plane of ", g.in_h, " x ", g.in_w,
              " elements is too large for int32 indices");
-  Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device());
-  Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device());
+  const MemoryFormat f = x4.memory_format();
+  Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device(), f);
+  Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device(), f);
   run_kernel("max_pool2d", x4.device(), x4.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool2d_forward(backend, x4.data<T>(), y.data<T>(), idx.data<int32_t>(), g);
+    const T* xp = x4.data_any_format<T>();
+    T* yp = y.data_any_format<T>();
+    int32_t* ip = idx.data_any_format<int32_t>();
+    if (nhwc(f))
+      max_pool2d_forward_nhwc(backend, xp, yp, ip, g);
+    else
+      max_pool2d_forward(backend, xp, yp, ip, g);
   });
   return {y, idx};
 }
 
-// Saves only the int32 indices (not the input): backward scatters grad_out through them.
+// Saves only the int32 indices (not the input): backward scatters grad_out through them. The
+// gradient may arrive in either format; it is brought into the forward's.
 struct MaxPool2dBackward : Node {
   Pool2dGeometry g;
+  MemoryFormat format = MemoryFormat::Contiguous;
   const char* name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    const Tensor& idx = saved[0];  // (N, C, OH, OW) int32
-    Tensor gx = Tensor::empty(in_shape(g), grad_out.dtype(), grad_out.device());
-    run_kernel("max_pool2d_backward", grad_out.device(), grad_out.dtype(),
-               [&](auto backend, auto tag) {
-                 using T = typename decltype(tag)::type;
-                 max_pool2d_backward(backend, grad_out.data<T>(), idx.data<int32_t>(),
-                                     gx.data<T>(), g);
-               });
+    const Tensor& idx = saved[0];  // (N, C, OH, OW) int32, in `format`
+    const Tensor gy = grad_out.to(format);
+    Tensor gx = Tensor::empty(in_shape(g), gy.dtype(), gy.device(), format);
+    run_kernel("max_pool2d_backward", gy.device(), gy.dtype(), [&](auto backend, auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* gyp = gy.data_any_format<T>();
+      const int32_t* ip = idx.data_any_format<int32_t>();
+      T* gxp = gx.data_any_format<T>();
+      if (nhwc(format))
+        max_pool2d_backward_nhwc(backend, gyp, ip, gxp, g);
+      else
+        max_pool2d_backward(backend, gyp, ip, gxp, g);
+    });
     return {gx};
   }
 };
@@ -112,6 +134,7 @@ std::pair<Tensor, Tensor> max_pool2d_4d(const Tensor& x, int64_t kernel_size,
   if (any_requires_grad({&x4})) {
     auto node = std::make_shared<MaxPool2dBackward>();
     node->g = g;
+    node->format = x4.memory_format();
     node->saved = {idx};
     set_history(y, node, {x4});
   }
@@ -123,39 +146,55 @@ std::pair<Tensor, Tensor> max_pool2d_4d(const Tensor& x, int64_t kernel_size,
 enum class AvgKind { Window, Adaptive };
 enum class Pass { Forward, Backward };
 
-// Forward: `in` is x (N, C, H, W), returns y. Backward: `in` is grad_y, returns grad_x.
+// Forward: `in` is x (N, C, H, W), returns y. Backward: `in` is grad_y, returns grad_x. The
+// result is in `in`'s format.
 Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeometry& g,
                       bool include_pad) {
   const bool backward = pass == Pass::Backward;
   const char* op = kind == AvgKind::Window ? (backward ? "avg_pool2d_backward" : "avg_pool2d")
                    : (backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d");
-  Tensor out = Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device());
+  const MemoryFormat f = in.memory_format();
+  Tensor out =
+      Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device(), f);
   run_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    const T* src = in.data<T>();
-    T* dst = out.data<T>();
-    if (kind == AvgKind::Window && !backward)
-      avg_pool2d_forward(backend, src, dst, g, include_pad);
-    else if (kind == AvgKind::Window)
-      avg_pool2d_backward(backend, src, dst, g, include_pad);
-    else if (!backward)
-      adaptive_avg_pool2d_forward(backend, src, dst, g);
-    else
-      adaptive_avg_pool2d_backward(backend, src, dst, g);
+    const T* src = in.data_any_format<T>();
+    T* dst = out.data_any_format<T>();
+    if (nhwc(f)) {
+      if (kind == AvgKind::Window && !backward)
+        avg_pool2d_forward_nhwc(backend, src, dst, g, include_pad);
+      else if (kind == AvgKind::Window)
+        avg_pool2d_backward_nhwc(backend, src, dst, g, include_pad);
+      else if (!backward)
+        adaptive_avg_pool2d_forward_nhwc(backend, src, dst, g);
+      else
+        adaptive_avg_pool2d_backward_nhwc(backend, src, dst, g);
+    } else {
+      if (kind == AvgKind::Window && !backward)
+        avg_pool2d_forward(backend, src, dst, g, include_pad);
+      else if (kind == AvgKind::Window)
+        avg_pool2d_backward(backend, src, dst, g, include_pad);
+      else if (!backward)
+        adaptive_avg_pool2d_forward(backend, src, dst, g);
+      else
+        adaptive_avg_pool2d_backward(backend, src, dst, g);
+    }
   });
   return out;
 }
 
-// Average pooling is linear: backward needs only the geometry, nothing saved.
+// Average pooling is linear: backward needs only the geometry (and the forward's format, which
+// the gradient is brought into), nothing saved.
 struct AvgPool2dBackward : Node {
   AvgKind kind = AvgKind::Window;
   Pool2dGeometry g;
   bool include_pad = true;
+  MemoryFormat format = MemoryFormat::Contiguous;
   const char* name() const override {
     return kind == AvgKind::Window ? "AvgPool2dBackward" : "AdaptiveAvgPool2dBackward";
   }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    return {avg_pool2d_run(kind, Pass::Backward, grad_out, g, include_pad)};
+    return {avg_pool2d_run(kind, Pass::Backward, grad_out.to(format), g, include_pad)};
   }
 };
 
@@ -167,6 +206,7 @@ Tensor avg_pool2d_record(AvgKind kind, const Tensor& x, const Tensor& x4,
     node->kind = kind;
     node->g = g;
     node->include_pad = include_pad;
+    node->format = x4.memory_format();
     set_history(y, node, {x4});
   }
   return like_input(y, x);

@@ -16,6 +16,10 @@
 // Ties keep the first element in row-major order and NaN propagates, as in PyTorch, so the
 // indices match PyTorch's exactly.
 //
+// A channels-last input (MemoryFormat::ChannelsLast, engine/tensor.h) runs channels-last kernels
+// and returns channels-last results (the max-pool indices too, their values unchanged), equal to
+// the NCHW ones bit for bit; no reordering happens, forward or backward.
+//
 // Parameters mirror torch.nn.functional: stride defaults to kernel_size (std::nullopt).
 #pragma once
 

@@ -27,7 +27,6 @@
 #include "engine/cuda/runtime.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -35,49 +34,18 @@
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "engine/error.h"
+#include "layers/pool2d_cuda.cuh"
 #include "layers/pool2d_kernels.h"
 
 namespace kiln::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr unsigned kMaxBlocks = 8192;  // grid-stride beyond
-
-// Pool2dGeometry in 32-bit integers.
-struct PoolDims {
-  int planes;          // N * C
-  int h, w, oh, ow;    // input and output planes
-  int kh, kw, sh, sw, ph, pw;
-};
-
-PoolDims pool_dims(const char* op, const Pool2dGeometry& g) {
-  const int64_t in = g.n * g.c * g.in_h * g.in_w, out = g.n * g.c * g.out_h * g.out_w;
-  KILN_CHECK(in < INT_MAX && out < INT_MAX, op, " (CUDA): input [", g.n, ", ", g.c, ", ", g.in_h,
-             ", ", g.in_w, "] or output [", g.n, ", ", g.c, ", ", g.out_h, ", ", g.out_w,
-             "] has 2^31 elements or more, beyond the kernels' 32-bit indexing: split the batch");
-  PoolDims d;
-  d.planes = static_cast<int>(g.n * g.c);
-  d.h = static_cast<int>(g.in_h), d.w = static_cast<int>(g.in_w);
-  d.oh = static_cast<int>(g.out_h), d.ow = static_cast<int>(g.out_w);
-  d.kh = static_cast<int>(g.kernel_h), d.kw = static_cast<int>(g.kernel_w);
-  d.sh = static_cast<int>(g.stride_h), d.sw = static_cast<int>(g.stride_w);
-  d.ph = static_cast<int>(g.pad_h), d.pw = static_cast<int>(g.pad_w);
-  return d;
-}
-
-LaunchConfig elementwise_config(int64_t n) {
-  return grid_stride_config_1d(n, kThreads, kMaxBlocks, current_stream());
-}
-
-// The outputs o (along one dimension) whose window [o*stride - pad, o*stride - pad + kernel)
-// contains input i: [lo, hi] (empty when lo > hi).
-__device__ __forceinline__ void covering(int i, int pad, int kernel, int stride, int out,
-                                         int& lo, int& hi) {
-  const int a = i + pad - kernel;
-  lo = a < 0 ? 0 : a / stride + 1;
-  hi = min((i + pad) / stride, out - 1);
-}
+using pool_detail::elementwise_config;
+using pool_detail::in_numel;
+using pool_detail::out_numel;
+using pool_detail::pool_dims;
+using pool_detail::PoolDims;
 
 // ---- Max pooling -------------------------------------------------------------------------------
 
@@ -124,8 +92,8 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ grad_y,
     const int self = ih * d.w + iw;
     const int base = plane * d.oh * d.ow;
     int oh0, oh1, ow0, ow1;
-    covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
-    covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
+    window_covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
+    window_covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
     T acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
@@ -170,8 +138,8 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ grad_y, T* __re
     const int iw = e % d.w, ih = e / d.w % d.h, plane = e / (d.w * d.h);
     const T* gyp = grad_y + static_cast<int64_t>(plane) * d.oh * d.ow;
     int oh0, oh1, ow0, ow1;
-    covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
-    covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
+    window_covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
+    window_covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
     T acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
       const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
@@ -206,14 +174,6 @@ __global__ void adaptive_avg_pool2d_forward_kernel(const T* __restrict__ x, T* _
   }
 }
 
-// The outputs whose adaptive window contains input i: start(o) <= i < end(o) holds for o in
-// [floor(i * out / in), ceil((i + 1) * out / in) - 1]; the loop runs one wider on each side
-// and checks, so rounding at the ends can never drop one.
-__device__ __forceinline__ void adaptive_covering(int i, int in, int out, int& lo, int& hi) {
-  lo = max(static_cast<int>((static_cast<int64_t>(i) * out) / in) - 1, 0);
-  hi = min(static_cast<int>(((static_cast<int64_t>(i) + 1) * out + in - 1) / in), out - 1);
-}
-
 template <typename T>
 __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y,
                                                     T* __restrict__ grad_x, PoolDims d) {
@@ -241,9 +201,6 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y
     grad_x[e] = acc;
   }
 }
-
-int64_t in_numel(const PoolDims& d) { return static_cast<int64_t>(d.planes) * d.h * d.w; }
-int64_t out_numel(const PoolDims& d) { return static_cast<int64_t>(d.planes) * d.oh * d.ow; }
 
 }  // namespace
 

@@ -2,11 +2,13 @@
 // CUDA twins (pool2d_cuda.cu) at the end, and the window rules both apply. Twins of one name and
 // signature in cpu:: and cuda::, the backend's tag first (engine/dispatch.h).
 //
-// Every kernel sees dense row-major buffers, NCHW, and works plane by plane: one (n, c) plane
-// of the input produces one plane of the output and nothing else, so OpenMP splits the N*C
-// planes between threads and no two threads ever touch the same element. That makes the
+// Every kernel sees dense row-major buffers. The NCHW kernels work plane by plane: one (n, c)
+// plane of the input produces one plane of the output and nothing else, so OpenMP splits the
+// N*C planes between threads and no two threads ever touch the same element. That makes the
 // backward passes (which scatter into the input gradient) deterministic without atomics: a
-// plane is zeroed and accumulated by one thread, in a fixed order.
+// plane is zeroed and accumulated by one thread, in a fixed order. The channels-last (*_nhwc)
+// kernels work pixel by pixel with the C channels as the inner, contiguous loop; their
+// backward passes are gathers (window_covering below) that add in the same order.
 //
 // Geometry (PyTorch's floor mode): out = (in + 2 * pad - kernel) / stride + 1.
 // Max pool indices are int32 offsets inside the input plane (ih * W + iw), as PyTorch's
@@ -66,6 +68,33 @@ KILN_HOST_DEVICE inline int64_t adaptive_end(int64_t i, int64_t in, int64_t out)
   return ((i + 1) * in + out - 1) / out;
 }
 
+// ---- Gathers: the outputs whose window covers one input element ---------------------------
+// A backward pass written as a gather (one input element sums the outputs that read it) walks
+// these ranges in increasing order: the order in which the scatter of the NCHW CPU kernels
+// reaches that element, so both give the same bits.
+
+// The outputs o (along one dimension) whose window [o*stride - pad, o*stride - pad + kernel)
+// contains input i: [lo, hi] (empty when lo > hi).
+template <typename I>
+KILN_HOST_DEVICE inline void window_covering(I i, I pad, I kernel, I stride, I out, I& lo,
+                                             I& hi) {
+  const I a = i + pad - kernel;
+  lo = a < 0 ? I(0) : a / stride + 1;
+  const I b = (i + pad) / stride;
+  hi = b < out - 1 ? b : out - 1;
+}
+
+// The outputs whose adaptive window contains input i: start(o) <= i < end(o) holds for o in
+// [floor(i * out / in), ceil((i + 1) * out / in) - 1]; the range returned is one wider on each
+// side, so rounding at the ends can never drop one, and the caller checks each o.
+template <typename I>
+KILN_HOST_DEVICE inline void adaptive_covering(I i, I in, I out, I& lo, I& hi) {
+  const I a = static_cast<I>((static_cast<int64_t>(i) * out) / in) - 1;
+  const I b = static_cast<I>(((static_cast<int64_t>(i) + 1) * out + in - 1) / in);
+  lo = a > 0 ? a : I(0);
+  hi = b < out - 1 ? b : out - 1;
+}
+
 }  // namespace kiln
 
 namespace kiln::cpu {
@@ -92,6 +121,30 @@ void max_pool2d_forward_blocked(Backend, const T* x, T* y, int32_t* indices,
 template <typename T>
 void max_pool2d_backward_blocked(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
                                  const Pool2dGeometry& g);
+
+// ---- Channels-last (layers/pool2d_nhwc_cpu.cpp) -------------------------------------------
+// The six kernels below on channels-last tensors (MemoryFormat::ChannelsLast, engine/tensor.h):
+// x and grad_x lie in memory as (N, H, W, C), y, grad_y and indices as (N, OH, OW, C). The
+// results are the NCHW kernels' bit for bit, each element stored at its NHWC place: an index is
+// still the offset ih * W + iw in its channel's plane, and each output sums (or compares) the
+// same elements in the same order.
+template <typename T>
+void max_pool2d_forward_nhwc(Backend, const T* x, T* y, int32_t* indices,
+                             const Pool2dGeometry& g);
+template <typename T>
+void max_pool2d_backward_nhwc(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
+                              const Pool2dGeometry& g);
+template <typename T>
+void avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                             bool count_include_pad);
+template <typename T>
+void avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                              bool count_include_pad);
+template <typename T>
+void adaptive_avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g);
+template <typename T>
+void adaptive_avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x,
+                                       const Pool2dGeometry& g);
 
 // ---- Average pooling ----------------------------------------------------------------------
 // x is (N, C, H, W); y is (N, C, OH, OW). Each output is the sum of its window's valid
@@ -141,5 +194,25 @@ template <typename T>
 void adaptive_avg_pool2d_forward(Backend, const T* x, T* y, const Pool2dGeometry& g);
 template <typename T>
 void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g);
+
+// Channels-last twins (layers/pool2d_nhwc_cuda.cu): the cpu:: *_nhwc kernels' arguments and
+// results, bit for bit.
+template <typename T>
+void max_pool2d_forward_nhwc(Backend, const T* x, T* y, int32_t* indices,
+                             const Pool2dGeometry& g);
+template <typename T>
+void max_pool2d_backward_nhwc(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
+                              const Pool2dGeometry& g);
+template <typename T>
+void avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g,
+                             bool count_include_pad);
+template <typename T>
+void avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
+                              bool count_include_pad);
+template <typename T>
+void adaptive_avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g);
+template <typename T>
+void adaptive_avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x,
+                                       const Pool2dGeometry& g);
 
 }  // namespace kiln::cuda
