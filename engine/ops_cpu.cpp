@@ -147,9 +147,41 @@ void gemm<double>(Backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, co
               static_cast<int>(n));
 }
 
+namespace {
+
+// out = each of `batch` (rows x cols) matrices of x transposed, in 32 x 32 tiles: a tile's
+// reads and writes stay within a few cache lines each, where walking the output in order would
+// read each source row once per output element (a cache line per element). The batches and
+// tiles are split over the threads.
+template <typename T>
+void transpose_matrices(const T* x, T* out, int64_t batch, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile, col_tiles = (cols + kTile - 1) / kTile;
+  const int64_t tiles = batch * row_tiles * col_tiles;
+#pragma omp parallel for schedule(static) if (batch * rows * cols >= (1 << 16))
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t b = t / (row_tiles * col_tiles), rt = t / col_tiles % row_tiles,
+                  ct = t % col_tiles;
+    const T* xb = x + b * rows * cols;
+    T* ob = out + b * rows * cols;
+    const int64_t r_end = std::min(rows, (rt + 1) * kTile), c_end = std::min(cols, (ct + 1) * kTile);
+    for (int64_t r = rt * kTile; r < r_end; ++r)
+      for (int64_t c = ct * kTile; c < c_end; ++c) ob[c * rows + r] = xb[r * cols + c];
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, int64_t d0,
                int64_t d1) {
+  if (d0 > d1) std::swap(d0, d1);
+  if (d0 + 1 == d1 && d1 == rank - 1) {  // the last two dims: a batch of matrix transposes
+    int64_t batch = 1;
+    for (int64_t d = 0; d < d0; ++d) batch *= dims[d];
+    transpose_matrices(x, out, batch, dims[d0], dims[d1]);
+    return;
+  }
   // Walk the output in order; find each element's source through the swapped strides.
   std::vector<int64_t> in_stride(static_cast<size_t>(rank)), out_dims(dims, dims + rank);
   int64_t s = 1;
@@ -233,7 +265,6 @@ void unscale_and_check(Backend, T* g, int64_t n, const float* scale_in, int32_t*
   template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);                  \
   template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);            \
   template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);         \
-  template void transpose<T>(Backend, const T*, T*, const int64_t*, int64_t, int64_t, int64_t); \
   template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);            \
   template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t, int64_t, \
                                     bool);                                                     \
@@ -241,5 +272,15 @@ void unscale_and_check(Backend, T* g, int64_t n, const float* scale_in, int32_t*
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE
+
+// transpose moves bytes: one instantiation per element size serves every dtype.
+template void transpose<uint8_t>(Backend, const uint8_t*, uint8_t*, const int64_t*, int64_t,
+                                 int64_t, int64_t);
+template void transpose<uint16_t>(Backend, const uint16_t*, uint16_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
+template void transpose<uint32_t>(Backend, const uint32_t*, uint32_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
+template void transpose<uint64_t>(Backend, const uint64_t*, uint64_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
 
 }  // namespace kiln::cpu

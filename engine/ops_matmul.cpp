@@ -92,9 +92,20 @@ Tensor transpose(const Tensor& a, int64_t dim0, int64_t dim1) {
   Shape out_shape = a.shape();
   std::swap(out_shape[static_cast<size_t>(d0)], out_shape[static_cast<size_t>(d1)]);
   Tensor out = Tensor::empty(out_shape, a.dtype(), a.device());
-  run_kernel("transpose", a.device(), a.dtype(), [&](auto backend, auto tag) {
-    using T = typename decltype(tag)::type;
-    transpose(backend, a.data<T>(), out.data<T>(), a.shape().data(), a.dim(), d0, d1);
+  // A copy of bytes: the kernels are instantiated per element size, so every dtype moves.
+  on_device("transpose", a.device(), [&](auto backend) {
+    auto run = [&](auto word) {
+      using W = decltype(word);
+      transpose(backend, static_cast<const W*>(a.raw_data()), static_cast<W*>(out.raw_data()),
+                a.shape().data(), a.dim(), d0, d1);
+    };
+    switch (dtype_size(a.dtype())) {
+      case 1: run(uint8_t{}); break;
+      case 2: run(uint16_t{}); break;
+      case 4: run(uint32_t{}); break;
+      case 8: run(uint64_t{}); break;
+      default: throw Error(detail::str("transpose: no kernel for ", dtype_name(a.dtype())));
+    }
   });
   if (any_requires_grad({&a})) set_history(out, std::make_shared<TransposeBackward>(d0, d1), {a});
   return out;

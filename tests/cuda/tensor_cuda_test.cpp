@@ -31,6 +31,7 @@
 #include "engine/cuda/blas.h"
 #include "engine/cuda/dnn.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "engine/tensor.h"
 #include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
@@ -224,6 +225,29 @@ TEST(TensorCuda, RoundTripEveryDtypeIsBitExact) {
       EXPECT_TRUE(bit_identical(what + " (cuda:1 -> cuda:0)", on1.to(kCuda0).to(kCpu), host));
     }
   }
+}
+
+// Channels-last on the device: the same bytes as on the host (the conversion is a transpose
+// kernel, per element size), kept by copies and element-wise ops, read back in NCHW order.
+TEST(TensorCuda, ChannelsLastBytesMatchTheHost) {
+  KILN_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 300;
+  for (DType dtype : kAllDTypes) {
+    const Tensor host = random_bytes({3, 5, 7, 2}, dtype, ++seed);
+    const std::string what = std::string(dtype_name(dtype)) + " channels-last";
+    const Tensor host_cl = host.to(MemoryFormat::ChannelsLast);
+    const Tensor dev_cl = host.to(kCuda0).to(MemoryFormat::ChannelsLast);
+    ASSERT_TRUE(dev_cl.is_channels_last());
+    EXPECT_TRUE(bit_identical(what + " bytes", dev_cl.storage_order_view().to(kCpu),
+                              host_cl.storage_order_view()));
+    EXPECT_TRUE(bit_identical(what + " -> host", dev_cl.to(kCpu).contiguous(), host));
+    EXPECT_TRUE(dev_cl.to(kCpu).is_channels_last());
+  }
+  const Tensor a =
+      Tensor::full({2, 3, 4, 4}, 1.5, DType::F32, kCuda0).to(MemoryFormat::ChannelsLast);
+  const Tensor sum = add(a, a);
+  EXPECT_TRUE(sum.is_channels_last());
+  for (float v : sum.to_vector<float>()) EXPECT_EQ(v, 3.0f);
 }
 
 TEST(TensorCuda, ConversionOnDeviceEqualsHostConversion) {

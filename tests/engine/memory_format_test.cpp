@@ -48,6 +48,20 @@ TEST(MemoryFormat, ChannelsLastBytesAreNhwcAndTheShapeStaysNchw) {
   EXPECT_EQ(y.storage_order_view().shape(), (Shape{2, 4, 5, 3}));
 }
 
+// A conversion moves bytes: 16-bit floats and integers convert as f32 and f64 do.
+TEST(MemoryFormat, EveryDtypeConverts) {
+  const Shape s{2, 3, 4, 5};
+  Tensor x = random_tensor(s, 12, -100, 100);
+  for (DType dt : {DType::BF16, DType::F16, DType::I64, DType::I32, DType::U8, DType::F32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor t = (dt == DType::U8 ? mul(add(x, 100.0), 1.0) : x).to(dt);
+    Tensor cl = t.to(MemoryFormat::ChannelsLast);
+    EXPECT_EQ(cl.dtype(), dt);
+    EXPECT_EQ(cl.to_vector<double>(), t.to_vector<double>());
+    EXPECT_EQ(cl.contiguous().to_vector<double>(), t.to_vector<double>());
+  }
+}
+
 TEST(MemoryFormat, ConversionsAreCountedAndRelabelsAreNot) {
   Tensor x = random_tensor({2, 3, 4, 5}, 2);
   const int64_t before = memory_format_conversions();

@@ -120,9 +120,14 @@ void transpose(Backend, const T* x, T* out, const int64_t* dims, int64_t rank, i
   }
 }
 
-template void transpose<float>(Backend, const float*, float*, const int64_t*, int64_t, int64_t,
-                               int64_t);
-template void transpose<double>(Backend, const double*, double*, const int64_t*, int64_t, int64_t,
-                                int64_t);
+// transpose moves bytes: one instantiation per element size serves every dtype.
+template void transpose<uint8_t>(Backend, const uint8_t*, uint8_t*, const int64_t*, int64_t,
+                                 int64_t, int64_t);
+template void transpose<uint16_t>(Backend, const uint16_t*, uint16_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
+template void transpose<uint32_t>(Backend, const uint32_t*, uint32_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
+template void transpose<uint64_t>(Backend, const uint64_t*, uint64_t*, const int64_t*, int64_t,
+                                  int64_t, int64_t);
 
 }  // namespace kiln::cuda
