@@ -49,6 +49,7 @@
 #include "engine/device.h"
 #include "engine/error.h"
 #include "engine/impl.h"
+#include "engine/allocator.h"
 #include "engine/init.h"
 #include "engine/memory_format.h"
 #include "engine/optim/sgd.h"
@@ -58,6 +59,10 @@
 #include "models/mnist_cnn.h"
 #include "layers/conv2d.h"
 #include "models/resnet.h"
+
+#if KILN_WITH_CUDA
+#include "engine/cuda/caching_allocator.h"
+#endif
 
 using namespace kiln;
 
@@ -171,6 +176,19 @@ int main(int argc, char** argv) {
     std::vector<int64_t> labels(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = i % classes;
     Tensor y = Tensor::from_vector(labels, {batch}).to(device);
+    // The allocator of the step's device: its bytes in use and their peak.
+    auto memory_stats = [&]() -> MemoryStats {
+#if KILN_WITH_CUDA
+      if (on_cuda) return cuda_allocator::stats(device.index);
+#endif
+      return cpu_allocator::stats();
+    };
+    auto reset_peak = [&] {
+#if KILN_WITH_CUDA
+      if (on_cuda) return cuda_allocator::reset_peak(device.index);
+#endif
+      cpu_allocator::reset_peak();
+    };
     // GPU work is asynchronous: a step ends when the device has finished it.
     auto wait_for_device = [&] {
 #if KILN_WITH_CUDA
@@ -218,7 +236,19 @@ int main(int argc, char** argv) {
     // The last warm-up step captures: every timed step is a replay.
     graph_options.warmup_steps = std::max(0, warmup - 1);
     StepGraph step_graph(device, graph_options);
+    // The step's working memory: the peak of the bytes in use during one eager step, beyond
+    // what was held before it (the activations saved for backward, the gradients, every
+    // temporary). Measured on the first timed step, or, when the timed steps replay a graph
+    // (whose memory was set aside at capture), on the last eager warm-up step.
+    const int measured_step = cuda_graph ? warmup - 2 : warmup;
+    int64_t step_peak_bytes = 0;
     for (int s = 0; s < warmup + steps; ++s) {
+      int64_t held_before = 0;
+      if (s == measured_step) {
+        wait_for_device();
+        reset_peak();
+        held_before = memory_stats().current_bytes;
+      }
       const int64_t launches_before = cuda::launch_count();
       const int64_t conversions_before = memory_format_conversions();
       auto t0 = std::chrono::steady_clock::now();
@@ -227,6 +257,7 @@ int main(int argc, char** argv) {
       const int64_t launches = cuda::launch_count() - launches_before;
       wait_for_device();
       auto t1 = std::chrono::steady_clock::now();
+      if (s == measured_step) step_peak_bytes = memory_stats().peak_bytes - held_before;
       if (s >= warmup) {
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         enqueue_ms.push_back(std::chrono::duration<double, std::milli>(queued - t0).count());
@@ -239,12 +270,13 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
     std::printf("kiln model=%s mode=%s%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
-                "image=%d images_per_sec=%.1f ms_per_step=%.2f%s%s\n",
+                "image=%d images_per_sec=%.1f ms_per_step=%.2f step_peak_mb=%.1f%s%s\n",
                 model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "",
                 winograd ? "+winograd" : "", channels_last ? "+channels_last" : "",
                 precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
                 device.str().c_str(), threads, kernels.c_str(),
-                batch, image, batch * 1000.0 / median, median, flops.suffix(median / 1000).c_str(),
+                batch, image, batch * 1000.0 / median, median, step_peak_bytes / 1e6,
+                flops.suffix(median / 1000).c_str(),
                 on_cuda && cuda::kSimulated ? " SIMULATED" : "");
     if (!json_path.empty()) {
       nlohmann::json j = {
@@ -258,7 +290,7 @@ int main(int argc, char** argv) {
           {"per_parameter_step", per_parameter_step},
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
           {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]},
-          {"memory_format", memory_format},
+          {"memory_format", memory_format}, {"step_peak_bytes", step_peak_bytes},
           {"memory_format_conversions_per_step",
            static_cast<double>(timed_conversions) / steps}};
       j.update(flops.json(median / 1000));  // model_flops_per_step, achieved_tflops, mfu
