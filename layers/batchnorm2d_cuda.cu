@@ -21,6 +21,9 @@
 //     (i / HW) % C, and the per-channel constants come from small (C) arrays that stay in
 //     cache.
 //   - Per-channel O(C) work (invstd, the running-stat update): one thread per channel.
+//   - hw == 1 (each channel a column of an (N, C) matrix: how channels-last activations come,
+//     layers/batchnorm2d.cpp): the reductions of batchnorm2d_rows_cuda.cu, whose warps read
+//     32 neighbouring channels of a row instead of one channel's values C apart.
 // Every kernel launches on cuda::current_stream(); nothing here synchronises.
 //
 // Rounding: the fused BN+ReLU and BN followed by a separate ReLU run these same kernels on the
@@ -41,6 +44,7 @@
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "layers/batchnorm2d_kernels.h"
+#include "layers/batchnorm2d_rows_cuda.h"
 
 namespace kiln::cuda {
 
@@ -208,6 +212,10 @@ __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
 template <typename T>
 void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
   if (c == 0) return;  // a grid of 0 blocks is an invalid launch
+  if (hw == 1) {
+    batch_norm2d_stats_rows(x, mean, var, n, c);
+    return;
+  }
   launch(batch_norm2d_stats_kernel<T>,
          LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, current_stream()},
          x, mean, var, n, c, hw);
@@ -254,10 +262,15 @@ void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T
   if (c == 0) return;
   const bool need_sums = grad_weight || grad_bias || (grad_x && mode == BatchNormMode::Train);
   cudaStream_t stream = current_stream();
-  launch(batch_norm2d_backward_reduce_kernel<T>,
-         LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, stream}, mode,
-         grad_y, x, mean, invstd, weight, relu_y, grad_weight, grad_bias, grad_x ? coef : nullptr,
-         need_sums, n, c, hw);
+  if (hw == 1) {
+    batch_norm2d_backward_reduce_rows(mode, grad_y, x, mean, invstd, weight, relu_y, grad_weight,
+                                      grad_bias, grad_x ? coef : nullptr, need_sums, n, c);
+  } else {
+    launch(batch_norm2d_backward_reduce_kernel<T>,
+           LaunchConfig{dim3(static_cast<unsigned>(c)), dim3(kReduceThreads), 0, stream}, mode,
+           grad_y, x, mean, invstd, weight, relu_y, grad_weight, grad_bias,
+           grad_x ? coef : nullptr, need_sums, n, c, hw);
+  }
   const int64_t total = n * c * hw;
   if (!grad_x || total == 0) return;
   launch(batch_norm2d_backward_input_kernel<T>,

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "engine/autograd.h"
+#include "engine/memory_format.h"
 #include "layers/batchnorm2d.h"
 #include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
@@ -58,6 +59,53 @@ TEST(BatchNorm2dCuda, ModuleFusedReluOverTrainingStepsThenEval) {
     const Tensor x = random_tensor({2, 5, 3, 3}, 99, -1.0, 1.0, dtype);
     EXPECT_TRUE(near("eval y", gpu.forward(x.to(kCuda), BatchNormActivation::Relu),
                       cpu.forward(x, BatchNormActivation::Relu), tol));
+  }
+}
+
+// Channels-last activations on cuda:0 (the NCHW kernels on the (N * H * W, C) view, whose
+// reductions read a row's neighbouring channels together: batchnorm2d_rows_cuda.cu) against the
+// CPU on NCHW: training and eval, with and without the fused ReLU, every gradient, no
+// conversion. 40 channels make a partial block of 32; 1024 rows are cut into several pieces.
+// An NCHW input with 1x1 images takes the same kernels.
+TEST(BatchNorm2dCuda, ChannelsLastMatchesTheCpuWithoutConversions) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::F32, DType::F64}) {
+    for (bool training : {true, false}) {
+      for (auto act : {BatchNormActivation::None, BatchNormActivation::Relu}) {
+        for (const Shape& shape : {Shape{4, 40, 16, 16}, Shape{6, 40, 1, 1}, Shape{2, 3, 5, 3}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dtype) << " training=" << training << " relu="
+                       << (act == BatchNormActivation::Relu) << " " << shape_str(shape));
+          const double tol = tolerance(dtype);
+          const int64_t c = shape[1];
+          const Tensor x = random_tensor(shape, 120, -2.0, 3.0, dtype);
+          const Tensor gy = random_tensor(shape, 121, -1.0, 1.0, dtype);
+          Tensor w = random_tensor({c}, 122, 0.5, 1.5, dtype), b = random_tensor({c}, 123, -1, 1, dtype);
+          const Tensor rm = random_tensor({c}, 124, -0.5, 0.5, dtype);
+          const Tensor rv = random_tensor({c}, 125, 0.5, 2.0, dtype);
+          Tensor xc = x.clone().set_requires_grad(true), wc = w.clone().set_requires_grad(true),
+                 bc = b.clone().set_requires_grad(true);
+          Tensor rm_c = rm.clone(), rv_c = rv.clone();
+          const Tensor yc = batch_norm2d(xc, wc, bc, rm_c, rv_c, training, 0.1, 1e-5, act);
+          backward(yc, gy);
+          Tensor xg = x.to(kCuda).to(MemoryFormat::ChannelsLast).detach().set_requires_grad(true);
+          Tensor wg = w.to(kCuda).set_requires_grad(true), bg = b.to(kCuda).set_requires_grad(true);
+          Tensor rm_g = rm.to(kCuda), rv_g = rv.to(kCuda);
+          const Tensor gy_g = gy.to(kCuda).to(MemoryFormat::ChannelsLast);
+          const int64_t before = memory_format_conversions();
+          const Tensor yg = batch_norm2d(xg, wg, bg, rm_g, rv_g, training, 0.1, 1e-5, act);
+          backward(yg, gy_g);
+          EXPECT_EQ(memory_format_conversions() - before, 0);
+          EXPECT_TRUE(yg.is_channels_last() || c == 1 || shape[2] * shape[3] == 1);
+          EXPECT_TRUE(near("y", yg, yc, tol));
+          EXPECT_TRUE(near("running_mean", rm_g, rm_c, tol));
+          EXPECT_TRUE(near("running_var", rv_g, rv_c, tol));
+          EXPECT_TRUE(near("grad x", xg.grad(), xc.grad(), tol));
+          EXPECT_TRUE(near("grad weight", wg.grad(), wc.grad(), tol));
+          EXPECT_TRUE(near("grad bias", bg.grad(), bc.grad(), tol));
+        }
+      }
+    }
   }
 }
 
