@@ -44,7 +44,7 @@
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
 #include "layers/batchnorm2d_kernels.h"
-#include "layers/batchnorm2d_rows_cuda.h"
+#include "layers/batchnorm2d_rows_cuda.cuh"
 
 namespace kiln::cuda {
 
@@ -148,7 +148,7 @@ __device__ __forceinline__ T masked_grad(const T* __restrict__ grad_y, const T* 
 // grid = C blocks, block = kReduceThreads. For channel ch = blockIdx.x: the sums
 // sum(grad_y) (= grad_bias) and sum(grad_y * xhat) (= grad_weight), written where wanted, and
 // when grad_x is wanted the constants of grad_x = k * grad_y - a * (x - mean) + d into
-// coef[ch], coef[C + ch], coef[2C + ch] (see the CPU batch_norm2d_backward for their derivation).
+// coef[ch], coef[C + ch], coef[2C + ch] (write_backward_reduction, batchnorm2d_rows_cuda.cuh).
 template <typename T>
 __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_kernel(
     BatchNormMode mode, const T* __restrict__ grad_y, const T* __restrict__ x,
@@ -159,7 +159,6 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
   const double mu = static_cast<double>(mean[ch]);
-  const double is = static_cast<double>(invstd[ch]);
   double sum_gy = 0, sum_gy_xc = 0;
   if (need_sums) {  // the same for the whole block: the barriers inside are reached by all
     for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
@@ -172,19 +171,8 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
     sum_gy_xc = block_sum(sum_gy_xc, scratch);
   }
   if (threadIdx.x != 0) return;
-  const double sum_gy_xhat = sum_gy_xc * is;
-  if (grad_bias) grad_bias[ch] = static_cast<T>(sum_gy);
-  if (grad_weight) grad_weight[ch] = static_cast<T>(sum_gy_xhat);
-  if (!coef) return;
-  const double k = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
-  double a = 0, d = 0;
-  if (mode == BatchNormMode::Train) {
-    a = k * is * sum_gy_xhat / static_cast<double>(m);
-    d = -k * sum_gy / static_cast<double>(m);
-  }
-  coef[ch] = static_cast<T>(k);
-  coef[c + ch] = static_cast<T>(a);
-  coef[2 * c + ch] = static_cast<T>(d);
+  write_backward_reduction(mode, sum_gy, sum_gy_xc, invstd, weight, grad_weight, grad_bias, coef,
+                           ch, m, c);
 }
 
 // Grid-stride over the N * C * HW elements: grad_x = k * grad_y - a * (x - mean) + d.

@@ -17,7 +17,7 @@
 // update, in double), and partial results merge with Chan, Golub and LeVeque's formula
 // ("Algorithms for computing the sample variance: analysis and recommendations", The American
 // Statistician 37(3), 1983): one pass over the data with the accuracy of two.
-#include "layers/batchnorm2d_rows_cuda.h"
+#include "layers/batchnorm2d_rows_cuda.cuh"
 
 #include <cstdint>
 
@@ -167,20 +167,8 @@ __global__ void rows_finish_backward_kernel(BatchNormMode mode, const double* __
     sum_gy += scratch[(p * c + ch) * 2];
     sum_gy_xc += scratch[(p * c + ch) * 2 + 1];
   }
-  const double is = static_cast<double>(invstd[ch]);
-  const double sum_gy_xhat = sum_gy_xc * is;
-  if (grad_bias) grad_bias[ch] = static_cast<T>(sum_gy);
-  if (grad_weight) grad_weight[ch] = static_cast<T>(sum_gy_xhat);
-  if (!coef) return;
-  const double k = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
-  double a = 0, d = 0;
-  if (mode == BatchNormMode::Train) {
-    a = k * is * sum_gy_xhat / static_cast<double>(m);
-    d = -k * sum_gy / static_cast<double>(m);
-  }
-  coef[ch] = static_cast<T>(k);
-  coef[c + ch] = static_cast<T>(a);
-  coef[2 * c + ch] = static_cast<T>(d);
+  write_backward_reduction(mode, sum_gy, sum_gy_xc, invstd, weight, grad_weight, grad_bias, coef,
+                           ch, m, c);
 }
 
 // Pieces to cut the rows into: about kTargetBlocks blocks in all, each thread taking at least

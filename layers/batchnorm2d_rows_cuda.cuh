@@ -1,0 +1,56 @@
+// batchnorm2d_rows_cuda.cuh: the CUDA per-channel reductions of batch normalisation for a
+// row-major (M, C) input, each channel a column (batchnorm2d_rows_cuda.cu explains why and how).
+// The CUDA batch_norm2d_stats and batch_norm2d_backward (batchnorm2d_cuda.cu) call them when
+// hw == 1, the shape a channels-last activation takes there; it also holds the device code both
+// backward reductions end with. Included by those two files alone.
+#pragma once
+
+#include "engine/cuda/runtime.h"
+
+#include <cstdint>
+
+#include "layers/batchnorm2d_kernels.h"
+
+namespace kiln::cuda {
+
+// From channel ch's sum(grad_y) and sum(grad_y * (x - mean)) over its m values: grad_bias,
+// grad_weight and the coefficients of grad_x = k * grad_y - a * (x - mean) + d (coef[ch],
+// coef[c + ch], coef[2c + ch]; see the CPU batch_norm2d_backward for their derivation), each
+// written where its pointer is not null.
+template <typename T>
+__device__ __forceinline__ void write_backward_reduction(BatchNormMode mode, double sum_gy,
+                                                         double sum_gy_xc, const T* invstd,
+                                                         const T* weight, T* grad_weight,
+                                                         T* grad_bias, T* coef, int64_t ch,
+                                                         int64_t m, int64_t c) {
+  const double is = static_cast<double>(invstd[ch]);
+  const double sum_gy_xhat = sum_gy_xc * is;
+  if (grad_bias) grad_bias[ch] = static_cast<T>(sum_gy);
+  if (grad_weight) grad_weight[ch] = static_cast<T>(sum_gy_xhat);
+  if (!coef) return;
+  const double k = (weight ? static_cast<double>(weight[ch]) : 1.0) * is;
+  double a = 0, d = 0;
+  if (mode == BatchNormMode::Train) {
+    a = k * is * sum_gy_xhat / static_cast<double>(m);
+    d = -k * sum_gy / static_cast<double>(m);
+  }
+  coef[ch] = static_cast<T>(k);
+  coef[c + ch] = static_cast<T>(a);
+  coef[2 * c + ch] = static_cast<T>(d);
+}
+
+// mean[ch] and the biased var[ch] of column ch of the (m, c) matrix x; queued on the current
+// stream.
+template <typename T>
+void batch_norm2d_stats_rows(const T* x, T* mean, T* var, int64_t m, int64_t c);
+
+// What batch_norm2d_backward's reduction writes (grad_weight, grad_bias, the grad_x
+// coefficients in coef; each may be null), for (m, c) matrices grad_y and x; need_sums false
+// (eval mode, grad_x only) skips the sums.
+template <typename T>
+void batch_norm2d_backward_reduce_rows(BatchNormMode mode, const T* grad_y, const T* x,
+                                       const T* mean, const T* invstd, const T* weight,
+                                       const T* relu_y, T* grad_weight, T* grad_bias, T* coef,
+                                       bool need_sums, int64_t m, int64_t c);
+
+}  // namespace kiln::cuda
