@@ -677,9 +677,9 @@ for step in "${bench_steps[@]}"; do
         KILN_BENCH_RUNNERS=kiln,pytorch "$root/tools/bench_resnet_vs_pytorch.sh" 2 1 cuda:0 ;;
     resnet_graph_*)
       # One precision: ResNet-50 training at 128x128 batch 32 and 224x224 batch 128, one round
-      # of Kiln eager, PyTorch eager NCHW, Kiln --cuda-graph, PyTorch eager channels_last and
-      # PyTorch torch.compile (reduce-overhead, channels_last; compiled once per workload, the
-      # compilation untimed). The script starts no workload that would not end before its
+      # of Kiln eager, PyTorch eager NCHW, Kiln --cuda-graph, PyTorch eager channels_last, Kiln
+      # channels-last (--memory-format channels_last) and PyTorch torch.compile
+      # (reduce-overhead, channels_last; compiled once per workload, the compilation untimed). The script starts no workload that would not end before its
       # deadline, some seconds inside the step's timeout; one left out makes the step partial.
       rm -f "$report/$step.json"
       bin="$build_dir/apps/train_step_bench"
