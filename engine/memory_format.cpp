@@ -7,6 +7,7 @@
 #include "engine/memory_format.h"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 

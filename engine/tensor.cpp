@@ -1,6 +1,7 @@
 // tensor.cpp: Storage and Tensor: factories, views, copies between devices and dtypes, autograd plumbing.
 #include "engine/tensor.h"
 
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <utility>

@@ -2,6 +2,7 @@
 // node) and the BatchNorm2d module. Kernels: batchnorm2d_cpu.cpp and batchnorm2d_cuda.cu.
 #include "layers/batchnorm2d.h"
 
+#include <cstdint>
 #include <memory>
 #include <sstream>
 #include <vector>

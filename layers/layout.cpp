@@ -1,6 +1,8 @@
 // layout.cpp: the blocked channel layout's conversions (see layout.h).
 #include "layers/layout.h"
 
+#include <cstdint>
+
 #include "engine/autocast.h"
 
 #include "engine/error.h"

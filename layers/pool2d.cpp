@@ -5,6 +5,7 @@
 // output, so a channels-last network pools without reordering anything, forward or backward.
 #include "layers/pool2d.h"
 
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <sstream>
