@@ -34,6 +34,7 @@ namespace {
 
 using testing::gradcheck;
 using testing::max_abs_diff;
+using testing::rel_diff;
 using testing::random_tensor;
 
 constexpr MemoryFormat kCl = MemoryFormat::ChannelsLast;
@@ -43,12 +44,6 @@ Tensor with_grad(Tensor t) {
   return t;
 }
 
-// Largest |a - b| relative to max |b|: results of the same op computed in another order.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double scale = 0;
-  for (double v : b.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return max_abs_diff(a, b) / (scale > 0 ? scale : 1.0);
-}
 
 // conv2d on a channels-last input against the NCHW op; `conversions` is how many reorderings
 // forward and backward may make (0 where the kernels read channels-last).
@@ -76,7 +71,9 @@ void check_conv(Impl impl, int64_t stride, int64_t pad, int64_t k, bool bias,
   EXPECT_LT(rel_diff(yc, yr), 1e-5);
   EXPECT_LT(rel_diff(xc.grad(), xr.grad()), 1e-5);
   EXPECT_LT(rel_diff(wc.grad(), wr.grad()), 1e-5);
-  if (bias) EXPECT_LT(rel_diff(bc.grad(), br.grad()), 1e-5);
+  if (bias) {
+    EXPECT_LT(rel_diff(bc.grad(), br.grad()), 1e-5);
+  }
 }
 
 TEST(ChannelsLast, ConvReadsAndWritesNhwcWithOneDnn) {

@@ -28,6 +28,7 @@ namespace {
 
 using testing::gradcheck;
 using testing::max_abs_diff;
+using testing::rel_diff;
 using testing::random_tensor;
 
 Tensor with_grad(Tensor t) {
@@ -35,12 +36,6 @@ Tensor with_grad(Tensor t) {
   return t;
 }
 
-// Largest |a - b| relative to max |b|: the comparisons of f32 results computed in another order.
-double rel_diff(const Tensor& a, const Tensor& b) {
-  double scale = 0;
-  for (double v : b.to_vector<double>()) scale = std::max(scale, std::abs(v));
-  return max_abs_diff(a, b) / (scale > 0 ? scale : 1.0);
-}
 
 TEST(Layout, RoundTripAndChannelOrder) {
   Tensor x = random_tensor({2, 32, 3, 5}, 1);

@@ -96,4 +96,12 @@ inline double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// Largest |a - b| relative to max |b|: how two computations of one result in different orders
+// of operations compare.
+inline double rel_diff(const Tensor& a, const Tensor& b) {
+  double scale = 0;
+  for (double v : b.to_vector<double>()) scale = std::max(scale, std::abs(v));
+  return max_abs_diff(a, b) / (scale > 0 ? scale : 1.0);
+}
+
 }  // namespace kiln::testing
