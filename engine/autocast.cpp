@@ -18,6 +18,7 @@ struct CachedCast {
 struct AutocastState {
   bool enabled = false;
   DType dtype = DType::F32;
+  AutocastOutputs outputs = AutocastOutputs::F32;
   int depth = 0;  // enabled guards alive; the cache is dropped when the last one exits
   std::unordered_map<const TensorImpl*, CachedCast> cache;
   int64_t conversions = 0;
@@ -58,11 +59,12 @@ DType autocast_dtype_of(Precision p) {
   }
 }
 
-AutocastGuard::AutocastGuard(DType dtype, bool enabled) {
+AutocastGuard::AutocastGuard(DType dtype, bool enabled, AutocastOutputs outputs) {
   enabled = enabled && dtype != DType::F32;  // F32: autocast off (a run's --precision fp32)
   AutocastState& s = state();
   prev_enabled_ = s.enabled;
   prev_dtype_ = s.dtype;
+  prev_outputs_ = s.outputs;
   if (enabled) {
     KILN_CHECK(is_low_precision(dtype), "AutocastGuard: autocast converts to bf16 or f16, got ",
                dtype_name(dtype));
@@ -72,6 +74,7 @@ AutocastGuard::AutocastGuard(DType dtype, bool enabled) {
   }
   s.enabled = enabled;
   s.dtype = enabled ? dtype : DType::F32;
+  s.outputs = enabled ? outputs : AutocastOutputs::F32;
 }
 
 AutocastGuard::~AutocastGuard() {
@@ -82,10 +85,15 @@ AutocastGuard::~AutocastGuard() {
   }
   s.enabled = prev_enabled_;
   s.dtype = prev_dtype_;
+  s.outputs = prev_outputs_;
 }
 
 bool autocast_enabled() { return state().enabled; }
 DType autocast_dtype() { return state().dtype; }
+DType autocast_output_dtype() {
+  const AutocastState& s = state();
+  return s.enabled && s.outputs == AutocastOutputs::LowPrecision ? s.dtype : DType::F32;
+}
 
 Tensor autocast_cast(const Tensor& t) {
   AutocastState& s = state();

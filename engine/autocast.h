@@ -50,12 +50,24 @@ Precision parse_precision(const std::string& name);    // throws kiln::Error (us
 // The dtype autocast converts to: BF16 or F16, F32 for fp32 and tf32 (no autocast).
 DType autocast_dtype_of(Precision p);
 
+// What conv2d returns under autocast.
+//   F32           f32 activations between ops (the products' f32 sums, not rounded): every
+//                 layer works unchanged; only conv/matmul operands are 16-bit.
+//   LowPrecision  the guard's dtype, as PyTorch's autocast does: conv2d rounds its f32 sums
+//                 once on store and the activations between layers (BatchNorm, ReLU, add,
+//                 pooling, the ResNet head) stay 16-bit, read and written as 16-bit with f32
+//                 arithmetic and f32 statistics; their gradients are 16-bit too. Half the bytes
+//                 of every activation and of what backward saves. Models whose every layer
+//                 takes 16-bit activations (ResNet) train this way; docs/mixed_precision.md.
+enum class AutocastOutputs { F32, LowPrecision };
+
 // Turns autocast on (dtype BF16 or F16) or off (dtype F32, or enabled = false) for this thread
 // until the guard is destroyed; guards nest and restore the previous policy. The low-precision copies of
 // parameters live until the outermost enabled guard exits.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(DType dtype, bool enabled = true);
+  explicit AutocastGuard(DType dtype, bool enabled = true,
+                         AutocastOutputs outputs = AutocastOutputs::F32);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -63,14 +75,19 @@ class AutocastGuard {
  private:
   bool prev_enabled_;
   DType prev_dtype_;
+  AutocastOutputs prev_outputs_;
 };
 
 bool autocast_enabled();  // this thread
 DType autocast_dtype();   // BF16 or F16 when enabled, F32 otherwise
+// The dtype conv2d returns in this thread: autocast_dtype() under an enabled guard with
+// AutocastOutputs::LowPrecision, F32 otherwise.
+DType autocast_output_dtype();
 
-// True when an op given this f32 input should take its autocast path.
+// True when an op given this input should take its autocast path: an f32 tensor, or a 16-bit
+// activation of the guard's dtype (an earlier layer's output under AutocastOutputs::LowPrecision).
 inline bool autocast_applies(const Tensor& t) {
-  return autocast_enabled() && t.dtype() == DType::F32;
+  return autocast_enabled() && (t.dtype() == DType::F32 || t.dtype() == autocast_dtype());
 }
 
 // t rounded to autocast_dtype(), detached (the op's node carries the gradient to t itself).

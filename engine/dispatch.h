@@ -61,4 +61,13 @@ void run_kernel(const char* op, Device device, DType dtype, Fn&& fn) {
   });
 }
 
+// run_kernel for the kernels that also take 16-bit activations: T is float, double, Half or
+// BFloat16 (dispatch_activation); such a kernel computes in compute_t<T>.
+template <typename Fn>
+void run_activation_kernel(const char* op, Device device, DType dtype, Fn&& fn) {
+  on_device(op, device, [&](auto backend) {
+    dispatch_activation(dtype, op, [&](auto tag) { fn(backend, tag); });
+  });
+}
+
 }  // namespace kiln

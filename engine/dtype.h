@@ -89,6 +89,35 @@ decltype(auto) dispatch_floating(DType t, const char* op, Fn&& fn) {
   throw Error(std::string(op) + ": expected a floating tensor (f32 or f64), got " + dtype_name(t));
 }
 
+// The dtypes an activation between layers may have: f32 and f64, and f16 and bf16 when autocast
+// keeps activations in 16 bits (engine/autocast.h, AutocastOutputs::LowPrecision). The ops a
+// network's layers are made of (conv2d, BatchNorm, ReLU, add, pooling, the ResNet head) take
+// all four; their kernels load 16-bit elements, compute in f32 (compute_t) and round once on
+// store. Other ops take is_floating dtypes only.
+inline bool is_activation_dtype(DType t) { return is_floating(t) || is_low_precision(t); }
+
+// The type a kernel computes in for elements of type T: f32 for the 16-bit formats (they have
+// no arithmetic of their own), T itself for f32 and f64.
+template <typename T> struct compute_type { using type = T; };
+template <> struct compute_type<Half> { using type = float; };
+template <> struct compute_type<BFloat16> { using type = float; };
+template <typename T> using compute_t = typename compute_type<T>::type;
+
+// Calls fn(TypeTag<T>{}) with T float, double, Half or BFloat16 (is_activation_dtype): the
+// dispatch of the kernels that also run on 16-bit activations. Other dtypes are an error.
+template <typename Fn>
+decltype(auto) dispatch_activation(DType t, const char* op, Fn&& fn) {
+  switch (t) {
+    case DType::F32: return fn(TypeTag<float>{});
+    case DType::F64: return fn(TypeTag<double>{});
+    case DType::F16: return fn(TypeTag<Half>{});
+    case DType::BF16: return fn(TypeTag<BFloat16>{});
+    default: break;
+  }
+  throw Error(std::string(op) + ": expected a floating tensor (f32, f64, f16 or bf16), got " +
+              dtype_name(t));
+}
+
 // Calls fn(TypeTag<T>{}) with the element type of any dtype: for code that only moves or
 // converts elements (fill, copy, dtype conversion), never for arithmetic.
 template <typename Fn>
