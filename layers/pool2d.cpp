@@ -3,6 +3,10 @@
 // indices and gradients bit-identical); a channels-last input runs the channels-last kernels
 // (pool2d_nhwc_cpu.cpp, pool2d_nhwc_cuda.cu, the same bits again) and gets a channels-last
 // output, so a channels-last network pools without reordering anything, forward or backward.
+//
+// x may be f32, f64, bf16 or f16 (is_activation_dtype); a 16-bit x gets a 16-bit y and a 16-bit
+// gradient, computed in f32 and rounded once (the kernels' headers say how). Nothing 16-bit is
+// widened into a saved tensor: max pooling saves its int32 indices, average pooling nothing.
 #include "layers/pool2d.h"
 
 #include <cstdint>
@@ -35,7 +39,8 @@ void check_input(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, ": the input is undefined");
   KILN_CHECK(x.dim() == 4 || x.dim() == 3, op, ": expected an input of shape (N, C, H, W) or ",
              "(C, H, W), got ", shape_str(x.shape()));
-  KILN_CHECK(is_floating(x.dtype()), op, ": expected an f32 or f64 tensor, got ", x.str());
+  KILN_CHECK(is_activation_dtype(x.dtype()), op,
+             ": expected an f32, f64, bf16 or f16 tensor, got ", x.str());
 }
 
 // (C, H, W) is pooled as (1, C, H, W); the result is reshaped back by the caller.
@@ -85,7 +90,7 @@ std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry&
   const MemoryFormat f = x4.memory_format();
   Tensor y = Tensor::empty(out_shape(g), x4.dtype(), x4.device(), f);
   Tensor idx = Tensor::empty(out_shape(g), DType::I32, x4.device(), f);
-  run_kernel("max_pool2d", x4.device(), x4.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel("max_pool2d", x4.device(), x4.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     const T* xp = x4.data_any_format<T>();
     T* yp = y.data_any_format<T>();
@@ -99,25 +104,28 @@ std::pair<Tensor, Tensor> max_pool2d_run(const Tensor& x4, const Pool2dGeometry&
 }
 
 // Saves only the int32 indices (not the input): backward scatters grad_out through them. The
-// gradient may arrive in either format; it is brought into the forward's.
+// gradient may arrive in either format; it is brought into the forward's, and into x's dtype
+// (the gradient of a tensor has its dtype).
 struct MaxPool2dBackward : Node {
   Pool2dGeometry g;
   MemoryFormat format = MemoryFormat::Contiguous;
+  DType dtype = DType::F32;
   const char* name() const override { return "MaxPool2dBackward"; }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& idx = saved[0];  // (N, C, OH, OW) int32, in `format`
-    const Tensor gy = grad_out.to(format);
+    const Tensor gy = grad_out.to(dtype).to(format);
     Tensor gx = Tensor::empty(in_shape(g), gy.dtype(), gy.device(), format);
-    run_kernel("max_pool2d_backward", gy.device(), gy.dtype(), [&](auto backend, auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* gyp = gy.data_any_format<T>();
-      const int32_t* ip = idx.data_any_format<int32_t>();
-      T* gxp = gx.data_any_format<T>();
-      if (nhwc(format))
-        max_pool2d_backward_nhwc(backend, gyp, ip, gxp, g);
-      else
-        max_pool2d_backward(backend, gyp, ip, gxp, g);
-    });
+    run_activation_kernel("max_pool2d_backward", gy.device(), gy.dtype(),
+                          [&](auto backend, auto tag) {
+                            using T = typename decltype(tag)::type;
+                            const T* gyp = gy.data_any_format<T>();
+                            const int32_t* ip = idx.data_any_format<int32_t>();
+                            T* gxp = gx.data_any_format<T>();
+                            if (nhwc(format))
+                              max_pool2d_backward_nhwc(backend, gyp, ip, gxp, g);
+                            else
+                              max_pool2d_backward(backend, gyp, ip, gxp, g);
+                          });
     return {gx};
   }
 };
@@ -136,6 +144,7 @@ std::pair<Tensor, Tensor> max_pool2d_4d(const Tensor& x, int64_t kernel_size,
     auto node = std::make_shared<MaxPool2dBackward>();
     node->g = g;
     node->format = x4.memory_format();
+    node->dtype = x4.dtype();
     node->saved = {idx};
     set_history(y, node, {x4});
   }
@@ -157,7 +166,7 @@ Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeo
   const MemoryFormat f = in.memory_format();
   Tensor out =
       Tensor::empty(backward ? in_shape(g) : out_shape(g), in.dtype(), in.device(), f);
-  run_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel(op, in.device(), in.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     const T* src = in.data_any_format<T>();
     T* dst = out.data_any_format<T>();
@@ -184,18 +193,19 @@ Tensor avg_pool2d_run(AvgKind kind, Pass pass, const Tensor& in, const Pool2dGeo
   return out;
 }
 
-// Average pooling is linear: backward needs only the geometry (and the forward's format, which
-// the gradient is brought into), nothing saved.
+// Average pooling is linear: backward needs only the geometry (and the forward's format and
+// dtype, which the gradient is brought into), nothing saved.
 struct AvgPool2dBackward : Node {
   AvgKind kind = AvgKind::Window;
   Pool2dGeometry g;
   bool include_pad = true;
   MemoryFormat format = MemoryFormat::Contiguous;
+  DType dtype = DType::F32;
   const char* name() const override {
     return kind == AvgKind::Window ? "AvgPool2dBackward" : "AdaptiveAvgPool2dBackward";
   }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
-    return {avg_pool2d_run(kind, Pass::Backward, grad_out.to(format), g, include_pad)};
+    return {avg_pool2d_run(kind, Pass::Backward, grad_out.to(dtype).to(format), g, include_pad)};
   }
 };
 
@@ -208,6 +218,7 @@ Tensor avg_pool2d_record(AvgKind kind, const Tensor& x, const Tensor& x4,
     node->g = g;
     node->include_pad = include_pad;
     node->format = x4.memory_format();
+    node->dtype = x4.dtype();
     set_history(y, node, {x4});
   }
   return like_input(y, x);
@@ -242,7 +253,11 @@ struct MaxPool2dBlockedBackward : Node {
 Tensor max_pool2d_blocked(const Tensor& x, int64_t kernel_size, int64_t stride,
                           int64_t padding) {
   const char* op = "max_pool2d";
-  KILN_CHECK(is_floating(x.dtype()), op, ": expected an f32 or f64 tensor, got ", x.str());
+  // The blocked layout is chosen only outside autocast (layers/layout.cpp), so 16-bit
+  // activations never arrive here in it.
+  KILN_CHECK(is_floating(x.dtype()), op,
+             ": the channel-blocked layout (N, C/16, H, W, 16) holds f32 or f64 only, got ",
+             x.str(), ": unblock it first (from_channel_blocks)");
   check_pool_params(op, kernel_size, stride, padding);
   if (x.device().type != DeviceType::CPU)  // blocked kernels exist on the CPU only
     return to_channel_blocks(max_pool2d(from_channel_blocks(x), kernel_size, stride, padding));

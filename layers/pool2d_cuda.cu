@@ -33,7 +33,9 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
+#include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/host_device.h"
 #include "layers/pool2d_cuda.cuh"
 #include "layers/pool2d_kernels.h"
 
@@ -43,6 +45,7 @@ namespace {
 
 using pool_detail::elementwise_config;
 using pool_detail::in_numel;
+using pool_detail::ld;
 using pool_detail::out_numel;
 using pool_detail::pool_dims;
 using pool_detail::PoolDims;
@@ -63,17 +66,18 @@ __global__ void max_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict
     int h0 = oh * d.sh - d.ph, w0 = ow * d.sw - d.pw;
     const int h1 = min(h0 + d.kh, d.h), w1 = min(w0 + d.kw, d.w);
     h0 = max(h0, 0), w0 = max(w0, 0);
-    T best = static_cast<T>(-INFINITY);
+    using C = compute_t<T>;
+    C best = static_cast<C>(-INFINITY);
     int best_i = h0 * d.w + w0;  // an all -inf window points at its first element
     for (int ih = h0; ih < h1; ++ih)
       for (int iw = w0; iw < w1; ++iw) {
-        const T v = xp[ih * d.w + iw];
+        const C v = ld(xp[ih * d.w + iw]);
         if (v > best || v != v) {  // strictly greater, or NaN: the CPU's rule
           best = v;
           best_i = ih * d.w + iw;
         }
       }
-    y[o] = best;
+    y[o] = convert_elem<T>(best);
     indices[o] = best_i;
   }
 }
@@ -94,13 +98,13 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ grad_y,
     int oh0, oh1, ow0, ow1;
     window_covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         const int o = base + oh * d.ow + ow;
-        if (indices[o] == self) acc += grad_y[o];
+        if (indices[o] == self) acc += ld(grad_y[o]);
       }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -120,10 +124,11 @@ __global__ void avg_pool2d_forward_kernel(const T* __restrict__ x, T* __restrict
     const T* xp = x + static_cast<int64_t>(plane) * d.h * d.w;
     const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
     const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
-    T s = 0;
+    compute_t<T> s = 0;
     for (int ih = wh.begin; ih < wh.end; ++ih)
-      for (int iw = ww.begin; iw < ww.end; ++iw) s += xp[ih * d.w + iw];
-    y[o] = s / static_cast<T>(avg_count(wh, ww, include_pad));
+      for (int iw = ww.begin; iw < ww.end; ++iw) s += ld(xp[ih * d.w + iw]);
+    const auto count = static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
+    y[o] = convert_elem<T>(s / count);
   }
 }
 
@@ -140,15 +145,16 @@ __global__ void avg_pool2d_backward_kernel(const T* __restrict__ grad_y, T* __re
     int oh0, oh1, ow0, ow1;
     window_covering(ih, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(iw, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
       const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
       for (int ow = ow0; ow <= ow1; ++ow) {
         const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
-        acc += gyp[oh * d.ow + ow] / static_cast<T>(avg_count(wh, ww, include_pad));
+        const auto count = static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
+        acc += ld(gyp[oh * d.ow + ow]) / count;
       }
     }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -167,10 +173,10 @@ __global__ void adaptive_avg_pool2d_forward_kernel(const T* __restrict__ x, T* _
     const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
     const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
     const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
-    T s = 0;
+    compute_t<T> s = 0;
     for (int ih = h0; ih < h1; ++ih)
-      for (int iw = w0; iw < w1; ++iw) s += xp[ih * d.w + iw];
-    y[o] = s / static_cast<T>((h1 - h0) * (w1 - w0));
+      for (int iw = w0; iw < w1; ++iw) s += ld(xp[ih * d.w + iw]);
+    y[o] = convert_elem<T>(s / static_cast<compute_t<T>>((h1 - h0) * (w1 - w0)));
   }
 }
 
@@ -186,7 +192,7 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y
     int oh0, oh1, ow0, ow1;
     adaptive_covering(ih, d.h, d.oh, oh0, oh1);
     adaptive_covering(iw, d.w, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
       const int h0 = static_cast<int>(adaptive_start(oh, d.h, d.oh));
       const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
@@ -195,10 +201,10 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* __restrict__ grad_y
         const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
         const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
         if (iw < w0 || iw >= w1) continue;
-        acc += gyp[oh * d.ow + ow] / static_cast<T>((h1 - h0) * (w1 - w0));
+        acc += ld(gyp[oh * d.ow + ow]) / static_cast<compute_t<T>>((h1 - h0) * (w1 - w0));
       }
     }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -263,6 +269,8 @@ void adaptive_avg_pool2d_backward(Backend, const T* grad_y, T* grad_x, const Poo
   template void adaptive_avg_pool2d_backward<T>(Backend, const T*, T*, const Pool2dGeometry&);
 KILN_INSTANTIATE_POOL(float)
 KILN_INSTANTIATE_POOL(double)
+KILN_INSTANTIATE_POOL(Half)
+KILN_INSTANTIATE_POOL(BFloat16)
 #undef KILN_INSTANTIATE_POOL
 
 }  // namespace kiln::cuda

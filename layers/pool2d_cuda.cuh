@@ -1,6 +1,13 @@
 // pool2d_cuda.cuh: what the NCHW (pool2d_cuda.cu) and channels-last (pool2d_nhwc_cuda.cu) CUDA
 // pooling kernels share: the geometry in 32-bit integers and the launch shape of their
-// one-thread-per-element grid-stride loops. Included by those two files alone.
+// one-thread-per-element grid-stride loops, and the load that widens a 16-bit element to f32.
+// Included by those two files alone.
+//
+// Every kernel is one template for f32, f64 and the 16-bit activations (Half, BFloat16): an
+// element is widened to compute_t<T> as it is loaded (ld), the window is compared or summed in
+// compute_t<T> in the f32 kernel's order, and the result is rounded once as it is stored
+// (convert_elem<T>). So a 16-bit result is the f32 kernel's on the widened input, rounded once,
+// and the CPU's bit for bit.
 #pragma once
 
 #include "engine/cuda/runtime.h"
@@ -11,7 +18,9 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
+#include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/host_device.h"
 #include "layers/pool2d_kernels.h"
 
 namespace kiln::cuda::pool_detail {
@@ -40,6 +49,12 @@ inline PoolDims pool_dims(const char* op, const Pool2dGeometry& g) {
   d.sh = static_cast<int>(g.stride_h), d.sw = static_cast<int>(g.stride_w);
   d.ph = static_cast<int>(g.pad_h), d.pw = static_cast<int>(g.pad_w);
   return d;
+}
+
+// An element widened to the arithmetic type (the identity for float and double).
+template <typename T>
+__device__ __forceinline__ compute_t<T> ld(T v) {
+  return convert_elem<compute_t<T>>(v);
 }
 
 inline LaunchConfig elementwise_config(int64_t n) {

@@ -21,6 +21,8 @@
 #include <cstdint>
 
 #include "engine/cuda/launch.h"
+#include "engine/dtype.h"
+#include "engine/host_device.h"
 #include "layers/pool2d_cuda.cuh"
 #include "layers/pool2d_kernels.h"
 
@@ -30,6 +32,7 @@ namespace {
 
 using pool_detail::elementwise_config;
 using pool_detail::in_numel;
+using pool_detail::ld;
 using pool_detail::out_numel;
 using pool_detail::pool_dims;
 using pool_detail::PoolDims;
@@ -78,17 +81,18 @@ __global__ void max_pool2d_forward_nhwc_kernel(const T* __restrict__ x, T* __res
     int h0 = p.h * d.sh - d.ph, w0 = p.w * d.sw - d.pw;
     const int h1 = min(h0 + d.kh, d.h), w1 = min(w0 + d.kw, d.w);
     h0 = max(h0, 0), w0 = max(w0, 0);
-    T best = static_cast<T>(-INFINITY);
+    using C = compute_t<T>;
+    C best = static_cast<C>(-INFINITY);
     int best_i = h0 * d.w + w0;  // an all -inf window points at its first element
     for (int ih = h0; ih < h1; ++ih)
       for (int iw = w0; iw < w1; ++iw) {
-        const T v = x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)];
+        const C v = ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
         if (v > best || v != v) {  // strictly greater, or NaN: the CPU's rule
           best = v;
           best_i = ih * d.w + iw;
         }
       }
-    y[o] = best;
+    y[o] = convert_elem<T>(best);
     indices[o] = best_i;
   }
 }
@@ -107,13 +111,13 @@ __global__ void max_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
     int oh0, oh1, ow0, ow1;
     window_covering(p.h, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(p.w, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         const int o = at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c);
-        if (indices[o] == self) acc += grad_y[o];
+        if (indices[o] == self) acc += ld(grad_y[o]);
       }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -130,10 +134,11 @@ __global__ void avg_pool2d_forward_nhwc_kernel(const T* __restrict__ x, T* __res
     const Pixel p = split(o, d.oh, d.ow, nd.c);
     const AvgWindow<int> wh = avg_window(p.h, d.h, d.kh, d.sh, d.ph);
     const AvgWindow<int> ww = avg_window(p.w, d.w, d.kw, d.sw, d.pw);
-    T s = 0;
+    compute_t<T> s = 0;
     for (int ih = wh.begin; ih < wh.end; ++ih)
-      for (int iw = ww.begin; iw < ww.end; ++iw) s += x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)];
-    y[o] = s / static_cast<T>(avg_count(wh, ww, include_pad));
+      for (int iw = ww.begin; iw < ww.end; ++iw) s += ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
+    const auto count = static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
+    y[o] = convert_elem<T>(s / count);
   }
 }
 
@@ -150,16 +155,16 @@ __global__ void avg_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
     int oh0, oh1, ow0, ow1;
     window_covering(p.h, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(p.w, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
       const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
       for (int ow = ow0; ow <= ow1; ++ow) {
         const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
-        acc += grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)] /
-               static_cast<T>(avg_count(wh, ww, include_pad));
+        acc += ld(grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)]) /
+               static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
       }
     }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -178,10 +183,10 @@ __global__ void adaptive_avg_pool2d_forward_nhwc_kernel(const T* __restrict__ x,
     const int h1 = static_cast<int>(adaptive_end(p.h, d.h, d.oh));
     const int w0 = static_cast<int>(adaptive_start(p.w, d.w, d.ow));
     const int w1 = static_cast<int>(adaptive_end(p.w, d.w, d.ow));
-    T s = 0;
+    compute_t<T> s = 0;
     for (int ih = h0; ih < h1; ++ih)
-      for (int iw = w0; iw < w1; ++iw) s += x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)];
-    y[o] = s / static_cast<T>((h1 - h0) * (w1 - w0));
+      for (int iw = w0; iw < w1; ++iw) s += ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
+    y[o] = convert_elem<T>(s / static_cast<compute_t<T>>((h1 - h0) * (w1 - w0)));
   }
 }
 
@@ -197,7 +202,7 @@ __global__ void adaptive_avg_pool2d_backward_nhwc_kernel(const T* __restrict__ g
     int oh0, oh1, ow0, ow1;
     adaptive_covering(p.h, d.h, d.oh, oh0, oh1);
     adaptive_covering(p.w, d.w, d.ow, ow0, ow1);
-    T acc = 0;
+    compute_t<T> acc = 0;
     for (int oh = oh0; oh <= oh1; ++oh) {
       const int h0 = static_cast<int>(adaptive_start(oh, d.h, d.oh));
       const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
@@ -206,11 +211,11 @@ __global__ void adaptive_avg_pool2d_backward_nhwc_kernel(const T* __restrict__ g
         const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
         const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
         if (p.w < w0 || p.w >= w1) continue;
-        acc += grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)] /
-               static_cast<T>((h1 - h0) * (w1 - w0));
+        acc += ld(grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)]) /
+               static_cast<compute_t<T>>((h1 - h0) * (w1 - w0));
       }
     }
-    grad_x[e] = acc;
+    grad_x[e] = convert_elem<T>(acc);
   }
 }
 
@@ -283,6 +288,8 @@ void adaptive_avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x,
                                                      const Pool2dGeometry&);
 KILN_INSTANTIATE_POOL_NHWC(float)
 KILN_INSTANTIATE_POOL_NHWC(double)
+KILN_INSTANTIATE_POOL_NHWC(Half)
+KILN_INSTANTIATE_POOL_NHWC(BFloat16)
 #undef KILN_INSTANTIATE_POOL_NHWC
 
 }  // namespace kiln::cuda

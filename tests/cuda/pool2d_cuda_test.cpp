@@ -5,6 +5,8 @@
 // The functional ops' parity with the CPU (max pooling bit for bit with ties, NaN and -inf;
 // average and adaptive pooling within a few ulp), their gradient checks through CUDA and the
 // grid-stride case are rows of the parity table (tests/parity).
+// 16-bit activations (bf16, f16) on cuda:0, NCHW and channels-last: the f32 CUDA op on the
+// widened input rounded once, and the CPU's 16-bit results, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
+#include "support/pool2d_lowp.h"
 
 namespace kiln {
 namespace {
@@ -147,6 +150,33 @@ TEST(Pool2dChannelsLastCuda, GradientCheckInDouble) {
           return op.fn(in[0].to(kCL).to(kCuda)).to(kCpu).contiguous();
         },
         {x}));
+  }
+}
+
+// ---- 16-bit activations ------------------------------------------------------------------------
+
+// bf16 and f16 on cuda:0 in both formats, forward and backward: bit for bit the f32 CUDA op on
+// the widened input rounded once (with its indices) and the CPU's 16-bit op. Channel counts: 40
+// (a multiple of 8: the channels-last kernels' 16-byte loads), 12 (8 and a tail of 4), 5 (below
+// one vector).
+TEST(Pool2dLowPrecisionCuda, MatchesTheF32OpAndTheCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const Shape& s : {Shape{2, 5, 9, 11}, Shape{2, 40, 8, 7}, Shape{1, 12, 6, 9}}) {
+      for (MemoryFormat f : {MemoryFormat::Contiguous, kCL}) {
+        const Tensor x = random_tensor(s, 41, -1.0, 1.0, dt).to(f);
+        for (const testing::LowpPoolOp& op : testing::lowp_pool_ops()) {
+          SCOPED_TRACE(op.name + " on " + shape_str(s) + " " + dtype_name(dt) +
+                       (f == kCL ? " channels-last" : " NCHW"));
+          const Tensor gy = random_tensor(op.fn(x).shape(), 42, -1.0, 1.0, dt).to(f);
+          const testing::LowpPass gpu =
+              testing::expect_lowp_matches_f32(op, x.to(kCuda), gy.to(kCuda));
+          const testing::LowpPass cpu = testing::lowp_pass(op, x, gy);
+          EXPECT_TRUE(testing::same_lowp_bits("y vs CPU", gpu.y, cpu.y));
+          EXPECT_TRUE(testing::same_lowp_bits("grad vs CPU", gpu.grad, cpu.grad));
+        }
+      }
+    }
   }
 }
 

@@ -3,6 +3,9 @@
 // (each output compares or sums the same elements in the same order), forward and backward,
 // return channels-last outputs and gradients, and reorder nothing on the way
 // (memory_format_conversions() unchanged); gradient checks in f64 through a channels-last input.
+// 16-bit activations: bf16 and f16 channels-last pools give the 16-bit NCHW pools' bits, which
+// are the f32 op's on the widened input rounded once (tests/support/pool2d_lowp.h), with more
+// channels than the kernels' f32 sums hold on the stack at once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +20,7 @@
 #include "engine/memory_format.h"
 #include "layers/pool2d.h"
 #include "support/gradcheck.h"
+#include "support/pool2d_lowp.h"
 
 namespace kiln {
 namespace {
@@ -59,6 +63,9 @@ std::vector<int64_t> int_values(const Tensor& t) {
   switch (want.dtype()) {
     case DType::F32: return differ(got.to_vector<float>(), want.to_vector<float>());
     case DType::F64: return differ(got.to_vector<double>(), want.to_vector<double>());
+    case DType::BF16:
+    case DType::F16:  // widening is exact and one-to-one: equal f32 bits, equal 16-bit bits
+      return differ(got.to(DType::F32).to_vector<float>(), want.to(DType::F32).to_vector<float>());
     default: return differ(int_values(got), int_values(want));
   }
 }
@@ -200,6 +207,31 @@ TEST(Pool2dChannelsLast, GradientChecksInDouble) {
           return y.contiguous();  // gradcheck's sum reads NCHW
         },
         {is_max ? distinct : x}));
+  }
+}
+
+// bf16 and f16 channels-last, forward and backward: the f32 op on the widened input (its
+// channels-last kernels), rounded once, with its indices; the 16-bit NCHW op's bits; no
+// reordering. 300 channels: the 16-bit kernels sum 256 channels of a pixel at a time in f32, so
+// a second, partial block is taken.
+TEST(Pool2dChannelsLast, SixteenBitsMatchTheF32OpRoundedOnceAndNchw) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const Shape& s : {Shape{2, 5, 9, 11}, Shape{1, 300, 5, 6}, Shape{2, 24, 33, 31}}) {
+      const Tensor x = random_tensor(s, 31, -1.0, 1.0, dt);
+      const Tensor x_cl = x.to(kCL);
+      for (const testing::LowpPoolOp& op : testing::lowp_pool_ops()) {
+        SCOPED_TRACE(op.name + " on " + shape_str(s) + " " + dtype_name(dt));
+        const Tensor gy = random_tensor(op.fn(x).shape(), 32, -1.0, 1.0, dt);
+        const Tensor gy_cl = gy.to(kCL);
+        const int64_t before = memory_format_conversions();
+        const testing::LowpPass cl = testing::lowp_pass(op, x_cl, gy_cl);
+        EXPECT_EQ(memory_format_conversions(), before) << "a reordering in forward or backward";
+        const testing::LowpPass nchw = testing::lowp_pass(op, x, gy);
+        EXPECT_TRUE(same_bits("y vs NCHW", cl.y, nchw.y));
+        EXPECT_TRUE(same_bits("grad x vs NCHW", cl.grad, nchw.grad));
+        testing::expect_lowp_matches_f32(op, x_cl, gy_cl);
+      }
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 // batch 1, 1x1 outputs, adaptive windows that do not divide the input), and the errors.
 // Max-pool inputs are permutations of distinct values, so no window has a tie and the
 // finite differences never cross a kink (the gap between values is far above eps).
+// 16-bit activations (bf16, f16): each op equals the f32 op on the widened input, rounded once,
+// bit for bit, forward and backward (tests/support/pool2d_lowp.h says why 0 ulps).
 #include "layers/pool2d.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +23,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "support/gradcheck.h"
+#include "support/pool2d_lowp.h"
 
 namespace kiln {
 namespace {
@@ -287,6 +290,65 @@ TEST(Pool2dErrors, NameShapesAndParameters) {
   expect_error([&] { max_pool2d(Tensor::zeros({1, 1, 4, 4}, DType::I64), 2); }, {"i64"});
   expect_error([] { MaxPool2d(3, 1, 2); }, {"MaxPool2d", "padding=2"});
   expect_error([] { AdaptiveAvgPool2d(0); }, {"AdaptiveAvgPool2d"});
+}
+
+// ---- 16-bit activations ---------------------------------------------------------------------
+
+// An input of `dt` with many ties (values on a grid of 1/8, so windows hold equal maxima) or
+// without (uniform in [-1, 1), rounded).
+Tensor lowp_input(const Shape& shape, uint32_t seed, DType dt, bool ties) {
+  std::vector<double> v = random_tensor(shape, seed).to_vector<double>();
+  if (ties)
+    for (double& e : v) e = std::round(e * 8.0) / 8.0;
+  return Tensor::from_vector(v, shape).to(dt);
+}
+
+// bf16 and f16, NCHW, forward and backward: the f32 op on the widened input, rounded once, with
+// the f32 op's max-pool indices. The largest shape is pooled by several OpenMP threads.
+TEST(Pool2dLowPrecision, MatchesTheF32OpRoundedOnce) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (const Shape& s : {Shape{2, 5, 9, 11}, Shape{1, 3, 7, 6}, Shape{2, 16, 32, 33}}) {
+      for (bool ties : {false, true}) {
+        const Tensor x = lowp_input(s, 21, dt, ties);
+        for (const testing::LowpPoolOp& op : testing::lowp_pool_ops()) {
+          SCOPED_TRACE(op.name + " on " + shape_str(s) + " " + dtype_name(dt) +
+                       (ties ? " with ties" : ""));
+          const Tensor gy = random_tensor(op.fn(x).shape(), 22, -1.0, 1.0, DType::F32).to(dt);
+          testing::expect_lowp_matches_f32(op, x, gy);
+        }
+      }
+    }
+  }
+}
+
+// NaN propagates and -inf is a value: the f32 op's results and indices, in 16 bits.
+TEST(Pool2dLowPrecision, NanAndInfinityAsTheF32Op) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::vector<double> v = random_tensor({1, 2, 6, 7}, 23).to_vector<double>();
+    v[3] = std::numeric_limits<double>::quiet_NaN();
+    v[17] = -std::numeric_limits<double>::infinity();
+    v[50] = std::numeric_limits<double>::infinity();
+    const Tensor x = Tensor::from_vector(v, {1, 2, 6, 7}).to(dt);
+    for (const testing::LowpPoolOp& op : testing::lowp_pool_ops()) {
+      SCOPED_TRACE(op.name + " " + dtype_name(dt));
+      const Tensor gy = random_tensor(op.fn(x).shape(), 24, -1.0, 1.0, DType::F32).to(dt);
+      testing::expect_lowp_matches_f32(op, x, gy);
+    }
+  }
+}
+
+// The channel-blocked layout holds f32 and f64 only (autocast never picks it): a 16-bit blocked
+// tensor is refused by name.
+TEST(Pool2dLowPrecision, BlockedLayoutRefusesSixteenBits) {
+  const Tensor xb = Tensor::zeros({1, 1, 4, 4, 16}, DType::BF16);
+  try {
+    max_pool2d(xb, 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("channel-blocked"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace
