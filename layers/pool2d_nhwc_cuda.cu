@@ -14,6 +14,11 @@
 //     increasing (oh, ow) order, as the NCHW kernel: deterministic, no atomics, and the same
 //     sums as the CPU's scatter. Max pooling adds grad_y[o] where indices[o] is this pixel's
 //     offset ih * W + iw (the index keeps its NCHW meaning; only its place is NHWC).
+//   - 16-bit activations (Half, BFloat16): a thread takes 8 neighbouring channels instead of one
+//     (kVec), read with one 16-byte load per window step where they lie whole and aligned (and
+//     one element at a time in a pixel's last, partial group), and written with one 16-byte
+//     store. Per channel the walk, the f32 arithmetic and the single rounding are the f32
+//     kernel's, so the bits are the CPU's. Each thread writes only its own group: no races.
 // Index arithmetic is 32-bit (pool_dims checks the sizes).
 #include "engine/cuda/runtime.h"
 
@@ -31,9 +36,7 @@ namespace kiln::cuda {
 namespace {
 
 using pool_detail::elementwise_config;
-using pool_detail::in_numel;
 using pool_detail::ld;
-using pool_detail::out_numel;
 using pool_detail::pool_dims;
 using pool_detail::PoolDims;
 
@@ -41,20 +44,39 @@ using pool_detail::PoolDims;
 struct NhwcDims {
   PoolDims d;
   int n, c;
+  int groups;  // channel groups of a pixel: ceil(C / V), one thread each
 };
 
+// Channels per thread: a 16-bit thread takes V = 8 neighbouring channels of a pixel, one 16-byte
+// load (uint4) where the 8 lie whole and aligned, one element at a time otherwise (the pixel's
+// last group when C is not a multiple of 8, or C not a multiple of 8 at all); f32 and f64 take
+// one channel per thread (a warp's 32 loads are already 128 or 256 contiguous bytes).
+template <typename T>
+constexpr int kVec = is_low_precision_v<T> ? 8 : 1;
+
+template <typename T>
 NhwcDims nhwc_dims(const char* op, const Pool2dGeometry& g) {
-  return {pool_dims(op, g), static_cast<int>(g.n), static_cast<int>(g.c)};
+  const int c = static_cast<int>(g.c);
+  return {pool_dims(op, g), static_cast<int>(g.n), c, (c + kVec<T> - 1) / kVec<T>};
 }
 
-// Element e of an (N, rows, cols, C) buffer, split into its coordinates, channel fastest.
+// The threads of a pass: one per channel group of every pixel of `rows` x `cols`.
+KILN_HOST_DEVICE inline int64_t group_threads(const NhwcDims& nd, int rows, int cols) {
+  return static_cast<int64_t>(nd.n) * rows * cols * nd.groups;
+}
+
+// Thread e's pixel and channel group in an (N, rows, cols, groups) grid, group fastest: c is the
+// group's first channel, nc its number of channels (V, or fewer in a pixel's last group).
 struct Pixel {
-  int n, h, w, c;
+  int n, h, w, c, nc;
 };
-__device__ __forceinline__ Pixel split(int e, int rows, int cols, int c) {
+template <int V>
+__device__ __forceinline__ Pixel split(int e, int rows, int cols, const NhwcDims& nd) {
   Pixel p;
-  p.c = e % c;
-  const int pix = e / c;
+  const int group = e % nd.groups;
+  const int pix = e / nd.groups;
+  p.c = group * V;
+  p.nc = min(V, nd.c - p.c);
   p.w = pix % cols;
   p.h = pix / cols % rows;
   p.n = pix / (cols * rows);
@@ -66,34 +88,79 @@ __device__ __forceinline__ int at(int n, int h, int w, int c, int rows, int cols
   return ((n * rows + h) * cols + w) * channels + c;
 }
 
+template <typename T>
+__device__ __forceinline__ bool whole_vector(const T* p, int nc) {
+  return nc == 8 && (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Loads the nc (<= V) channels at p, widened; the lanes past nc are 0.
+template <typename T, int V>
+__device__ __forceinline__ void load_group(const T* p, int nc, compute_t<T> (&v)[V]) {
+  if constexpr (V == 8) {
+    if (whole_vector(p, nc)) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(p);
+      const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+      for (int i = 0; i < 4; ++i) {  // little-endian: channel 2i in the low half
+        v[2 * i] = ld(T{static_cast<uint16_t>(w[i] & 0xffffu)});
+        v[2 * i + 1] = ld(T{static_cast<uint16_t>(w[i] >> 16)});
+      }
+      return;
+    }
+  }
+  for (int i = 0; i < V; ++i) v[i] = i < nc ? ld(p[i]) : compute_t<T>(0);
+}
+
+// Stores the nc (<= V) values at p, each rounded once to T.
+template <typename T, int V>
+__device__ __forceinline__ void store_group(T* p, int nc, const compute_t<T> (&v)[V]) {
+  if constexpr (V == 8) {
+    if (whole_vector(p, nc)) {
+      unsigned w[4];
+      for (int i = 0; i < 4; ++i)
+        w[i] = static_cast<unsigned>(convert_elem<T>(v[2 * i]).bits) |
+               (static_cast<unsigned>(convert_elem<T>(v[2 * i + 1]).bits) << 16);
+      *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+      return;
+    }
+  }
+  for (int i = 0; i < nc; ++i) p[i] = convert_elem<T>(v[i]);
+}
+
 // ---- Max pooling -------------------------------------------------------------------------------
 
 template <typename T>
 __global__ void max_pool2d_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                int32_t* __restrict__ indices, NhwcDims nd) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  const int64_t total = group_threads(nd, d.oh, d.ow);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int o = static_cast<int>(i);
-    const Pixel p = split(o, d.oh, d.ow, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.oh, d.ow, nd);
     // The window clipped to the input: the padding is -inf, never the maximum.
     int h0 = p.h * d.sh - d.ph, w0 = p.w * d.sw - d.pw;
     const int h1 = min(h0 + d.kh, d.h), w1 = min(w0 + d.kw, d.w);
     h0 = max(h0, 0), w0 = max(w0, 0);
-    using C = compute_t<T>;
-    C best = static_cast<C>(-INFINITY);
-    int best_i = h0 * d.w + w0;  // an all -inf window points at its first element
+    C best[V];
+    int best_i[V];
+    for (int j = 0; j < V; ++j) {
+      best[j] = static_cast<C>(-INFINITY);
+      best_i[j] = h0 * d.w + w0;  // an all -inf window points at its first element
+    }
     for (int ih = h0; ih < h1; ++ih)
       for (int iw = w0; iw < w1; ++iw) {
-        const C v = ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
-        if (v > best || v != v) {  // strictly greater, or NaN: the CPU's rule
-          best = v;
-          best_i = ih * d.w + iw;
-        }
+        C v[V];
+        load_group<T, V>(x + at(p.n, ih, iw, p.c, d.h, d.w, nd.c), p.nc, v);
+        for (int j = 0; j < V; ++j)
+          if (v[j] > best[j] || v[j] != v[j]) {  // strictly greater, or NaN: the CPU's rule
+            best[j] = v[j];
+            best_i[j] = ih * d.w + iw;
+          }
       }
-    y[o] = convert_elem<T>(best);
-    indices[o] = best_i;
+    const int o = at(p.n, p.h, p.w, p.c, d.oh, d.ow, nd.c);
+    store_group<T, V>(y + o, p.nc, best);
+    for (int j = 0; j < p.nc; ++j) indices[o + j] = best_i[j];
   }
 }
 
@@ -101,23 +168,27 @@ template <typename T>
 __global__ void max_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
                                                 const int32_t* __restrict__ indices,
                                                 T* __restrict__ grad_x, NhwcDims nd) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  const int64_t total = group_threads(nd, d.h, d.w);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int e = static_cast<int>(i);
-    const Pixel p = split(e, d.h, d.w, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.h, d.w, nd);
     const int self = p.h * d.w + p.w;
     int oh0, oh1, ow0, ow1;
     window_covering(p.h, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(p.w, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    compute_t<T> acc = 0;
+    C acc[V] = {};
     for (int oh = oh0; oh <= oh1; ++oh)
       for (int ow = ow0; ow <= ow1; ++ow) {
         const int o = at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c);
-        if (indices[o] == self) acc += ld(grad_y[o]);
+        C g[V];
+        load_group<T, V>(grad_y + o, p.nc, g);
+        for (int j = 0; j < p.nc; ++j)
+          if (indices[o + j] == self) acc[j] += g[j];
       }
-    grad_x[e] = convert_elem<T>(acc);
+    store_group<T, V>(grad_x + at(p.n, p.h, p.w, p.c, d.h, d.w, nd.c), p.nc, acc);
   }
 }
 
@@ -126,19 +197,25 @@ __global__ void max_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
 template <typename T>
 __global__ void avg_pool2d_forward_nhwc_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                NhwcDims nd, bool include_pad) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  const int64_t total = group_threads(nd, d.oh, d.ow);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int o = static_cast<int>(i);
-    const Pixel p = split(o, d.oh, d.ow, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.oh, d.ow, nd);
     const AvgWindow<int> wh = avg_window(p.h, d.h, d.kh, d.sh, d.ph);
     const AvgWindow<int> ww = avg_window(p.w, d.w, d.kw, d.sw, d.pw);
-    compute_t<T> s = 0;
+    C s[V] = {};
     for (int ih = wh.begin; ih < wh.end; ++ih)
-      for (int iw = ww.begin; iw < ww.end; ++iw) s += ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
-    const auto count = static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
-    y[o] = convert_elem<T>(s / count);
+      for (int iw = ww.begin; iw < ww.end; ++iw) {
+        C v[V];
+        load_group<T, V>(x + at(p.n, ih, iw, p.c, d.h, d.w, nd.c), p.nc, v);
+        for (int j = 0; j < V; ++j) s[j] += v[j];
+      }
+    const auto count = static_cast<C>(avg_count(wh, ww, include_pad));
+    for (int j = 0; j < V; ++j) s[j] = s[j] / count;
+    store_group<T, V>(y + at(p.n, p.h, p.w, p.c, d.oh, d.ow, nd.c), p.nc, s);
   }
 }
 
@@ -146,25 +223,28 @@ template <typename T>
 __global__ void avg_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
                                                 T* __restrict__ grad_x, NhwcDims nd,
                                                 bool include_pad) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  const int64_t total = group_threads(nd, d.h, d.w);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int e = static_cast<int>(i);
-    const Pixel p = split(e, d.h, d.w, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.h, d.w, nd);
     int oh0, oh1, ow0, ow1;
     window_covering(p.h, d.ph, d.kh, d.sh, d.oh, oh0, oh1);
     window_covering(p.w, d.pw, d.kw, d.sw, d.ow, ow0, ow1);
-    compute_t<T> acc = 0;
+    C acc[V] = {};
     for (int oh = oh0; oh <= oh1; ++oh) {
       const AvgWindow<int> wh = avg_window(oh, d.h, d.kh, d.sh, d.ph);
       for (int ow = ow0; ow <= ow1; ++ow) {
         const AvgWindow<int> ww = avg_window(ow, d.w, d.kw, d.sw, d.pw);
-        acc += ld(grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)]) /
-               static_cast<compute_t<T>>(avg_count(wh, ww, include_pad));
+        const auto count = static_cast<C>(avg_count(wh, ww, include_pad));
+        C g[V];
+        load_group<T, V>(grad_y + at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c), p.nc, g);
+        for (int j = 0; j < V; ++j) acc[j] += g[j] / count;
       }
     }
-    grad_x[e] = convert_elem<T>(acc);
+    store_group<T, V>(grad_x + at(p.n, p.h, p.w, p.c, d.h, d.w, nd.c), p.nc, acc);
   }
 }
 
@@ -173,36 +253,44 @@ __global__ void avg_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
 template <typename T>
 __global__ void adaptive_avg_pool2d_forward_nhwc_kernel(const T* __restrict__ x,
                                                         T* __restrict__ y, NhwcDims nd) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.oh * d.ow;
+  const int64_t total = group_threads(nd, d.oh, d.ow);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int o = static_cast<int>(i);
-    const Pixel p = split(o, d.oh, d.ow, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.oh, d.ow, nd);
     const int h0 = static_cast<int>(adaptive_start(p.h, d.h, d.oh));
     const int h1 = static_cast<int>(adaptive_end(p.h, d.h, d.oh));
     const int w0 = static_cast<int>(adaptive_start(p.w, d.w, d.ow));
     const int w1 = static_cast<int>(adaptive_end(p.w, d.w, d.ow));
-    compute_t<T> s = 0;
+    C s[V] = {};
     for (int ih = h0; ih < h1; ++ih)
-      for (int iw = w0; iw < w1; ++iw) s += ld(x[at(p.n, ih, iw, p.c, d.h, d.w, nd.c)]);
-    y[o] = convert_elem<T>(s / static_cast<compute_t<T>>((h1 - h0) * (w1 - w0)));
+      for (int iw = w0; iw < w1; ++iw) {
+        C v[V];
+        load_group<T, V>(x + at(p.n, ih, iw, p.c, d.h, d.w, nd.c), p.nc, v);
+        for (int j = 0; j < V; ++j) s[j] += v[j];
+      }
+    const auto count = static_cast<C>((h1 - h0) * (w1 - w0));
+    for (int j = 0; j < V; ++j) s[j] = s[j] / count;
+    store_group<T, V>(y + at(p.n, p.h, p.w, p.c, d.oh, d.ow, nd.c), p.nc, s);
   }
 }
 
 template <typename T>
 __global__ void adaptive_avg_pool2d_backward_nhwc_kernel(const T* __restrict__ grad_y,
                                                          T* __restrict__ grad_x, NhwcDims nd) {
+  using C = compute_t<T>;
+  constexpr int V = kVec<T>;
   const PoolDims& d = nd.d;
-  const int64_t total = static_cast<int64_t>(d.planes) * d.h * d.w;
+  const int64_t total = group_threads(nd, d.h, d.w);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int e = static_cast<int>(i);
-    const Pixel p = split(e, d.h, d.w, nd.c);
+    const Pixel p = split<V>(static_cast<int>(i), d.h, d.w, nd);
     int oh0, oh1, ow0, ow1;
     adaptive_covering(p.h, d.h, d.oh, oh0, oh1);
     adaptive_covering(p.w, d.w, d.ow, ow0, ow1);
-    compute_t<T> acc = 0;
+    C acc[V] = {};
     for (int oh = oh0; oh <= oh1; ++oh) {
       const int h0 = static_cast<int>(adaptive_start(oh, d.h, d.oh));
       const int h1 = static_cast<int>(adaptive_end(oh, d.h, d.oh));
@@ -211,11 +299,13 @@ __global__ void adaptive_avg_pool2d_backward_nhwc_kernel(const T* __restrict__ g
         const int w0 = static_cast<int>(adaptive_start(ow, d.w, d.ow));
         const int w1 = static_cast<int>(adaptive_end(ow, d.w, d.ow));
         if (p.w < w0 || p.w >= w1) continue;
-        acc += ld(grad_y[at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c)]) /
-               static_cast<compute_t<T>>((h1 - h0) * (w1 - w0));
+        const auto count = static_cast<C>((h1 - h0) * (w1 - w0));
+        C g[V];
+        load_group<T, V>(grad_y + at(p.n, oh, ow, p.c, d.oh, d.ow, nd.c), p.nc, g);
+        for (int j = 0; j < V; ++j) acc[j] += g[j] / count;
       }
     }
-    grad_x[e] = convert_elem<T>(acc);
+    store_group<T, V>(grad_x + at(p.n, p.h, p.w, p.c, d.h, d.w, nd.c), p.nc, acc);
   }
 }
 
@@ -224,53 +314,59 @@ __global__ void adaptive_avg_pool2d_backward_nhwc_kernel(const T* __restrict__ g
 template <typename T>
 void max_pool2d_forward_nhwc(Backend, const T* x, T* y, int32_t* indices,
                              const Pool2dGeometry& g) {
-  const NhwcDims nd = nhwc_dims("max_pool2d", g);
-  if (out_numel(nd.d) == 0) return;
-  launch(max_pool2d_forward_nhwc_kernel<T>, elementwise_config(out_numel(nd.d)), x, y, indices,
+  const NhwcDims nd = nhwc_dims<T>("max_pool2d", g);
+  const int64_t threads = group_threads(nd, nd.d.oh, nd.d.ow);
+  if (threads == 0) return;
+  launch(max_pool2d_forward_nhwc_kernel<T>, elementwise_config(threads), x, y, indices,
          nd);
 }
 
 template <typename T>
 void max_pool2d_backward_nhwc(Backend, const T* grad_y, const int32_t* indices, T* grad_x,
                               const Pool2dGeometry& g) {
-  const NhwcDims nd = nhwc_dims("max_pool2d_backward", g);
-  if (in_numel(nd.d) == 0) return;
-  launch(max_pool2d_backward_nhwc_kernel<T>, elementwise_config(in_numel(nd.d)), grad_y,
+  const NhwcDims nd = nhwc_dims<T>("max_pool2d_backward", g);
+  const int64_t threads = group_threads(nd, nd.d.h, nd.d.w);
+  if (threads == 0) return;
+  launch(max_pool2d_backward_nhwc_kernel<T>, elementwise_config(threads), grad_y,
          indices, grad_x, nd);
 }
 
 template <typename T>
 void avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g,
                              bool count_include_pad) {
-  const NhwcDims nd = nhwc_dims("avg_pool2d", g);
-  if (out_numel(nd.d) == 0) return;
-  launch(avg_pool2d_forward_nhwc_kernel<T>, elementwise_config(out_numel(nd.d)), x, y, nd,
+  const NhwcDims nd = nhwc_dims<T>("avg_pool2d", g);
+  const int64_t threads = group_threads(nd, nd.d.oh, nd.d.ow);
+  if (threads == 0) return;
+  launch(avg_pool2d_forward_nhwc_kernel<T>, elementwise_config(threads), x, y, nd,
          count_include_pad);
 }
 
 template <typename T>
 void avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x, const Pool2dGeometry& g,
                               bool count_include_pad) {
-  const NhwcDims nd = nhwc_dims("avg_pool2d_backward", g);
-  if (in_numel(nd.d) == 0) return;
-  launch(avg_pool2d_backward_nhwc_kernel<T>, elementwise_config(in_numel(nd.d)), grad_y, grad_x,
+  const NhwcDims nd = nhwc_dims<T>("avg_pool2d_backward", g);
+  const int64_t threads = group_threads(nd, nd.d.h, nd.d.w);
+  if (threads == 0) return;
+  launch(avg_pool2d_backward_nhwc_kernel<T>, elementwise_config(threads), grad_y, grad_x,
          nd, count_include_pad);
 }
 
 template <typename T>
 void adaptive_avg_pool2d_forward_nhwc(Backend, const T* x, T* y, const Pool2dGeometry& g) {
-  const NhwcDims nd = nhwc_dims("adaptive_avg_pool2d", g);
-  if (out_numel(nd.d) == 0) return;
-  launch(adaptive_avg_pool2d_forward_nhwc_kernel<T>, elementwise_config(out_numel(nd.d)), x, y,
+  const NhwcDims nd = nhwc_dims<T>("adaptive_avg_pool2d", g);
+  const int64_t threads = group_threads(nd, nd.d.oh, nd.d.ow);
+  if (threads == 0) return;
+  launch(adaptive_avg_pool2d_forward_nhwc_kernel<T>, elementwise_config(threads), x, y,
          nd);
 }
 
 template <typename T>
 void adaptive_avg_pool2d_backward_nhwc(Backend, const T* grad_y, T* grad_x,
                                        const Pool2dGeometry& g) {
-  const NhwcDims nd = nhwc_dims("adaptive_avg_pool2d_backward", g);
-  if (in_numel(nd.d) == 0) return;
-  launch(adaptive_avg_pool2d_backward_nhwc_kernel<T>, elementwise_config(in_numel(nd.d)),
+  const NhwcDims nd = nhwc_dims<T>("adaptive_avg_pool2d_backward", g);
+  const int64_t threads = group_threads(nd, nd.d.h, nd.d.w);
+  if (threads == 0) return;
+  launch(adaptive_avg_pool2d_backward_nhwc_kernel<T>, elementwise_config(threads),
          grad_y, grad_x, nd);
 }
 
