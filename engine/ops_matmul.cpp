@@ -75,8 +75,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "matmul needs 2-D tensors, got ", shape_str(a.shape()),
              " and ", shape_str(b.shape()));
   check_same_device(a, b, "matmul");
+  // Under autocast a may be a 16-bit activation multiplied by an f32 weight.
+  if (autocast_applies(a) && autocast_applies(b)) return matmul_autocast(a, b, trans_a, trans_b);
   check_same_dtype(a, b, "matmul");
-  if (autocast_applies(a)) return matmul_autocast(a, b, trans_a, trans_b);
   Tensor c = matmul_forward(a, b, trans_a, trans_b);
   if (any_requires_grad({&a, &b})) {
     auto node = std::make_shared<MatmulBackward>(trans_a, trans_b);

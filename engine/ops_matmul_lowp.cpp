@@ -55,8 +55,12 @@ struct MatmulAutocastBackward : Node {
     // The same identities as MatmulBackward (ops_matmul.cpp), on the rounded operands.
     if (next[0]) ga = ta ? matmul_lowp_product(b, g, tb, true) : matmul_lowp_product(g, b, false, !tb);
     if (next[1]) gb = tb ? matmul_lowp_product(g, a, true, ta) : matmul_lowp_product(a, g, !ta, false);
+    // Each gradient in its input's dtype: f32 for f32 inputs, 16-bit for a 16-bit activation.
+    if (ga.defined() && ga.dtype() != a_dtype) ga = ga.to(a_dtype);
+    if (gb.defined() && gb.dtype() != b_dtype) gb = gb.to(b_dtype);
     return {ga, gb};
   }
+  DType a_dtype = DType::F32, b_dtype = DType::F32;  // of the inputs matmul was given
 };
 
 }  // namespace
@@ -68,6 +72,8 @@ Tensor matmul_autocast(const Tensor& a, const Tensor& b, bool trans_a, bool tran
   if (any_requires_grad({&a, &b})) {
     auto node = std::make_shared<MatmulAutocastBackward>(trans_a, trans_b);
     node->saved = {a_low, b_low};
+    node->a_dtype = a.dtype();
+    node->b_dtype = b.dtype();
     set_history(c, node, {a, b});
   }
   return c;

@@ -425,8 +425,9 @@ Tensor& Tensor::set_requires_grad(bool requires_grad) {
   KILN_CHECK(defined(), "set_requires_grad on an undefined tensor");
   KILN_CHECK(is_leaf(), "set_requires_grad on a non-leaf tensor (", str(),
              "): use detach() first");
-  KILN_CHECK(!requires_grad || is_floating(dtype()), "only floating tensors can require grad, got ",
-             str());
+  // f16 and bf16 too: a 16-bit activation's gradient is 16-bit (engine/autocast.h).
+  KILN_CHECK(!requires_grad || is_activation_dtype(dtype()),
+             "only floating tensors can require grad, got ", str());
   impl_->requires_grad = requires_grad;
   return *this;
 }

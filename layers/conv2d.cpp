@@ -124,8 +124,10 @@ struct Conv2dBackward : Node {
   Impl impl = Impl::Hand;
   bool has_bias = false;
   // Autocast (conv2d_lowp.cpp): the saved operands are bf16/f16, the gradient is rounded to
-  // their dtype for the products, and every gradient returned is f32.
+  // their dtype for the products, and every gradient returned is f32, except dx for a 16-bit
+  // x (AutocastOutputs::LowPrecision: g.y_lowp), which is 16-bit, x's dtype.
   bool autocast = false;
+  DType x_dtype = DType::F32;  // the dtype of the x conv2d was given (dx's)
   // saved = {x or undefined, w or undefined}: x only if w needs a gradient, w only if x does.
 
   std::vector<Tensor> apply(const Tensor& grad_out_any) override {
@@ -140,8 +142,10 @@ struct Conv2dBackward : Node {
     const Tensor grad_out =
         g.y_nhwc ? grad_out_any.to(MemoryFormat::ChannelsLast) : grad_out_any.contiguous();
     Tensor dx, dw, db;
+    // The dtype the kernels write dx in: 16-bit with g.y_lowp (converted to x_dtype after).
+    const DType dx_kernel_dtype = autocast && g.y_lowp ? x_dtype_low() : dt;
     if (next[0])
-      dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dt, dev,
+      dx = Tensor::empty(activation_shape(g.n, g.c, g.h, g.w, g.x_blocked), dx_kernel_dtype, dev,
                          g.x_nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
     if (next[1])
       dw = Tensor::empty({g.k, g.c, g.r, g.s}, dt, dev,
@@ -161,10 +165,14 @@ struct Conv2dBackward : Node {
         run_backward(x, w, dy, dx, dw, kernel_db, g, impl);
       if (lone_db) bias_grad_alone(dy, db, g);
     }
+    // A 16-bit-output convolution of an f32 x (a network's first): dx back in f32.
+    if (dx.defined() && dx.dtype() != x_dtype) dx = dx.to(x_dtype);
     std::vector<Tensor> grads{dx, dw};
     if (has_bias) grads.push_back(db);
     return grads;
   }
+  // The 16-bit dtype of the saved operands.
+  DType x_dtype_low() const { return saved[0].defined() ? saved[0].dtype() : saved[1].dtype(); }
   const char* name() const override {
     return autocast ? "Conv2dAutocastBackward" : "Conv2dBackward";
   }
@@ -182,6 +190,7 @@ void record_backward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& 
   node->impl = impl;
   node->has_bias = with_b;
   node->autocast = autocast;
+  node->x_dtype = x.dtype();
   // Save only what backward reads: x for dw, w for dx.
   node->saved = {w.requires_grad() ? x_op : Tensor(), x.requires_grad() ? w_op : Tensor()};
   std::vector<Tensor> inputs{x, w};
@@ -198,6 +207,9 @@ namespace {
 // Whether the vendor kernels for x read and write channels-last activations themselves: oneDNN
 // (CPU: f32, and under autocast bf16/f16) and cuDNN (CUDA: f32 and f64, and under autocast).
 bool vendor_reads_channels_last(const Tensor& x) {
+  // A 16-bit activation (autocast with AutocastOutputs::LowPrecision): the 16-bit kernels.
+  if (is_low_precision(x.dtype()))
+    return autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) == Impl::Vendor;
   if (conv_impl(x.device(), x.dtype()) != Impl::Vendor) return false;
   if (autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) != Impl::Vendor) return false;
   const bool cuda = x.device().type == DeviceType::CUDA;
@@ -242,14 +254,21 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   KILN_CHECK(w.dim() == 4, "conv2d: expected the weight as (K, C, R, S), got ",
              shape_str(w.shape()));
   check_same_device(x, w, "conv2d");
-  check_same_dtype(x, w, "conv2d");
-  KILN_CHECK(is_floating(x.dtype()), "conv2d: expected f32 or f64 tensors, got ", x.str());
+  // Under autocast x may be a 16-bit activation (AutocastOutputs::LowPrecision) with the f32
+  // weight and bias it is multiplied with; otherwise x, w and b share one floating dtype.
+  const bool lowp_x = is_low_precision(x.dtype());
+  KILN_CHECK(!lowp_x || autocast_applies(x), "conv2d: a ", dtype_name(x.dtype()), " input ",
+             "needs an AutocastGuard of that dtype (engine/autocast.h), or convert it with ",
+             ".to(DType::F32)");
+  if (!lowp_x) check_same_dtype(x, w, "conv2d");
+  KILN_CHECK(lowp_x ? w.dtype() == DType::F32 : is_floating(x.dtype()),
+             "conv2d: expected f32 or f64 tensors, got ", x.str(), " and ", w.str());
   KILN_CHECK(logical_channels(x) == w.size(1), "conv2d: the input ", shape_str(x.shape()), " has ",
              logical_channels(x), " channels but the weight ", shape_str(w.shape()), " expects ",
              w.size(1), " (weight is (out_channels, in_channels, kH, kW))");
   if (b.defined()) {
     check_same_device(x, b, "conv2d");
-    check_same_dtype(x, b, "conv2d");
+    check_same_dtype(w, b, "conv2d");  // w's dtype is checked above
     KILN_CHECK(b.dim() == 1 && b.size(0) == w.size(0), "conv2d: the bias has shape ",
                shape_str(b.shape()), " but the weight ", shape_str(w.shape()), " needs [",
                w.size(0), "]");

@@ -396,27 +396,34 @@ void conv2d_backward_vendor(Backend, const T* x, const T* dy, const T* w, T* dx,
 }
 
 bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* w,
-                                const float* b, float* y, const ConvGeometry& g) {
+                                const float* b, void* y, const ConvGeometry& g) {
   const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_forward_lowp_vendor");
   if (g.n == 0) return true;
   cudnnHandle_t handle = cudnn_handle();
-  // cuDNN writes y in the input type: into scratch, widened into the f32 y afterwards.
+  // cuDNN writes y in the input type: in place for a 16-bit y without bias; otherwise into
+  // scratch, widened into an f32 y (the bias is added there), rounded back for a 16-bit one.
   const int64_t y_count = g.n * g.k * g.p * g.q;
-  const Tensor y16 = scratch_tensor(y_count, in);
+  const bool in_place = g.y_lowp && b == nullptr;
+  const Tensor y16 = in_place ? Tensor() : scratch_tensor(y_count, in);
+  void* y_cudnn = in_place ? y : y16.raw_data();
   std::unique_lock<std::mutex> lock(g_plans_mutex);
   Plan& plan = plan_for(g, dt);
-  const Pass<cudnnConvolutionFwdAlgo_t> pass = forward_pass(handle, plan, x, w, y16.raw_data(), g);
+  const Pass<cudnnConvolutionFwdAlgo_t> pass = forward_pass(handle, plan, x, w, y_cudnn, g);
   lock.unlock();
 
-  run_forward(handle, plan, pass, x, w, y16.raw_data());
-  convert(y16.raw_data(), in, y, DType::F32, y_count);
+  run_forward(handle, plan, pass, x, w, y_cudnn);
+  if (in_place) return true;
+  const Tensor y32 = g.y_lowp ? scratch_tensor(y_count, DType::F32) : Tensor();
+  void* y_f32 = g.y_lowp ? y32.raw_data() : y;
+  convert(y16.raw_data(), in, y_f32, DType::F32, y_count);
   const float one = 1;
-  if (b) KILN_CUDNN_LAUNCH(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y));
+  if (b) KILN_CUDNN_LAUNCH(cudnnAddTensor(handle, &one, plan.bias, b, &one, plan.y_f32, y_f32));
+  if (g.y_lowp) convert(y_f32, DType::F32, y, in, y_count);
   return true;
 }
 
 bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* dy,
-                                 const uint16_t* w, float* dx, float* dw, float* db,
+                                 const uint16_t* w, void* dx, float* dw, float* db,
                                  const ConvGeometry& g) {
   const cudnnDataType_t dt = cudnn_lowp_dtype(in, "conv2d_backward_lowp_vendor");
   if (g.n == 0) return true;  // as conv2d_backward_vendor: the op zeroes dw, db of an empty batch
@@ -424,19 +431,21 @@ bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uin
   // dx and dw come out of cuDNN in the input type: into scratch, widened afterwards.
   const int64_t x_count = g.n * g.c * g.h * g.w, w_count = g.k * g.c * g.r * g.s;
   const int64_t y_count = g.n * g.k * g.p * g.q;
-  const Tensor dx16 = dx ? scratch_tensor(x_count, in) : Tensor();
+  // A 16-bit dx (g.y_lowp) is written in place.
+  const Tensor dx16 = dx && !g.y_lowp ? scratch_tensor(x_count, in) : Tensor();
+  void* dx_cudnn = g.y_lowp ? dx : ptr(dx16);
   const Tensor dw16 = dw ? scratch_tensor(w_count, in) : Tensor();
   std::unique_lock<std::mutex> lock(g_plans_mutex);
   Plan& plan = plan_for(g, dt);
   Pass<cudnnConvolutionBwdDataAlgo_t> data;
   Pass<cudnnConvolutionBwdFilterAlgo_t> filter;
-  if (dx) data = backward_data_pass(handle, plan, w, dy, ptr(dx16), g);
+  if (dx) data = backward_data_pass(handle, plan, w, dy, dx_cudnn, g);
   if (dw) filter = backward_filter_pass(handle, plan, x, dy, ptr(dw16), g);
   lock.unlock();
 
   if (dx) {
-    run_backward_data(handle, plan, data, w, dy, ptr(dx16));
-    convert(ptr(dx16), in, dx, DType::F32, x_count);
+    run_backward_data(handle, plan, data, w, dy, dx_cudnn);
+    if (!g.y_lowp) convert(ptr(dx16), in, dx, DType::F32, x_count);
   }
   if (dw) {
     run_backward_filter(handle, plan, filter, x, dy, ptr(dw16));

@@ -23,7 +23,8 @@ void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
 void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, Tensor& dw,
                   Tensor& db, const ConvGeometry& g, Impl impl);
 
-// The same with bf16/f16 x, w (and dy) and f32 b, y and gradients (conv2d_lowp.cpp).
+// The same with bf16/f16 x, w (and dy), f32 b, dw and db, and y and dx f32 or, with g.y_lowp,
+// in the 16-bit dtype (conv2d_lowp.cpp).
 void run_forward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& b, Tensor& y,
                       const ConvGeometry& g, Impl impl);
 void run_backward_lowp(const Tensor& x_low, const Tensor& w_low, const Tensor& dy_low,
@@ -41,8 +42,9 @@ Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked)
 
 }  // namespace conv_detail
 
-// conv2d under autocast (engine/autocast.h): x, w, b f32 and checked, g computed; x NCHW or
-// channels-last, w KCRS or, for cuDNN on channels-last (g.w_nhwc), its KRSC copy.
+// conv2d under autocast (engine/autocast.h): w, b f32 and checked, x f32 or a 16-bit
+// activation of the guard's dtype, g computed; x NCHW or channels-last, w KCRS or, for cuDNN
+// on channels-last (g.w_nhwc), its KRSC copy. y is autocast_output_dtype().
 Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g);
 
 }  // namespace kiln

@@ -19,9 +19,10 @@
 // kernels run ~2x faster than our im2col + OpenBLAS on nchw. In backward, dy is reordered
 // once for both gradients.
 //
-// Data types. x, w and dy are f32, or bf16 / f16 for the low-precision entry points; y, dx, dw
-// and the bias are f32 in every case, so one set of primitives describes both, with a data
-// type per argument.
+// Data types. x, w and dy are f32, or bf16 / f16 for the low-precision entry points; dw and
+// the bias are f32 in every case, y and dx too unless g.y_lowp asks for them in the 16-bit
+// input dtype (16-bit activations under autocast). One set of primitives describes all of
+// these, with a data type per argument.
 //
 // Threads. This libdnnl uses OpenMP: it runs on the calling thread's OpenMP budget
 // (omp_set_num_threads / kiln::set_num_threads). Some implementations fix their thread split
@@ -162,12 +163,14 @@ struct ConvPrimitives {
     const tag y_tag = act_tag(g.y_blocked, g.y_nhwc);
     const memory::dims x_dims{g.n, g.c, g.h, g.w}, w_dims{g.k, g.c, g.r, g.s},
         y_dims{g.n, g.k, g.p, g.q};
+    // y and dx: f32, or with g.y_lowp the input dtype (oneDNN rounds each f32 sum once).
+    const auto out = g.y_lowp ? lowp : f32;
     x_md = memory::desc(x_dims, lowp, x_tag);
-    dx_md = memory::desc(x_dims, f32, x_tag);
+    dx_md = memory::desc(x_dims, out, x_tag);
     w_md = memory::desc(w_dims, lowp, tag::oihw);
     dw_md = memory::desc(w_dims, f32, tag::oihw);
     b_md = memory::desc({g.k}, f32, tag::x);
-    y_md = memory::desc(y_dims, f32, y_tag);
+    y_md = memory::desc(y_dims, out, y_tag);
     dy_md = memory::desc(y_dims, lowp, y_tag);
     strides = {g.stride, g.stride};
     pad = {g.pad, g.pad};
@@ -236,12 +239,12 @@ void create_backward(Make&& make, const ConvGeometry& g, DType in) {
 }  // namespace
 
 ConvPrimitives* conv_primitives(const ConvGeometry& g, bool bias, DType in) {
-  using Key = std::array<int64_t, 14>;
+  using Key = std::array<int64_t, 15>;
   thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
   const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
                 g.x_blocked * 8 + g.y_blocked * 4 + g.x_nhwc * 2 + g.y_nhwc,
                 static_cast<int64_t>(conv_algorithm(g)),
-                static_cast<int64_t>(in)};
+                static_cast<int64_t>(in), g.y_lowp};
   auto it = cache.find(key);
   if (it == cache.end()) {
     std::unique_ptr<ConvPrimitives> entry;
@@ -270,7 +273,7 @@ KernelKind backward_weights_kind(ConvPrimitives& cp, const ConvGeometry& g, DTyp
   return cp.bwd_weights_kind;
 }
 
-void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* b, float* y) {
+void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* b, void* y) {
   Tensor kx, kw, ky;  // staging buffers, if any
   memory y_mem = cp.fy.output(y, ky);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, cp.fx.input(x, kx)},
@@ -282,7 +285,7 @@ void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* 
   stream().wait();
 }
 
-void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void* w, float* dx,
+void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void* w, void* dx,
                   float* dw, float* db) {
   Tensor kdy, kx, kdw, kw, kdx, kdy2;  // staging buffers, if any
   memory dy_w;  // dy in the layout of backward-weights; reused by backward-data if it fits

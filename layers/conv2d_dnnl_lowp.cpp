@@ -1,6 +1,7 @@
 // conv2d_dnnl_lowp.cpp: oneDNN convolutions of mixed-precision training,
 // cpu::conv2d_forward_lowp_vendor and cpu::conv2d_backward_lowp_vendor: x, w and dy in bf16 or
-// f16, y, dx, dw and db in f32 (contract: conv2d_kernels.h). oneDNN reads the 16-bit inputs,
+// f16, dw and db in f32, y and dx in f32 or, with g.y_lowp, bf16/f16 (contract:
+// conv2d_kernels.h). oneDNN reads the 16-bit inputs,
 // multiplies them exactly and sums in f32, like the GEMMs of engine/gemm_lowp_cpu.h.
 //
 // The primitives, their layouts, staging and cache are those of the f32 path
@@ -29,7 +30,7 @@ void check_lowp_call(DType in, const ConvGeometry& g, const char* who) {
 }  // namespace
 
 bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* w,
-                                const float* b, float* y, const ConvGeometry& g) {
+                                const float* b, void* y, const ConvGeometry& g) {
   check_lowp_call(in, g, "conv2d_forward_lowp_vendor");
   dnnl_conv::ConvPrimitives* cp = dnnl_conv::conv_primitives(g, b != nullptr, in);
   if (cp == nullptr || dnnl_conv::forward_kind(*cp) != dnnl_conv::KernelKind::Fast) return false;
@@ -38,7 +39,7 @@ bool conv2d_forward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint
 }
 
 bool conv2d_backward_lowp_vendor(Backend, DType in, const uint16_t* x, const uint16_t* dy,
-                                 const uint16_t* w, float* dx, float* dw, float* db,
+                                 const uint16_t* w, void* dx, float* dw, float* db,
                                  const ConvGeometry& g) {
   check_lowp_call(in, g, "conv2d_backward_lowp_vendor");
   const bool weights = dw != nullptr || db != nullptr;

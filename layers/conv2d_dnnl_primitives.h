@@ -2,8 +2,8 @@
 // (conv2d_dnnl.cpp, which defines it and explains layouts, staging and caching) and the
 // bf16 / f16 ones (conv2d_dnnl_lowp.cpp). Internal to layers/.
 //
-// Data types: x, w and dy in the input dtype `in` (F32, BF16 or F16); y, dx, dw and the bias
-// always f32.
+// Data types: x, w and dy in the input dtype `in` (F32, BF16 or F16); dw and the bias always
+// f32; y and dx f32, or `in` when g.y_lowp (conv2d_kernels.h).
 #pragma once
 
 #include "engine/dtype.h"
@@ -28,11 +28,11 @@ KernelKind backward_data_kind(ConvPrimitives& cp, const ConvGeometry& g, DType i
 KernelKind backward_weights_kind(ConvPrimitives& cp, const ConvGeometry& g, DType in);
 
 // y = conv(x, w) + b (b may be null: only when cp was made without bias).
-void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* b, float* y);
+void run_forward(ConvPrimitives& cp, const void* x, const void* w, const float* b, void* y);
 // The gradients that are not null (db only when cp was made with bias); the passes they need
 // must have been created (*_kind above) and not be Missing. x may be null when dw and db are,
 // w when dx is.
-void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void* w, float* dx,
+void run_backward(ConvPrimitives& cp, const void* x, const void* dy, const void* w, void* dx,
                   float* dw, float* db);
 
 }  // namespace kiln::dnnl_conv

@@ -37,6 +37,10 @@ struct ConvGeometry {
   bool x_nhwc = false, y_nhwc = false;
   // w (and dw) channels-last, KRSC: cuDNN only, with x_nhwc (conv2d_cudnn.cu).
   bool w_nhwc = false;
+  // The _lowp_ kernels only (autocast with AutocastOutputs::LowPrecision, engine/autocast.h): y
+  // and dx in the inputs' 16-bit dtype, each element rounded once from its f32 sum, instead of
+  // f32. dw and db stay f32 (they update the f32 master weights).
+  bool y_lowp = false;
 };
 
 }  // namespace kiln
@@ -89,16 +93,17 @@ void conv2d_backward_vendor(Backend,
                             const ConvGeometry& g);
 
 // ---- vendor kernels for mixed precision (conv2d_dnnl_lowp.cpp) ----------------------------------
-// oneDNN convolution with bf16/f16 x and w, f32 bias and f32 y (forward); dy low precision,
-// dx/dw/db f32 (backward). `in` is DType::BF16 or DType::F16, the format of the uint16_t bit
-// patterns. NCHW only (g.x_blocked and g.y_blocked false). Return false, doing nothing, when
-// oneDNN has no non-reference implementation for `in` on this CPU (the caller then converts
-// and runs the f32 kernels). The products are exact and summed in f32.
+// oneDNN convolution with bf16/f16 x and w, f32 bias, and y f32 or (g.y_lowp) in `in`
+// (forward); dy low precision, dx f32 or (g.y_lowp) in `in`, dw/db f32 (backward). `in` is
+// DType::BF16 or DType::F16, the format of the uint16_t bit patterns; y and dx are void* for
+// that reason. NCHW or channels-last (g.x_blocked and g.y_blocked false). Return false, doing
+// nothing, when oneDNN has no non-reference implementation for `in` on this CPU (the caller then
+// converts and runs the f32 kernels). The products are exact and summed in f32.
 bool conv2d_forward_lowp_vendor(Backend, DType in,
                                 const uint16_t* x,  // x is (N, C, H, W)
                                 const uint16_t* w,  // w is (K, C, R, S)
                                 const float* b,     // b is (K) or null
-                                float* y,           // y is (N, K, P, Q), written, never read
+                                void* y,            // y is (N, K, P, Q), written, never read
                                 const ConvGeometry& g);
 // dx, dw, db may each be null (not needed), db only with dw as in conv2d_backward_vendor; x may
 // be null when dw and db are, w when dx is.
@@ -106,7 +111,7 @@ bool conv2d_backward_lowp_vendor(Backend, DType in,
                                  const uint16_t* x,   // x is (N, C, H, W)
                                  const uint16_t* dy,  // dy is (N, K, P, Q)
                                  const uint16_t* w,   // w is (K, C, R, S)
-                                 float* dx,           // dx is (N, C, H, W) or null
+                                 void* dx,            // dx is (N, C, H, W) or null
                                  float* dw,           // dw is (K, C, R, S) or null
                                  float* db,           // db is (K) or null, and null when dw is
                                  const ConvGeometry& g);
@@ -183,21 +188,22 @@ void conv2d_backward_vendor(Backend,
 // Mixed precision through cuDNN: x, w (and dy) are bf16 or f16 bit patterns (`in` is
 // DType::BF16 or DType::F16), the sums run in float on tensor cores (CUDNN_DATA_BFLOAT16 /
 // CUDNN_DATA_HALF with compute type FLOAT, CUDNN_TENSOR_OP_MATH). cuDNN writes y, dx and dw in
-// `in`: each is computed into scratch, rounded once to `in`, and widened into the f32 output.
+// `in`, each rounded once from its float sum: with g.y_lowp, y (without bias) and dx are
+// written in place; otherwise they land in scratch and are widened into the f32 outputs.
 // b and db are f32: y = widen(conv(x, w)) + b, db = the f32 sum of widened dy. They return
 // true (they always run), as the CPU twins do when oneDNN has a kernel.
 bool conv2d_forward_lowp_vendor(Backend, DType in,
                                 const uint16_t* x,  // x is (N, C, H, W)
                                 const uint16_t* w,  // w is (K, C, R, S)
                                 const float* b,     // b is (K) or null
-                                float* y,           // y is (N, K, P, Q), written, never read
+                                void* y,            // y is (N, K, P, Q), written, never read
                                 const ConvGeometry& g);
 // dx, dw, db may each be null (not needed); x may be null when dw is, w when dx is.
 bool conv2d_backward_lowp_vendor(Backend, DType in,
                                  const uint16_t* x,   // x is (N, C, H, W)
                                  const uint16_t* dy,  // dy is (N, K, P, Q)
                                  const uint16_t* w,   // w is (K, C, R, S)
-                                 float* dx,           // dx is (N, C, H, W) or null
+                                 void* dx,            // dx is (N, C, H, W) or null
                                  float* dw,           // dw is (K, C, R, S) or null
                                  float* db,           // db is (K) or null
                                  const ConvGeometry& g);

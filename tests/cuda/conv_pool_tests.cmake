@@ -11,3 +11,6 @@ kiln_test(conv2d_cudnn_lowp_cuda_test SOURCES conv2d_cudnn_lowp_cuda_test.cpp
 # kernels' conversions.
 kiln_test(conv2d_cudnn_nhwc_cuda_test SOURCES conv2d_cudnn_nhwc_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)
+# 16-bit activations (AutocastOutputs::LowPrecision): conv2d's bf16/f16 y and dx on cuda:0.
+kiln_test(conv2d_lowp_outputs_cuda_test SOURCES conv2d_lowp_outputs_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_layers)

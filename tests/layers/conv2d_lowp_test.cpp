@@ -182,6 +182,56 @@ TEST_P(Conv2dLowp, ForwardAndEachGradient) {
     }
 }
 
+// With g.y_lowp (16-bit activations under autocast) y and dx come out in the inputs' dtype:
+// each element is its f32 sum rounded once, so it lies within half an ulp of the 16-bit format
+// of that sum, which lies within the f32 bound of the exact value:
+//   |got - want| <= 1e-5 * bound + ulp(|want| + 1e-5 * bound) / 2.
+// dw and db stay f32 (expect_close).
+void expect_rounded_once(DType t, const std::vector<uint16_t>& got, const Ref& want,
+                         const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 3; ++i) {
+    const double f32_err = 1e-5 * want.bound[i];
+    const double limit = f32_err + testing::ulp_of(t, std::fabs(want.value[i]) + f32_err) / 2;
+    const double value = from_bits(t, got[i]);
+    if (!(std::fabs(value - want.value[i]) <= limit)) {
+      ++bad;
+      ADD_FAILURE() << what << "[" << i << "] = " << value << ", want " << want.value[i]
+                    << " within " << limit;
+    }
+  }
+}
+
+TEST_P(Conv2dLowp, SixteenBitOutputsAreTheSumsRoundedOnce) {
+  const DType t = GetParam();
+  uint32_t seed = 100;
+  for (const Case& tc : kCases) {
+    SCOPED_TRACE(std::string(tc.name) + " " + dtype_name(t));
+    ConvGeometry g = geometry(tc);
+    g.y_lowp = true;
+    const auto x = random_bits(t, g.n * g.c * g.h * g.w, seed++);
+    const auto w = random_bits(t, g.k * g.c * g.r * g.s, seed++);
+    const auto dy = random_bits(t, g.n * g.k * g.p * g.q, seed++);
+    const Reference ref(g, widen(t, x), widen(t, w), {}, widen(t, dy));
+    const uint16_t kUnwritten = 0x7fff;  // a NaN in both formats
+    std::vector<uint16_t> y(ref.y.value.size(), kUnwritten);
+    const bool ran =
+        cpu::conv2d_forward_lowp_vendor(cpu::Backend{}, t, x.data(), w.data(), nullptr, y.data(), g);
+    if (must_run(t)) {
+      EXPECT_TRUE(ran) << "oneDNN refused a bf16 output on a CPU with AVX512_BF16";
+    }
+    if (!ran) continue;  // the op then rounds the f32 kernels' results (conv2d_lowp.cpp)
+    expect_rounded_once(t, y, ref.y, "y");
+    std::vector<uint16_t> dx(ref.dx.value.size(), kUnwritten);
+    std::vector<float> dw(ref.dw.value.size(), kSentinel);
+    if (cpu::conv2d_backward_lowp_vendor(cpu::Backend{}, t, x.data(), dy.data(), w.data(),
+                                         dx.data(), dw.data(), nullptr, g)) {
+      expect_rounded_once(t, dx, ref.dx, "dx");
+      expect_close(dw, ref.dw, "dw");
+    }
+  }
+}
+
 TEST_P(Conv2dLowp, RefusesBlockedLayoutsAndOtherDtypes) {
   ConvGeometry g = geometry(kCases[0]);
   g.x_blocked = true;
