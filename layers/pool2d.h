@@ -20,6 +20,10 @@
 // and returns channels-last results (the max-pool indices too, their values unchanged), equal to
 // the NCHW ones bit for bit; no reordering happens, forward or backward.
 //
+// x may be f32, f64, bf16 or f16. A 16-bit x gives a 16-bit y and a 16-bit gradient, computed
+// in f32 and rounded once: bit for bit the f32 op on the widened input, rounded once
+// (docs/mixed_precision.md). The channel-blocked layout (layers/layout.h) holds f32 and f64 only.
+//
 // Parameters mirror torch.nn.functional: stride defaults to kernel_size (std::nullopt).
 #pragma once
 

@@ -14,6 +14,10 @@
 // Max pool indices are int32 offsets inside the input plane (ih * W + iw), as PyTorch's
 // (which are int64): int32 halves their memory and bandwidth in the training hot path, and
 // a plane never holds 2^31 elements (the op checks it).
+//
+// T is float, double, Half or BFloat16. A 16-bit kernel is the same template: it widens each
+// element to compute_t<T> (f32) on load, compares or sums in f32 in the f32 kernel's order, and
+// rounds once on store, so its results are the f32 kernel's on the widened input, rounded once.
 #pragma once
 
 #include <cstdint>
