@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,28 +53,12 @@ struct LowpPass {
   Tensor y, grad, indices;  // indices: max pooling only
 };
 
-// Kiln's leaves are f32 or f64, so a 16-bit input with a gradient is the output of this node,
-// which keeps the gradient it receives (and has nothing behind it).
-struct KeepGrad : Node {
-  Tensor grad;
-  const char* name() const override { return "KeepGrad"; }
-  std::vector<Tensor> apply(const Tensor& grad_out) override {
-    grad = grad_out;
-    return {};
-  }
-};
-
 // Forward and backward of `op` on x (any device, format and dtype) with output gradient gy.
 inline LowpPass lowp_pass(const LowpPoolOp& op, const Tensor& x_in, const Tensor& gy) {
-  Tensor x = x_in.detach();
-  auto keep = std::make_shared<KeepGrad>();
-  if (is_floating(x.dtype()))
-    x.set_requires_grad(true);
-  else
-    set_history(x, keep, {});
+  Tensor x = x_in.detach().set_requires_grad(true);
   Tensor y = op.fn(x);
   y.backward(gy);
-  LowpPass r{y, is_floating(x.dtype()) ? x.grad() : keep->grad, Tensor()};
+  LowpPass r{y, x.grad(), Tensor()};
   if (op.max) r.indices = max_pool2d_with_indices(x_in.detach(), op.k, op.s, op.p).second;
   return r;
 }
