@@ -9,6 +9,7 @@
 
 #include "engine/autograd.h"
 #include "engine/dispatch.h"
+#include "engine/dtype.h"
 #include "engine/error.h"
 #include "engine/memory_format.h"
 #include "engine/ops.h"
@@ -21,22 +22,30 @@ namespace {
 
 constexpr const char* kOp = "batch_norm2d";
 
-// A per-channel tensor (weight, bias, running stats) must be (C) like x's channels, and share
-// x's dtype and device. Undefined is allowed (the caller decides what that means).
+// The dtype of the per-channel tensors for an input of dtype t: f32 for 16-bit activations
+// (weight, bias, running and saved statistics, their gradients stay f32), t itself otherwise.
+DType channel_dtype(DType t) { return is_low_precision(t) ? DType::F32 : t; }
+
+// A per-channel tensor (weight, bias, running stats) must be (C) like x's channels, of
+// channel_dtype(x's dtype), on x's device. Undefined is allowed (the caller decides what that
+// means).
 void check_channel_tensor(const char* what, const Tensor& t, const Tensor& x) {
   if (!t.defined()) return;
   const int64_t c = logical_channels(x);
   KILN_CHECK(t.dim() == 1 && t.size(0) == c, kOp, ": ", what, " has shape ",
              shape_str(t.shape()), " but the input ", shape_str(x.shape()), " has ", c,
              " channels: expected [", c, "]");
-  KILN_CHECK(t.dtype() == x.dtype(), kOp, ": ", what, " is ", dtype_name(t.dtype()),
-             " but the input is ", dtype_name(x.dtype()), ": convert one with .to(dtype)");
+  const DType want = channel_dtype(x.dtype());
+  KILN_CHECK(t.dtype() == want, kOp, ": ", what, " is ", dtype_name(t.dtype()),
+             " but the input is ", dtype_name(x.dtype()), ": expected ", dtype_name(want),
+             " (f32 for a 16-bit input); convert one with .to(dtype)");
   check_same_device(t, x, kOp);
 }
 
 // Saves x, the per-channel mean and invstd actually used, the weight and bias (or undefined),
 // and with a fused ReLU on CUDA the output y (its mask; the CPU kernels recompute the mask
-// from x, the weight and the bias).
+// from x, the weight and the bias). x and y are saved in their own dtype (16 bits for 16-bit
+// activations: no f32 copy); the per-channel tensors are f32 then.
 struct BatchNorm2dBackward : Node {
   BatchNormMode mode = BatchNormMode::Train;
   bool blocked = false;  // x in the channel-blocked layout (CPU only)
@@ -50,29 +59,37 @@ struct BatchNorm2dBackward : Node {
     const Tensor& bias = saved[4];    // (C) with a fused ReLU and a bias; else undefined
     [[maybe_unused]] const Tensor& relu_y = saved[5];  // the output (fused ReLU, CUDA only)
     const int64_t n = x.size(0), c = logical_channels(x), hw = x.size(2) * x.size(3);
+    const DType cdt = channel_dtype(x.dtype());
+    // The gradient of y has y's dtype (x's); one of another dtype is brought to it.
+    const Tensor gy = grad_out.dtype() == x.dtype() ? grad_out : grad_out.to(x.dtype());
     // Only the gradients some input needs are computed (next[i] is null otherwise).
     Tensor gx, gw, gb;
     if (next[0]) gx = Tensor::empty(x.shape(), x.dtype(), x.device());
-    if (next[1]) gw = Tensor::empty({c}, x.dtype(), x.device());
-    if (next[2]) gb = Tensor::empty({c}, x.dtype(), x.device());
+    if (next[1]) gw = Tensor::empty({c}, cdt, x.device());
+    if (next[2]) gb = Tensor::empty({c}, cdt, x.device());
     // The CUDA kernels' workspace: k, a, d of grad_x per channel, from the reduction kernel to
     // the element-wise one.
     Tensor coef;
-    if (x.device().is_cuda() && gx.defined()) coef = Tensor::empty({3 * c}, x.dtype(), x.device());
-    run_kernel("batch_norm2d_backward", x.device(), x.dtype(), [&](auto backend, auto tag) {
+    if (x.device().is_cuda() && gx.defined()) coef = Tensor::empty({3 * c}, cdt, x.device());
+    run_activation_kernel("batch_norm2d_backward", x.device(), x.dtype(), [&](auto backend,
+                                                                              auto tag) {
       using T = typename decltype(tag)::type;
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      using P = compute_t<T>;
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<P>() : nullptr; };
       if constexpr (is_cpu_v<decltype(backend)>) {
         if (blocked) {
-          batch_norm2d_backward_blocked(backend, mode, grad_out.data<T>(), x.data<T>(),
-                                        mean.data<T>(), invstd.data<T>(), ptr(weight), ptr(bias),
-                                        relu, ptr(gx), ptr(gw), ptr(gb), n, c, hw);
+          batch_norm2d_backward_blocked(backend, mode, gy.data<T>(), x.data<T>(),
+                                        mean.data<P>(), invstd.data<P>(), ptr(weight), ptr(bias),
+                                        relu, gx.defined() ? gx.data<T>() : nullptr, ptr(gw),
+                                        ptr(gb), n, c, hw);
           return;
         }
       }
-      batch_norm2d_backward(backend, mode, grad_out.data<T>(), x.data<T>(), mean.data<T>(),
-                            invstd.data<T>(), ptr(weight), ptr(bias), relu, ptr(relu_y), ptr(gx),
-                            ptr(gw), ptr(gb), ptr(coef), n, c, hw);
+      batch_norm2d_backward(backend, mode, gy.data<T>(), x.data<T>(), mean.data<P>(),
+                            invstd.data<P>(), ptr(weight), ptr(bias), relu,
+                            relu_y.defined() ? relu_y.data<T>() : nullptr,
+                            gx.defined() ? gx.data<T>() : nullptr, ptr(gw), ptr(gb), ptr(coef),
+                            n, c, hw);
     });
     return {gx, gw, gb};
   }
@@ -106,7 +123,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
   if (blocked && x.device().type != DeviceType::CPU)  // blocked kernels exist on the CPU only
     return to_channel_blocks(batch_norm2d(from_channel_blocks(x), weight, bias, running_mean,
                                           running_var, training, momentum, eps, activation));
-  KILN_CHECK(is_floating(x.dtype()), kOp, ": expected an f32 or f64 tensor, got ", x.str());
+  KILN_CHECK(is_activation_dtype(x.dtype()), kOp,
+             ": expected an f32, f64, f16 or bf16 tensor, got ", x.str());
   check_channel_tensor("weight", weight, x);
   check_channel_tensor("bias", bias, x);
   check_channel_tensor("running_mean", running_mean, x);
@@ -126,42 +144,44 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
              "batch statistics, got input ", shape_str(x.shape()),
              ": use a larger batch, or eval mode");
 
-  Tensor mean = Tensor::empty({c}, x.dtype(), x.device());
-  Tensor invstd = Tensor::empty({c}, x.dtype(), x.device());
+  const DType cdt = channel_dtype(x.dtype());
+  Tensor mean = Tensor::empty({c}, cdt, x.device());
+  Tensor invstd = Tensor::empty({c}, cdt, x.device());
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   const bool relu = activation == BatchNormActivation::Relu;
-  run_kernel(kOp, x.device(), x.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel(kOp, x.device(), x.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    using P = compute_t<T>;  // the per-channel tensors' element type
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<P>() : nullptr; };
     // Only the CPU has kernels for the channel-blocked layout (a CUDA input was unblocked above).
     bool use_blocked = false;
     if constexpr (is_cpu_v<decltype(backend)>) use_blocked = blocked;
     if (batch_stats) {
-      Tensor var = Tensor::empty({c}, x.dtype(), x.device());
+      Tensor var = Tensor::empty({c}, cdt, x.device());
       if constexpr (is_cpu_v<decltype(backend)>) {
         if (use_blocked)
-          batch_norm2d_stats_blocked(backend, x.data<T>(), mean.data<T>(), var.data<T>(), n, c,
+          batch_norm2d_stats_blocked(backend, x.data<T>(), mean.data<P>(), var.data<P>(), n, c,
                                      hw);
       }
       if (!use_blocked)
-        batch_norm2d_stats(backend, x.data<T>(), mean.data<T>(), var.data<T>(), n, c, hw);
-      batch_norm2d_invstd(backend, var.data<T>(), invstd.data<T>(), c, eps);
+        batch_norm2d_stats(backend, x.data<T>(), mean.data<P>(), var.data<P>(), n, c, hw);
+      batch_norm2d_invstd(backend, var.data<P>(), invstd.data<P>(), c, eps);
       // The running statistics are state, not part of the graph: written in place.
       if (update_running)
-        batch_norm2d_update_running(backend, mean.data<T>(), var.data<T>(),
-                                    running_mean.data<T>(), running_var.data<T>(), c, m,
+        batch_norm2d_update_running(backend, mean.data<P>(), var.data<P>(),
+                                    running_mean.data<P>(), running_var.data<P>(), c, m,
                                     momentum);
     } else {
       mean.copy_(running_mean);
-      batch_norm2d_invstd(backend, running_var.data<T>(), invstd.data<T>(), c, eps);
+      batch_norm2d_invstd(backend, running_var.data<P>(), invstd.data<P>(), c, eps);
     }
     if constexpr (is_cpu_v<decltype(backend)>) {
       if (use_blocked)
-        batch_norm2d_forward_blocked(backend, x.data<T>(), mean.data<T>(), invstd.data<T>(),
+        batch_norm2d_forward_blocked(backend, x.data<T>(), mean.data<P>(), invstd.data<P>(),
                                      ptr(weight), ptr(bias), y.data<T>(), n, c, hw, relu);
     }
     if (!use_blocked)
-      batch_norm2d_forward(backend, x.data<T>(), mean.data<T>(), invstd.data<T>(), ptr(weight),
+      batch_norm2d_forward(backend, x.data<T>(), mean.data<P>(), invstd.data<P>(), ptr(weight),
                            ptr(bias), y.data<T>(), n, c, hw, relu);
   });
 

@@ -13,7 +13,12 @@
 //
 // weight, bias: (C), or undefined for no affine transform. running_mean, running_var: (C),
 // or undefined, in which case batch statistics are used in both modes and nothing is updated
-// (PyTorch's track_running_stats=False). All tensors share x's dtype and device.
+// (PyTorch's track_running_stats=False). All tensors share x's device, and x's dtype when x is
+// f32 or f64. x may also be bf16 or f16 (16-bit activations, engine/autocast.h): y, and the
+// gradient of x, are then in x's dtype, while weight, bias and the running statistics are f32
+// (as their gradients, and the mean and invstd the node saves); the statistics are computed in
+// double as for f32, the normalisation in f32 and rounded once on store, and the node saves x
+// (or y) in 16 bits.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +43,8 @@ Tensor batch_norm2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // Parameters weight (ones) and bias (zeros) when affine; buffers running_mean (zeros),
 // running_var (ones) and num_batches_tracked (i64, shape [1], counts training steps).
 // momentum = std::nullopt uses the cumulative average, momentum = 1 / num_batches_tracked,
-// as PyTorch's momentum=None. dtype: the dtype of the parameters and buffers (f32 or f64).
+// as PyTorch's momentum=None. dtype: the dtype of the parameters and buffers (f32 or f64); an
+// f32 module also takes bf16 and f16 inputs (see batch_norm2d).
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5,

@@ -26,6 +26,11 @@
 //     32 neighbouring channels of a row instead of one channel's values C apart.
 // Every kernel launches on cuda::current_stream(); nothing here synchronises.
 //
+// 16-bit activations (T = Half or BFloat16): the same kernels, with the per-channel arrays
+// (mean, var, invstd, weight, bias, coef, the gradients of weight and bias) in P = compute_t<T>
+// (f32). An element widens to P on load (exact) and the result rounds once on store, so a
+// 16-bit kernel computes what the f32 kernel computes on the widened inputs, in its order.
+//
 // Rounding: the fused BN+ReLU and BN followed by a separate ReLU run these same kernels on the
 // same values (relu_y null or not), and the parity table holds them to the same bits
 // (tests/parity/parity_layers.cpp). A compiler may compile the two cases as two copies of a
@@ -56,6 +61,12 @@ constexpr unsigned kMaxElementBlocks = 4096;  // grid-stride beyond 1M threads
 
 // warp_sum / block_sum (fixed-order butterfly reductions): engine/cuda/kernels/common.h.
 
+// An element in the per-channel type P (a 16-bit value widens exactly).
+template <typename T>
+__device__ __forceinline__ compute_t<T> in(T v) {
+  return convert_elem<compute_t<T>>(v);
+}
+
 // Offset of value k (0 <= k < N * HW) of channel ch in the (N, C, HW) tensor.
 __device__ __forceinline__ int64_t channel_offset(int64_t k, int64_t ch, int64_t c, int64_t hw) {
   const int64_t b = k / hw;
@@ -70,33 +81,33 @@ unsigned element_blocks(int64_t total) {
 
 // grid = C blocks, block = kReduceThreads. x is (N, C, HW); writes mean[ch] and the biased
 // var[ch] of channel ch = blockIdx.x.
-template <typename T>
+template <typename T, typename P = compute_t<T>>
 __global__ void __launch_bounds__(kReduceThreads)
-    batch_norm2d_stats_kernel(const T* __restrict__ x, T* __restrict__ mean,
-                              T* __restrict__ var, int64_t n, int64_t c, int64_t hw) {
+    batch_norm2d_stats_kernel(const T* __restrict__ x, P* __restrict__ mean,
+                              P* __restrict__ var, int64_t n, int64_t c, int64_t hw) {
   KILN_SHARED(double, scratch, [kWarpSize]);
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
   // Pass 1: the mean.
   double s = 0;
   for (int64_t k = threadIdx.x; k < m; k += blockDim.x)
-    s += static_cast<double>(x[channel_offset(k, ch, c, hw)]);
+    s += static_cast<double>(in(x[channel_offset(k, ch, c, hw)]));
   const double mu = block_sum(s, scratch) / static_cast<double>(m);
   // Pass 2: the sum of squared deviations (the values are re-read, mostly from L2).
   double ss = 0;
   for (int64_t k = threadIdx.x; k < m; k += blockDim.x) {
-    const double d = static_cast<double>(x[channel_offset(k, ch, c, hw)]) - mu;
+    const double d = static_cast<double>(in(x[channel_offset(k, ch, c, hw)])) - mu;
     ss += d * d;
   }
   ss = block_sum(ss, scratch);
   if (threadIdx.x == 0) {
-    mean[ch] = static_cast<T>(mu);
-    var[ch] = static_cast<T>(ss / static_cast<double>(m));
+    mean[ch] = static_cast<P>(mu);
+    var[ch] = static_cast<P>(ss / static_cast<double>(m));
   }
 }
 
 // One thread per channel: invstd = 1 / sqrt(var + eps), in double as on the CPU.
-template <typename T>
+template <typename T>  // T: the per-channel type (f32 for 16-bit activations)
 __global__ void batch_norm2d_invstd_kernel(const T* __restrict__ var, T* __restrict__ invstd,
                                            int64_t c, double eps) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -119,42 +130,42 @@ __global__ void batch_norm2d_update_running_kernel(const T* __restrict__ mean,
 }
 
 // Grid-stride over the N * C * HW elements: y = x * scale + shift, with the CPU's per-channel
-// scale = invstd * weight and shift = bias - mean * scale (in T, as on the CPU); relu: max(y, 0).
-template <typename T>
-__global__ void batch_norm2d_forward_kernel(const T* __restrict__ x, const T* __restrict__ mean,
-                                            const T* __restrict__ invstd,
-                                            const T* __restrict__ weight,
-                                            const T* __restrict__ bias, T* __restrict__ y,
+// scale = invstd * weight and shift = bias - mean * scale (in P, as on the CPU); relu: max(y, 0).
+template <typename T, typename P = compute_t<T>>
+__global__ void batch_norm2d_forward_kernel(const T* __restrict__ x, const P* __restrict__ mean,
+                                            const P* __restrict__ invstd,
+                                            const P* __restrict__ weight,
+                                            const P* __restrict__ bias, T* __restrict__ y,
                                             int64_t total, int64_t c, int64_t hw, bool relu) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t ch = (i / hw) % c;
-    const T scale = invstd[ch] * (weight ? weight[ch] : T(1));
-    const T shift = (bias ? bias[ch] : T(0)) - mul_rn(mean[ch], scale);
-    const T v = fma_t(x[i], scale, shift);
-    y[i] = relu && !(v > T(0)) ? T(0) : v;
+    const P scale = invstd[ch] * (weight ? weight[ch] : P(1));
+    const P shift = (bias ? bias[ch] : P(0)) - mul_rn(mean[ch], scale);
+    const P v = fma_t(in(x[i]), scale, shift);
+    y[i] = convert_elem<T>(relu && !(v > P(0)) ? P(0) : v);
   }
 }
 
 // The gradient reaching the normalisation: grad_y, or 0 where the fused ReLU's output is not
 // positive (relu_y is null without a fused ReLU).
-template <typename T>
-__device__ __forceinline__ T masked_grad(const T* __restrict__ grad_y, const T* __restrict__ relu_y,
+template <typename T, typename P = compute_t<T>>
+__device__ __forceinline__ P masked_grad(const T* __restrict__ grad_y, const T* __restrict__ relu_y,
                                          int64_t off) {
-  return relu_y && !(relu_y[off] > T(0)) ? T(0) : grad_y[off];
+  return relu_y && !(in(relu_y[off]) > P(0)) ? P(0) : in(grad_y[off]);
 }
 
 // grid = C blocks, block = kReduceThreads. For channel ch = blockIdx.x: the sums
 // sum(grad_y) (= grad_bias) and sum(grad_y * xhat) (= grad_weight), written where wanted, and
 // when grad_x is wanted the constants of grad_x = k * grad_y - a * (x - mean) + d into
 // coef[ch], coef[C + ch], coef[2C + ch] (write_backward_reduction, batchnorm2d_rows_cuda.cuh).
-template <typename T>
+template <typename T, typename P = compute_t<T>>
 __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_kernel(
     BatchNormMode mode, const T* __restrict__ grad_y, const T* __restrict__ x,
-    const T* __restrict__ mean, const T* __restrict__ invstd, const T* __restrict__ weight,
-    const T* __restrict__ relu_y, T* __restrict__ grad_weight, T* __restrict__ grad_bias,
-    T* __restrict__ coef, bool need_sums, int64_t n, int64_t c, int64_t hw) {
+    const P* __restrict__ mean, const P* __restrict__ invstd, const P* __restrict__ weight,
+    const T* __restrict__ relu_y, P* __restrict__ grad_weight, P* __restrict__ grad_bias,
+    P* __restrict__ coef, bool need_sums, int64_t n, int64_t c, int64_t hw) {
   KILN_SHARED(double, scratch, [kWarpSize]);
   const int64_t ch = blockIdx.x;
   const int64_t m = n * hw;
@@ -165,7 +176,7 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
       const int64_t off = channel_offset(k, ch, c, hw);
       const double gy = static_cast<double>(masked_grad(grad_y, relu_y, off));
       sum_gy += gy;
-      sum_gy_xc = fma_t(gy, static_cast<double>(x[off]) - mu, sum_gy_xc);
+      sum_gy_xc = fma_t(gy, static_cast<double>(in(x[off])) - mu, sum_gy_xc);
     }
     sum_gy = block_sum(sum_gy, scratch);
     sum_gy_xc = block_sum(sum_gy_xc, scratch);
@@ -176,20 +187,20 @@ __global__ void __launch_bounds__(kReduceThreads) batch_norm2d_backward_reduce_k
 }
 
 // Grid-stride over the N * C * HW elements: grad_x = k * grad_y - a * (x - mean) + d.
-template <typename T>
+template <typename T, typename P = compute_t<T>>
 __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
                                                    const T* __restrict__ relu_y,
                                                    const T* __restrict__ x,
-                                                   const T* __restrict__ mean,
-                                                   const T* __restrict__ coef,
+                                                   const P* __restrict__ mean,
+                                                   const P* __restrict__ coef,
                                                    T* __restrict__ grad_x, int64_t total,
                                                    int64_t c, int64_t hw) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += stride) {
     const int64_t ch = (i / hw) % c;
-    grad_x[i] = mul_rn(coef[ch], masked_grad(grad_y, relu_y, i)) -
-                mul_rn(coef[c + ch], x[i] - mean[ch]) + coef[2 * c + ch];
+    grad_x[i] = convert_elem<T>(mul_rn(coef[ch], masked_grad(grad_y, relu_y, i)) -
+                                mul_rn(coef[c + ch], in(x[i]) - mean[ch]) + coef[2 * c + ch]);
   }
 }
 
@@ -198,7 +209,8 @@ __global__ void batch_norm2d_backward_input_kernel(const T* __restrict__ grad_y,
 // ---- Host wrappers (declared in batchnorm2d_kernels.h) --------------------------------------
 
 template <typename T>
-void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw) {
+void batch_norm2d_stats(Backend, const T* x, compute_t<T>* mean, compute_t<T>* var, int64_t n,
+                        int64_t c, int64_t hw) {
   if (c == 0) return;  // a grid of 0 blocks is an invalid launch
   if (hw == 1) {
     batch_norm2d_stats_rows(x, mean, var, n, c);
@@ -230,8 +242,10 @@ void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* runnin
 }
 
 template <typename T>
-void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
-                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu) {
+void batch_norm2d_forward(Backend, const T* x, const compute_t<T>* mean,
+                          const compute_t<T>* invstd, const compute_t<T>* weight,
+                          const compute_t<T>* bias, T* y, int64_t n, int64_t c, int64_t hw,
+                          bool relu) {
   const int64_t total = n * c * hw;
   if (total == 0) return;
   launch(batch_norm2d_forward_kernel<T>,
@@ -241,9 +255,11 @@ void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, c
 
 template <typename T>
 void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
-                           const T* mean, const T* invstd, const T* weight, const T* /*bias*/,
-                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
-                           T* coef, int64_t n, int64_t c, int64_t hw) {
+                           const compute_t<T>* mean, const compute_t<T>* invstd,
+                           const compute_t<T>* weight, const compute_t<T>* /*bias*/, bool relu,
+                           const T* relu_y, T* grad_x, compute_t<T>* grad_weight,
+                           compute_t<T>* grad_bias, compute_t<T>* coef, int64_t n, int64_t c,
+                           int64_t hw) {
   KILN_CHECK(!grad_x || coef, "batch_norm2d_backward: grad_x needs the (3 * C) workspace");
   KILN_CHECK(!relu || relu_y, "batch_norm2d_backward: a fused ReLU needs the forward's output");
   if (!relu) relu_y = nullptr;  // the kernels take a null relu_y for "no mask"
@@ -266,18 +282,29 @@ void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T
          relu_y, x, mean, coef, grad_x, total, c, hw);
 }
 
+#define KILN_INSTANTIATE_BN_CUDA_PARAMS(P)                                                   \
+  template void batch_norm2d_invstd<P>(Backend, const P*, P*, int64_t, double);                \
+  template void batch_norm2d_update_running<P>(Backend, const P*, const P*, P*, P*, int64_t,   \
+                                               int64_t, double);
 #define KILN_INSTANTIATE_BN_CUDA(T)                                                            \
-  template void batch_norm2d_stats<T>(Backend, const T*, T*, T*, int64_t, int64_t, int64_t);   \
-  template void batch_norm2d_invstd<T>(Backend, const T*, T*, int64_t, double);                \
-  template void batch_norm2d_update_running<T>(Backend, const T*, const T*, T*, T*, int64_t,   \
-                                               int64_t, double);                               \
-  template void batch_norm2d_forward<T>(Backend, const T*, const T*, const T*, const T*,        \
-                                        const T*, T*, int64_t, int64_t, int64_t, bool);        \
-  template void batch_norm2d_backward<T>(Backend, BatchNormMode, const T*, const T*, const T*, \
-                                         const T*, const T*, const T*, bool, const T*, T*, T*, \
-                                         T*, T*, int64_t, int64_t, int64_t);
+  template void batch_norm2d_stats<T>(Backend, const T*, compute_t<T>*, compute_t<T>*,         \
+                                      int64_t, int64_t, int64_t);                              \
+  template void batch_norm2d_forward<T>(Backend, const T*, const compute_t<T>*,                \
+                                        const compute_t<T>*, const compute_t<T>*,              \
+                                        const compute_t<T>*, T*, int64_t, int64_t, int64_t,    \
+                                        bool);                                                 \
+  template void batch_norm2d_backward<T>(Backend, BatchNormMode, const T*, const T*,           \
+                                         const compute_t<T>*, const compute_t<T>*,             \
+                                         const compute_t<T>*, const compute_t<T>*, bool,       \
+                                         const T*, T*, compute_t<T>*, compute_t<T>*,           \
+                                         compute_t<T>*, int64_t, int64_t, int64_t);
+KILN_INSTANTIATE_BN_CUDA_PARAMS(float)
+KILN_INSTANTIATE_BN_CUDA_PARAMS(double)
 KILN_INSTANTIATE_BN_CUDA(float)
 KILN_INSTANTIATE_BN_CUDA(double)
+KILN_INSTANTIATE_BN_CUDA(Half)
+KILN_INSTANTIATE_BN_CUDA(BFloat16)
 #undef KILN_INSTANTIATE_BN_CUDA
+#undef KILN_INSTANTIATE_BN_CUDA_PARAMS
 
 }  // namespace kiln::cuda

@@ -25,6 +25,8 @@
 #include <cstdint>
 
 #include "engine/backend.h"
+#include "engine/dtype.h"
+#include "engine/host_device.h"
 
 namespace kiln {
 
@@ -69,23 +71,27 @@ inline T relu_masked(T grad_y, T x, T scale, T shift) {
 
 // x is (N, C, HW); mean and var are (C), written: the batch mean and biased variance.
 template <typename T>
-void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+void batch_norm2d_stats(Backend, const T* x, compute_t<T>* mean, compute_t<T>* var, int64_t n,
+                        int64_t c, int64_t hw);
 
-// var, invstd are (C): invstd = 1 / sqrt(var + eps).
-template <typename T>
-void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps);
+// var, invstd are (C): invstd = 1 / sqrt(var + eps). P is the per-channel type (f32 for 16-bit
+// activations), as for the next one.
+template <typename P>
+void batch_norm2d_invstd(Backend, const P* var, P* invstd, int64_t c, double eps);
 
 // mean, var (biased, over m values), running_mean, running_var are (C); the running
 // statistics move towards the batch's by `momentum`, the variance made unbiased (m / (m - 1)).
-template <typename T>
-void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
-                                 T* running_var, int64_t c, int64_t m, double momentum);
+template <typename P>
+void batch_norm2d_update_running(Backend, const P* mean, const P* var, P* running_mean,
+                                 P* running_var, int64_t c, int64_t m, double momentum);
 
 // x, y are (N, C, HW); mean, invstd are (C); weight, bias are (C) or null (no affine: 1, 0).
 // relu: y = max(y, 0).
 template <typename T>
-void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
-                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
+void batch_norm2d_forward(Backend, const T* x, const compute_t<T>* mean,
+                          const compute_t<T>* invstd, const compute_t<T>* weight,
+                          const compute_t<T>* bias, T* y, int64_t n, int64_t c, int64_t hw,
+                          bool relu);
 
 // grad_y, x are (N, C, HW); mean, invstd, weight are (C) (weight null: 1). Outputs may each
 // be null when that gradient is not needed: grad_x (N, C, HW), grad_weight (C), grad_bias (C).
@@ -95,25 +101,31 @@ void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, c
 // workspace (below); null here.
 template <typename T>
 void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
-                           const T* mean, const T* invstd, const T* weight, const T* bias,
-                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
-                           T* coef, int64_t n, int64_t c, int64_t hw);
+                           const compute_t<T>* mean, const compute_t<T>* invstd,
+                           const compute_t<T>* weight, const compute_t<T>* bias, bool relu,
+                           const T* relu_y, T* grad_x, compute_t<T>* grad_weight,
+                           compute_t<T>* grad_bias, compute_t<T>* coef, int64_t n, int64_t c,
+                           int64_t hw);
 
 // The same three kernels for x, y, grad_y, grad_x in the channel-blocked layout of
 // layers/layout.h, (N, C/16, HW, 16); c is the number of channels (a multiple of 16).
 // Definitions: layers/batchnorm2d_blocked_cpu.cpp. CPU only: the op unblocks a CUDA input first.
+// They also serve channels-last inputs with C % 16 == 0 (layers/batchnorm2d.cpp), so they take
+// 16-bit activations too.
 template <typename T>
-void batch_norm2d_stats_blocked(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c,
-                                int64_t hw);
+void batch_norm2d_stats_blocked(Backend, const T* x, compute_t<T>* mean, compute_t<T>* var,
+                                int64_t n, int64_t c, int64_t hw);
 template <typename T>
-void batch_norm2d_forward_blocked(Backend, const T* x, const T* mean, const T* invstd,
-                                  const T* weight, const T* bias, T* y, int64_t n, int64_t c,
+void batch_norm2d_forward_blocked(Backend, const T* x, const compute_t<T>* mean,
+                                  const compute_t<T>* invstd, const compute_t<T>* weight,
+                                  const compute_t<T>* bias, T* y, int64_t n, int64_t c,
                                   int64_t hw, bool relu);
 template <typename T>
 void batch_norm2d_backward_blocked(Backend, BatchNormMode mode, const T* grad_y, const T* x,
-                                   const T* mean, const T* invstd, const T* weight,
-                                   const T* bias, bool relu, T* grad_x, T* grad_weight,
-                                   T* grad_bias, int64_t n, int64_t c, int64_t hw);
+                                   const compute_t<T>* mean, const compute_t<T>* invstd,
+                                   const compute_t<T>* weight, const compute_t<T>* bias,
+                                   bool relu, T* grad_x, compute_t<T>* grad_weight,
+                                   compute_t<T>* grad_bias, int64_t n, int64_t c, int64_t hw);
 
 }  // namespace kiln::cpu
 
@@ -125,18 +137,21 @@ void batch_norm2d_backward_blocked(Backend, BatchNormMode mode, const T* grad_y,
 namespace kiln::cuda {
 
 template <typename T>
-void batch_norm2d_stats(Backend, const T* x, T* mean, T* var, int64_t n, int64_t c, int64_t hw);
+void batch_norm2d_stats(Backend, const T* x, compute_t<T>* mean, compute_t<T>* var, int64_t n,
+                        int64_t c, int64_t hw);
+
+template <typename P>
+void batch_norm2d_invstd(Backend, const P* var, P* invstd, int64_t c, double eps);
+
+template <typename P>
+void batch_norm2d_update_running(Backend, const P* mean, const P* var, P* running_mean,
+                                 P* running_var, int64_t c, int64_t m, double momentum);
 
 template <typename T>
-void batch_norm2d_invstd(Backend, const T* var, T* invstd, int64_t c, double eps);
-
-template <typename T>
-void batch_norm2d_update_running(Backend, const T* mean, const T* var, T* running_mean,
-                                 T* running_var, int64_t c, int64_t m, double momentum);
-
-template <typename T>
-void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, const T* weight,
-                          const T* bias, T* y, int64_t n, int64_t c, int64_t hw, bool relu);
+void batch_norm2d_forward(Backend, const T* x, const compute_t<T>* mean,
+                          const compute_t<T>* invstd, const compute_t<T>* weight,
+                          const compute_t<T>* bias, T* y, int64_t n, int64_t c, int64_t hw,
+                          bool relu);
 
 // As the CPU twin, but the fused ReLU's mask is read from relu_y (the forward's output, (N, C,
 // HW); non-null when relu), and bias is not read. coef: a (3 * C) device workspace the op
@@ -144,8 +159,10 @@ void batch_norm2d_forward(Backend, const T* x, const T* mean, const T* invstd, c
 // grad_x, computed by the reduction kernel and read by the element-wise one.
 template <typename T>
 void batch_norm2d_backward(Backend, BatchNormMode mode, const T* grad_y, const T* x,
-                           const T* mean, const T* invstd, const T* weight, const T* bias,
-                           bool relu, const T* relu_y, T* grad_x, T* grad_weight, T* grad_bias,
-                           T* coef, int64_t n, int64_t c, int64_t hw);
+                           const compute_t<T>* mean, const compute_t<T>* invstd,
+                           const compute_t<T>* weight, const compute_t<T>* bias, bool relu,
+                           const T* relu_y, T* grad_x, compute_t<T>* grad_weight,
+                           compute_t<T>* grad_bias, compute_t<T>* coef, int64_t n, int64_t c,
+                           int64_t hw);
 
 }  // namespace kiln::cuda

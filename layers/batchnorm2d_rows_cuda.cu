@@ -13,6 +13,9 @@
 // second kernel combines the pieces, one thread per channel. Every combination follows a fixed
 // order that depends on the shape only: bit-for-bit reproducible, no atomics.
 //
+// 16-bit activations (T = Half or BFloat16): elements widen to f32 on load (exact) and the
+// per-channel results are f32 (P = compute_t<T>); the sums are the same doubles.
+//
 // Statistics: each thread keeps a count, a mean and a sum of squared deviations (Welford's
 // update, in double), and partial results merge with Chan, Golub and LeVeque's formula
 // ("Algorithms for computing the sample variance: analysis and recommendations", The American
@@ -35,6 +38,12 @@ constexpr int kColsY = 8;   // row groups per block
 constexpr int64_t kTargetBlocks = 512;
 constexpr int64_t kMinRowsPerThread = 16;
 constexpr int kFinishThreads = 256;
+
+// An element in the per-channel type P (a 16-bit value widens exactly).
+template <typename T>
+__device__ __forceinline__ compute_t<T> in(T v) {
+  return convert_elem<compute_t<T>>(v);
+}
 
 // count, mean, M2 (the sum of squared deviations from the mean) of some values.
 struct Moments {
@@ -72,7 +81,7 @@ __global__ void __launch_bounds__(kColsX* kColsY)
   Moments acc{0, 0, 0};
   if (ch < c) {
     for (int64_t r = begin + threadIdx.y; r < end; r += kColsY) {
-      const double v = static_cast<double>(x[r * c + ch]);
+      const double v = static_cast<double>(in(x[r * c + ch]));
       acc.n += 1;
       const double delta = v - acc.mean;
       acc.mean += delta / acc.n;
@@ -96,9 +105,9 @@ __global__ void __launch_bounds__(kColsX* kColsY)
 }
 
 // One thread per channel: the pieces' moments merged in order; mean and the biased variance.
-template <typename T>
-__global__ void rows_finish_stats_kernel(const double* __restrict__ scratch, T* __restrict__ mean,
-                                         T* __restrict__ var, int64_t c, int64_t parts) {
+template <typename P>  // the per-channel type
+__global__ void rows_finish_stats_kernel(const double* __restrict__ scratch, P* __restrict__ mean,
+                                         P* __restrict__ var, int64_t c, int64_t parts) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= c) return;
   Moments total{0, 0, 0};
@@ -106,17 +115,17 @@ __global__ void rows_finish_stats_kernel(const double* __restrict__ scratch, T* 
     const double* in = scratch + (p * c + ch) * 3;
     total = merge(total, {in[0], in[1], in[2]});
   }
-  mean[ch] = static_cast<T>(total.mean);
-  var[ch] = static_cast<T>(total.m2 / total.n);
+  mean[ch] = static_cast<P>(total.mean);
+  var[ch] = static_cast<P>(total.m2 / total.n);
 }
 
 // grid (ceil(C / 32), parts), block (32, 8): sum(grad_y) and sum(grad_y * (x - mean)) of
 // channel ch over piece p (grad_y masked by the fused ReLU's output when relu_y is given), to
 // scratch[(p * C + ch) * 2 + {0, 1}].
-template <typename T>
+template <typename T, typename P = compute_t<T>>
 __global__ void __launch_bounds__(kColsX* kColsY)
     rows_backward_sums_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
-                              const T* __restrict__ mean, const T* __restrict__ relu_y,
+                              const P* __restrict__ mean, const T* __restrict__ relu_y,
                               double* __restrict__ scratch, int64_t m, int64_t c, int64_t parts) {
   KILN_SHARED(double, part_gy, [kColsY][kColsX]);
   KILN_SHARED(double, part_gy_xc, [kColsY][kColsX]);
@@ -130,9 +139,9 @@ __global__ void __launch_bounds__(kColsX* kColsY)
     for (int64_t r = begin + threadIdx.y; r < end; r += kColsY) {
       const int64_t off = r * c + ch;
       const double gy =
-          relu_y && !(relu_y[off] > T(0)) ? 0.0 : static_cast<double>(grad_y[off]);
+          relu_y && !(in(relu_y[off]) > P(0)) ? 0.0 : static_cast<double>(in(grad_y[off]));
       sum_gy += gy;
-      sum_gy_xc = fma_t(gy, static_cast<double>(x[off]) - mu, sum_gy_xc);
+      sum_gy_xc = fma_t(gy, static_cast<double>(in(x[off])) - mu, sum_gy_xc);
     }
   }
   part_gy[threadIdx.y][threadIdx.x] = sum_gy;
@@ -153,12 +162,12 @@ __global__ void __launch_bounds__(kColsX* kColsY)
 // One thread per channel: the pieces' sums added in order, then what the NCHW reduction kernel
 // writes from them (batchnorm2d_cuda.cu): grad_bias, grad_weight and the coefficients of
 // grad_x = k * grad_y - a * (x - mean) + d.
-template <typename T>
+template <typename P>  // the per-channel type
 __global__ void rows_finish_backward_kernel(BatchNormMode mode, const double* __restrict__ scratch,
-                                            const T* __restrict__ invstd,
-                                            const T* __restrict__ weight,
-                                            T* __restrict__ grad_weight, T* __restrict__ grad_bias,
-                                            T* __restrict__ coef, int64_t m, int64_t c,
+                                            const P* __restrict__ invstd,
+                                            const P* __restrict__ weight,
+                                            P* __restrict__ grad_weight, P* __restrict__ grad_bias,
+                                            P* __restrict__ coef, int64_t m, int64_t c,
                                             int64_t parts) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= c) return;
@@ -194,7 +203,8 @@ dim3 moments_grid(int64_t c, int64_t parts) {
 }  // namespace
 
 template <typename T>
-void batch_norm2d_stats_rows(const T* x, T* mean, T* var, int64_t m, int64_t c) {
+void batch_norm2d_stats_rows(const T* x, compute_t<T>* mean, compute_t<T>* var, int64_t m,
+                             int64_t c) {
   const int64_t parts = row_parts(m, c);
   const Tensor scratch = scratch_doubles(parts * c * 3);
   double* s = scratch.data<double>();
@@ -202,16 +212,17 @@ void batch_norm2d_stats_rows(const T* x, T* mean, T* var, int64_t m, int64_t c) 
   launch(rows_moments_kernel<T>,
          LaunchConfig{moments_grid(c, parts), dim3(kColsX, kColsY), 0, stream}, x, s, m, c,
          parts);
-  launch(rows_finish_stats_kernel<T>,
+  launch(rows_finish_stats_kernel<compute_t<T>>,
          LaunchConfig{dim3(blocks_for(c, kFinishThreads)), dim3(kFinishThreads), 0, stream}, s,
          mean, var, c, parts);
 }
 
 template <typename T>
 void batch_norm2d_backward_reduce_rows(BatchNormMode mode, const T* grad_y, const T* x,
-                                       const T* mean, const T* invstd, const T* weight,
-                                       const T* relu_y, T* grad_weight, T* grad_bias, T* coef,
-                                       bool need_sums, int64_t m, int64_t c) {
+                                       const compute_t<T>* mean, const compute_t<T>* invstd,
+                                       const compute_t<T>* weight, const T* relu_y,
+                                       compute_t<T>* grad_weight, compute_t<T>* grad_bias,
+                                       compute_t<T>* coef, bool need_sums, int64_t m, int64_t c) {
   const int64_t parts = need_sums ? row_parts(m, c) : 0;
   const Tensor scratch = scratch_doubles(parts > 0 ? parts * c * 2 : 1);
   double* s = scratch.data<double>();
@@ -220,18 +231,22 @@ void batch_norm2d_backward_reduce_rows(BatchNormMode mode, const T* grad_y, cons
     launch(rows_backward_sums_kernel<T>,
            LaunchConfig{moments_grid(c, parts), dim3(kColsX, kColsY), 0, stream}, grad_y, x, mean,
            relu_y, s, m, c, parts);
-  launch(rows_finish_backward_kernel<T>,
+  launch(rows_finish_backward_kernel<compute_t<T>>,
          LaunchConfig{dim3(blocks_for(c, kFinishThreads)), dim3(kFinishThreads), 0, stream},
          mode, s, invstd, weight, grad_weight, grad_bias, coef, m, c, parts);
 }
 
 #define KILN_INSTANTIATE_BN_ROWS(T)                                                           \
-  template void batch_norm2d_stats_rows<T>(const T*, T*, T*, int64_t, int64_t);               \
-  template void batch_norm2d_backward_reduce_rows<T>(BatchNormMode, const T*, const T*,       \
-                                                     const T*, const T*, const T*, const T*,  \
-                                                     T*, T*, T*, bool, int64_t, int64_t);
+  template void batch_norm2d_stats_rows<T>(const T*, compute_t<T>*, compute_t<T>*, int64_t,   \
+                                           int64_t);                                          \
+  template void batch_norm2d_backward_reduce_rows<T>(                                         \
+      BatchNormMode, const T*, const T*, const compute_t<T>*, const compute_t<T>*,            \
+      const compute_t<T>*, const T*, compute_t<T>*, compute_t<T>*, compute_t<T>*, bool,       \
+      int64_t, int64_t);
 KILN_INSTANTIATE_BN_ROWS(float)
 KILN_INSTANTIATE_BN_ROWS(double)
+KILN_INSTANTIATE_BN_ROWS(Half)
+KILN_INSTANTIATE_BN_ROWS(BFloat16)
 #undef KILN_INSTANTIATE_BN_ROWS
 
 }  // namespace kiln::cuda

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "engine/dtype.h"
 #include "layers/batchnorm2d_kernels.h"
 
 namespace kiln::cuda {
@@ -16,7 +17,8 @@ namespace kiln::cuda {
 // From channel ch's sum(grad_y) and sum(grad_y * (x - mean)) over its m values: grad_bias,
 // grad_weight and the coefficients of grad_x = k * grad_y - a * (x - mean) + d (coef[ch],
 // coef[c + ch], coef[2c + ch]; see the CPU batch_norm2d_backward for their derivation), each
-// written where its pointer is not null.
+// written where its pointer is not null. T here is the per-channel type (f32 for 16-bit
+// activations).
 template <typename T>
 __device__ __forceinline__ void write_backward_reduction(BatchNormMode mode, double sum_gy,
                                                          double sum_gy_xc, const T* invstd,
@@ -42,15 +44,17 @@ __device__ __forceinline__ void write_backward_reduction(BatchNormMode mode, dou
 // mean[ch] and the biased var[ch] of column ch of the (m, c) matrix x; queued on the current
 // stream.
 template <typename T>
-void batch_norm2d_stats_rows(const T* x, T* mean, T* var, int64_t m, int64_t c);
+void batch_norm2d_stats_rows(const T* x, compute_t<T>* mean, compute_t<T>* var, int64_t m,
+                             int64_t c);
 
 // What batch_norm2d_backward's reduction writes (grad_weight, grad_bias, the grad_x
 // coefficients in coef; each may be null), for (m, c) matrices grad_y and x; need_sums false
 // (eval mode, grad_x only) skips the sums.
 template <typename T>
 void batch_norm2d_backward_reduce_rows(BatchNormMode mode, const T* grad_y, const T* x,
-                                       const T* mean, const T* invstd, const T* weight,
-                                       const T* relu_y, T* grad_weight, T* grad_bias, T* coef,
-                                       bool need_sums, int64_t m, int64_t c);
+                                       const compute_t<T>* mean, const compute_t<T>* invstd,
+                                       const compute_t<T>* weight, const T* relu_y,
+                                       compute_t<T>* grad_weight, compute_t<T>* grad_bias,
+                                       compute_t<T>* coef, bool need_sums, int64_t m, int64_t c);
 
 }  // namespace kiln::cuda

@@ -8,16 +8,26 @@
 // Tolerance: both devices accumulate in double, so in double the results agree to rounding
 // (1e-12 relative to the tensor's scale); in float the statistics round from double on both
 // sides and differ at most in the last bit, and a few float operations follow: 2e-5.
+//
+// 16-bit activations (bf16, f16; NCHW and channels-last, the latter through the rows
+// reductions; train and eval; with and without the fused ReLU): on cuda:0 the f32 op on the
+// widened input rounded once (tests/support/batchnorm_lowp.h states the bounds), and the CPU's
+// 16-bit results within 1 ulp of the 16-bit format plus the f32 tolerance above (the two
+// devices' f32 results differ by that much before the one rounding).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/memory_format.h"
 #include "layers/batchnorm2d.h"
 #include "parity/parity_harness.h"
+#include "support/batchnorm_lowp.h"
 #include "support/cuda_skip.h"
 #include "support/gradcheck.h"
 
@@ -28,6 +38,7 @@ using testing::kCpu;
 using testing::kCuda;
 using testing::near;
 using testing::random_tensor;
+using testing::ulp16;
 
 double tolerance(DType dtype) { return dtype == DType::F64 ? 1e-12 : 2e-5; }
 
@@ -138,6 +149,77 @@ TEST(BatchNorm2dCuda, ModuleRunningStatsOverTrainingStepsThenEval) {
       const Tensor x = random_tensor({2, 5, 3, 3}, 99, -1.0, 1.0, dtype);
       EXPECT_TRUE(near("eval y", gpu(x.to(kCuda)), cpu(x), tol));
     }
+}
+
+// The 16-bit op on cuda:0 against the f32 op on cuda:0 (batchnorm_lowp.h). 40 channels: a
+// partial block of the rows kernels' 32; 8 x 40 x 8 x 8 = 20,480 elements make several row
+// pieces and a grid-stride loop of more than one block.
+TEST(BatchNorm2dCuda, LowPrecisionIsF32OfWidenedInputRoundedOnce) {
+  KILN_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 700;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const Shape& s : {Shape{3, 5, 4, 3}, Shape{8, 40, 8, 8}})
+      for (bool channels_last : {false, true})
+        for (bool training : {true, false})
+          for (bool relu : {false, true})
+            testing::check_lowp_matches_f32(kCuda, dt, s, channels_last, training, relu,
+                                            seed += 10);
+}
+
+// |got - want| <= 1 ulp of dt at want + 2e-5 of the tensor's scale, element by element.
+::testing::AssertionResult within_ulp_and_f32(const std::string& what, const Tensor& got,
+                                              const Tensor& want, DType dt) {
+  const auto g = got.to(kCpu).contiguous().to_vector<double>();
+  const auto w = want.to(kCpu).contiguous().to_vector<double>();
+  if (g.size() != w.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0;
+  for (double v : w) scale = std::fmax(scale, std::fabs(v));
+  for (size_t i = 0; i < w.size(); ++i)
+    if (!(std::fabs(g[i] - w[i]) <= ulp16(w[i], dt) + 2e-5 * scale))
+      return ::testing::AssertionFailure()
+             << what << ": element " << i << " is " << g[i] << " on cuda, " << w[i] << " on cpu";
+  return ::testing::AssertionSuccess();
+}
+
+// The 16-bit op on cuda:0 against the CPU's 16-bit op: y and grad_x within 1 ulp of dt plus
+// the f32 tolerance, the f32 running statistics and parameter gradients within 2e-5.
+TEST(BatchNorm2dCuda, LowPrecisionMatchesTheCpu) {
+  KILN_SKIP_WITHOUT_CUDA();
+  for (DType dt : {DType::BF16, DType::F16})
+    for (bool channels_last : {false, true})
+      for (bool training : {true, false})
+        for (auto act : {BatchNormActivation::None, BatchNormActivation::Relu}) {
+          SCOPED_TRACE(::testing::Message()
+                       << dtype_name(dt) << " channels_last=" << channels_last << " training="
+                       << training << " relu=" << (act == BatchNormActivation::Relu));
+          const Shape shape{4, 40, 4, 4};
+          const auto fmt = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+          const Tensor x = random_tensor(shape, 130, -2.0, 3.0).to(dt).to(fmt);
+          const Tensor gy = random_tensor(shape, 131).to(dt).to(fmt);
+          const Tensor w = random_tensor({40}, 132, 0.5, 1.5, DType::F32);
+          const Tensor b = random_tensor({40}, 133, -1, 1, DType::F32);
+          const Tensor rm = random_tensor({40}, 134, -0.5, 0.5, DType::F32);
+          const Tensor rv = random_tensor({40}, 135, 0.5, 2.0, DType::F32);
+          Tensor wc = w.clone().set_requires_grad(true), bc = b.clone().set_requires_grad(true);
+          Tensor rm_c = rm.clone(), rv_c = rv.clone();
+          const Tensor yc = batch_norm2d(x, wc, bc, rm_c, rv_c, training, 0.1, 1e-5, act);
+          const std::vector<Tensor> gc = testing::lowp_backward(x, yc, gy);
+          Tensor wg = w.to(kCuda).set_requires_grad(true), bg = b.to(kCuda).set_requires_grad(true);
+          Tensor rm_g = rm.to(kCuda), rv_g = rv.to(kCuda);
+          const Tensor xg = x.to(kCuda);
+          const Tensor yg = batch_norm2d(xg, wg, bg, rm_g, rv_g, training, 0.1, 1e-5, act);
+          const std::vector<Tensor> gg = testing::lowp_backward(xg, yg, gy.to(kCuda));
+          ASSERT_EQ(gc.size(), 3u);
+          ASSERT_EQ(gg.size(), 3u);
+          EXPECT_EQ(yg.dtype(), dt);
+          EXPECT_EQ(yg.is_channels_last(), channels_last);
+          EXPECT_TRUE(within_ulp_and_f32("y", yg, yc, dt));
+          EXPECT_TRUE(within_ulp_and_f32("grad x", gg[0], gc[0], dt));
+          EXPECT_TRUE(near("running_mean", rm_g, rm_c, 2e-5));
+          EXPECT_TRUE(near("running_var", rv_g, rv_c, 2e-5));
+          EXPECT_TRUE(near("grad weight", gg[1], gc[1], 2e-5));
+          EXPECT_TRUE(near("grad bias", gg[2], gc[2], 2e-5));
+        }
 }
 
 }  // namespace

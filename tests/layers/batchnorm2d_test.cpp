@@ -6,7 +6,8 @@
 // kept off the kink, and bit-identity with relu(batch_norm2d(...)) forward and backward, in
 // the NCHW layout and the channel-blocked one (layers/layout.h), which has its own kernels,
 // including inputs whose normalised value is exactly 0 (the backward's mask must cut exactly
-// where the forward wrote 0).
+// where the forward wrote 0). 16-bit activations (bf16, f16) in NCHW and channels-last, train
+// and eval, with and without the fused ReLU: the f32 layer on the widened input, rounded once.
 #include "layers/batchnorm2d.h"
 
 #include <gtest/gtest.h>
@@ -25,12 +26,16 @@
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "layers/layout.h"
+#include "support/batchnorm_lowp.h"
 #include "support/gradcheck.h"
 
 namespace kiln {
 namespace {
 
 using testing::bit_identical;
+using testing::check_lowp_matches_f32;
+using testing::kCpu;
+using testing::ulp16;
 using testing::gradcheck;
 using testing::max_abs_diff;
 using testing::random_tensor;
@@ -544,6 +549,50 @@ TEST(BatchNorm2d, ModuleFusedReluIsReluOfForwardBitForBit) {
       EXPECT_TRUE(
           bit_identical("eval y", fused.forward(x, BatchNormActivation::Relu), relu(plain(x))));
     }
+}
+
+// ---- 16-bit activations ---------------------------------------------------------------------
+
+TEST(BatchNorm2d, LowPrecisionIsF32OfWidenedInputRoundedOnce) {
+  // C = 3: channels-last takes the rows view (N * H * W, C); C = 32: on the CPU its
+  // channel-blocked view (C % 16 == 0). 8 x 32 x 12 x 12 = 36,864 elements: the multi-threaded
+  // branch of the kernels.
+  const Shape shapes[] = {{4, 3, 5, 6}, {2, 32, 3, 5}, {8, 32, 12, 12}};
+  uint32_t seed = 900;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (const Shape& s : shapes)
+      for (bool channels_last : {false, true})
+        for (bool training : {true, false})
+          for (bool relu : {false, true})
+            check_lowp_matches_f32(kCpu, dt, s, channels_last, training, relu, seed += 10);
+}
+
+// The channel-blocked layout (nChw16c) takes 16-bit activations too (its kernels are the ones
+// channels-last inputs with C % 16 == 0 run): the same values as the NCHW op.
+TEST(BatchNorm2d, LowPrecisionBlockedMatchesNchw) {
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const Tensor x = random_tensor({2, 32, 3, 4}, 990, -1, 2).to(dt);
+    const Tensor w = random_tensor({32}, 991, 0.5, 1.5, DType::F32);
+    const Tensor b = random_tensor({32}, 992, -0.5, 0.5, DType::F32);
+    const Tensor y = batch_norm2d(x, w, b, Tensor(), Tensor(), true, 0.1, 1e-5,
+                                  BatchNormActivation::Relu);
+    const Tensor yb = from_channel_blocks(batch_norm2d(to_channel_blocks(x), w, b, Tensor(),
+                                                       Tensor(), true, 0.1, 1e-5,
+                                                       BatchNormActivation::Relu));
+    // The blocked statistics are one pass (E[x^2] - mean^2, batchnorm2d_blocked_cpu.cpp), the
+    // NCHW ones two: the same values to within a few f32 roundings, so y within 1 ulp of dt.
+    const auto yv = y.to_vector<double>(), ybv = yb.to_vector<double>();
+    for (size_t i = 0; i < yv.size(); ++i)
+      ASSERT_LE(std::fabs(yv[i] - ybv[i]), ulp16(yv[i], dt)) << dtype_name(dt) << " " << i;
+  }
+}
+
+TEST(BatchNorm2d, LowPrecisionParametersMustBeF32) {
+  const Tensor x = random_tensor({2, 3, 2, 2}, 995).to(DType::BF16);
+  const Tensor w_bf16 = Tensor::ones({3}, DType::BF16);
+  EXPECT_THROW(batch_norm2d(x, w_bf16, Tensor(), Tensor(), Tensor(), true), Error);
+  BatchNorm2d bn(3);
+  EXPECT_EQ(bn.forward(x).dtype(), DType::BF16);
 }
 
 TEST(BatchNorm2d, ModuleState) {
