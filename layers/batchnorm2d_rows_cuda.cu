@@ -14,7 +14,13 @@
 // order that depends on the shape only: bit-for-bit reproducible, no atomics.
 //
 // 16-bit activations (T = Half or BFloat16): elements widen to f32 on load (exact) and the
-// per-channel results are f32 (P = compute_t<T>); the sums are the same doubles.
+// per-channel results are f32 (P = compute_t<T>); the sums are the same doubles. A warp's 32
+// neighbouring 16-bit channels are only 64 bytes, so when C is even (and the pointers 4-byte
+// aligned) each thread takes two neighbouring channels with one 4-byte load (V = 2): a block
+// then covers 64 channels and a warp reads a whole 128-byte line of a row, as for f32. Each
+// channel's values are visited, summed and merged in the same order as with one channel per
+// thread (the same pieces, the same row groups), so the result does not depend on V. An odd C
+// leaves every other row's pair misaligned: those shapes take V = 1.
 //
 // Statistics: each thread keeps a count, a mean and a sum of squared deviations (Welford's
 // update, in double), and partial results merge with Chan, Golub and LeVeque's formula
@@ -23,10 +29,12 @@
 #include "layers/batchnorm2d_rows_cuda.cuh"
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/launch.h"
+#include "engine/host_device.h"
 #include "engine/tensor.h"
 
 namespace kiln::cuda {
@@ -43,6 +51,16 @@ constexpr int kFinishThreads = 256;
 template <typename T>
 __device__ __forceinline__ compute_t<T> in(T v) {
   return convert_elem<compute_t<T>>(v);
+}
+
+// V neighbouring elements, loaded at once (an aligned V * sizeof(T)-byte access).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Lanes {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Lanes<T, V> load_lanes(const T* p) {
+  return *reinterpret_cast<const Lanes<T, V>*>(p);
 }
 
 // count, mean, M2 (the sum of squared deviations from the mean) of some values.
@@ -65,42 +83,51 @@ __device__ __forceinline__ void piece_rows(int64_t m, int64_t parts, int64_t p, 
   *end = (p + 1) * piece < m ? (p + 1) * piece : m;
 }
 
-// grid (ceil(C / 32), parts), block (32, 8). Writes the moments of channel ch over piece p to
-// scratch[(p * C + ch) * 3 + {0, 1, 2}].
-template <typename T>
+// grid (ceil(C / (32 * V)), parts), block (32, 8); thread x takes channels ch0 .. ch0 + V - 1,
+// ch0 = (blockIdx.x * 32 + x) * V (V divides C). Writes the moments of channel ch over piece p
+// to scratch[(p * C + ch) * 3 + {0, 1, 2}].
+template <typename T, int V>
 __global__ void __launch_bounds__(kColsX* kColsY)
     rows_moments_kernel(const T* __restrict__ x, double* __restrict__ scratch, int64_t m,
                         int64_t c, int64_t parts) {
-  KILN_SHARED(double, part_n, [kColsY][kColsX]);
-  KILN_SHARED(double, part_mean, [kColsY][kColsX]);
-  KILN_SHARED(double, part_m2, [kColsY][kColsX]);
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x;
+  KILN_SHARED(double, part_n, [kColsY][kColsX * V]);
+  KILN_SHARED(double, part_mean, [kColsY][kColsX * V]);
+  KILN_SHARED(double, part_m2, [kColsY][kColsX * V]);
+  const int64_t ch0 = (static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x) * V;
   const int64_t p = blockIdx.y;
   int64_t begin, end;
   piece_rows(m, parts, p, &begin, &end);
-  Moments acc{0, 0, 0};
-  if (ch < c) {
+  Moments acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = {0, 0, 0};
+  if (ch0 < c) {
     for (int64_t r = begin + threadIdx.y; r < end; r += kColsY) {
-      const double v = static_cast<double>(in(x[r * c + ch]));
-      acc.n += 1;
-      const double delta = v - acc.mean;
-      acc.mean += delta / acc.n;
-      acc.m2 += delta * (v - acc.mean);
+      const Lanes<T, V> row = load_lanes<V>(x + r * c + ch0);
+      for (int j = 0; j < V; ++j) {
+        const double v = static_cast<double>(in(row.v[j]));
+        acc[j].n += 1;
+        const double delta = v - acc[j].mean;
+        acc[j].mean += delta / acc[j].n;
+        acc[j].m2 += delta * (v - acc[j].mean);
+      }
     }
   }
-  part_n[threadIdx.y][threadIdx.x] = acc.n;
-  part_mean[threadIdx.y][threadIdx.x] = acc.mean;
-  part_m2[threadIdx.y][threadIdx.x] = acc.m2;
+  for (int j = 0; j < V; ++j) {
+    part_n[threadIdx.y][threadIdx.x * V + j] = acc[j].n;
+    part_mean[threadIdx.y][threadIdx.x * V + j] = acc[j].mean;
+    part_m2[threadIdx.y][threadIdx.x * V + j] = acc[j].m2;
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && ch < c) {
-    Moments total{part_n[0][threadIdx.x], part_mean[0][threadIdx.x], part_m2[0][threadIdx.x]};
-    for (int y = 1; y < kColsY; ++y)
-      total = merge(total, {part_n[y][threadIdx.x], part_mean[y][threadIdx.x],
-                            part_m2[y][threadIdx.x]});
-    double* out = scratch + (p * c + ch) * 3;
-    out[0] = total.n;
-    out[1] = total.mean;
-    out[2] = total.m2;
+  if (threadIdx.y == 0 && ch0 < c) {
+    for (int j = 0; j < V; ++j) {
+      const int col = threadIdx.x * V + j;
+      Moments total{part_n[0][col], part_mean[0][col], part_m2[0][col]};
+      for (int y = 1; y < kColsY; ++y)
+        total = merge(total, {part_n[y][col], part_mean[y][col], part_m2[y][col]});
+      double* out = scratch + (p * c + ch0 + j) * 3;
+      out[0] = total.n;
+      out[1] = total.mean;
+      out[2] = total.m2;
+    }
   }
 }
 
@@ -119,43 +146,56 @@ __global__ void rows_finish_stats_kernel(const double* __restrict__ scratch, P* 
   var[ch] = static_cast<P>(total.m2 / total.n);
 }
 
-// grid (ceil(C / 32), parts), block (32, 8): sum(grad_y) and sum(grad_y * (x - mean)) of
-// channel ch over piece p (grad_y masked by the fused ReLU's output when relu_y is given), to
+// grid (ceil(C / (32 * V)), parts), block (32, 8), channels per thread as in
+// rows_moments_kernel: sum(grad_y) and sum(grad_y * (x - mean)) of channel ch over piece p
+// (grad_y masked by the fused ReLU's output when relu_y is given), to
 // scratch[(p * C + ch) * 2 + {0, 1}].
-template <typename T, typename P = compute_t<T>>
+template <typename T, int V, typename P = compute_t<T>>
 __global__ void __launch_bounds__(kColsX* kColsY)
     rows_backward_sums_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
                               const P* __restrict__ mean, const T* __restrict__ relu_y,
                               double* __restrict__ scratch, int64_t m, int64_t c, int64_t parts) {
-  KILN_SHARED(double, part_gy, [kColsY][kColsX]);
-  KILN_SHARED(double, part_gy_xc, [kColsY][kColsX]);
-  const int64_t ch = static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x;
+  KILN_SHARED(double, part_gy, [kColsY][kColsX * V]);
+  KILN_SHARED(double, part_gy_xc, [kColsY][kColsX * V]);
+  const int64_t ch0 = (static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x) * V;
   const int64_t p = blockIdx.y;
   int64_t begin, end;
   piece_rows(m, parts, p, &begin, &end);
-  double sum_gy = 0, sum_gy_xc = 0;
-  if (ch < c) {
-    const double mu = static_cast<double>(mean[ch]);
+  double sum_gy[V], sum_gy_xc[V];
+  for (int j = 0; j < V; ++j) sum_gy[j] = sum_gy_xc[j] = 0;
+  if (ch0 < c) {
+    double mu[V];
+    for (int j = 0; j < V; ++j) mu[j] = static_cast<double>(mean[ch0 + j]);
     for (int64_t r = begin + threadIdx.y; r < end; r += kColsY) {
-      const int64_t off = r * c + ch;
-      const double gy =
-          relu_y && !(in(relu_y[off]) > P(0)) ? 0.0 : static_cast<double>(in(grad_y[off]));
-      sum_gy += gy;
-      sum_gy_xc = fma_t(gy, static_cast<double>(in(x[off])) - mu, sum_gy_xc);
+      const int64_t off = r * c + ch0;
+      const Lanes<T, V> g = load_lanes<V>(grad_y + off), xs = load_lanes<V>(x + off);
+      Lanes<T, V> ys{};
+      if (relu_y) ys = load_lanes<V>(relu_y + off);
+      for (int j = 0; j < V; ++j) {
+        const double gy =
+            relu_y && !(in(ys.v[j]) > P(0)) ? 0.0 : static_cast<double>(in(g.v[j]));
+        sum_gy[j] += gy;
+        sum_gy_xc[j] = fma_t(gy, static_cast<double>(in(xs.v[j])) - mu[j], sum_gy_xc[j]);
+      }
     }
   }
-  part_gy[threadIdx.y][threadIdx.x] = sum_gy;
-  part_gy_xc[threadIdx.y][threadIdx.x] = sum_gy_xc;
+  for (int j = 0; j < V; ++j) {
+    part_gy[threadIdx.y][threadIdx.x * V + j] = sum_gy[j];
+    part_gy_xc[threadIdx.y][threadIdx.x * V + j] = sum_gy_xc[j];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && ch < c) {
-    double total_gy = part_gy[0][threadIdx.x], total_gy_xc = part_gy_xc[0][threadIdx.x];
-    for (int y = 1; y < kColsY; ++y) {
-      total_gy += part_gy[y][threadIdx.x];
-      total_gy_xc += part_gy_xc[y][threadIdx.x];
+  if (threadIdx.y == 0 && ch0 < c) {
+    for (int j = 0; j < V; ++j) {
+      const int col = threadIdx.x * V + j;
+      double total_gy = part_gy[0][col], total_gy_xc = part_gy_xc[0][col];
+      for (int y = 1; y < kColsY; ++y) {
+        total_gy += part_gy[y][col];
+        total_gy_xc += part_gy_xc[y][col];
+      }
+      double* out = scratch + (p * c + ch0 + j) * 2;
+      out[0] = total_gy;
+      out[1] = total_gy_xc;
     }
-    double* out = scratch + (p * c + ch) * 2;
-    out[0] = total_gy;
-    out[1] = total_gy_xc;
   }
 }
 
@@ -196,8 +236,25 @@ Tensor scratch_doubles(int64_t n) {
   return Tensor::empty({n}, DType::F64, Device(DeviceType::CUDA, current_device()));
 }
 
-dim3 moments_grid(int64_t c, int64_t parts) {
-  return dim3(static_cast<unsigned>((c + kColsX - 1) / kColsX), static_cast<unsigned>(parts));
+dim3 moments_grid(int64_t c, int64_t parts, int v) {
+  const int64_t cols = kColsX * v;
+  return dim3(static_cast<unsigned>((c + cols - 1) / cols), static_cast<unsigned>(parts));
+}
+
+// The channels per thread of the reduction kernels: 2 for 16-bit elements when C is even and
+// every pointer is aligned for a pair, else 1.
+template <typename T>
+int lanes_for(int64_t c, std::initializer_list<const T*> ptrs) {
+  if constexpr (is_low_precision_v<T>) {
+    if (c % 2 != 0) return 1;
+    for (const T* p : ptrs)
+      if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T)) != 0) return 1;
+    return 2;
+  } else {
+    (void)c;
+    (void)ptrs;
+    return 1;
+  }
 }
 
 }  // namespace
@@ -209,9 +266,12 @@ void batch_norm2d_stats_rows(const T* x, compute_t<T>* mean, compute_t<T>* var, 
   const Tensor scratch = scratch_doubles(parts * c * 3);
   double* s = scratch.data<double>();
   const cudaStream_t stream = current_stream();
-  launch(rows_moments_kernel<T>,
-         LaunchConfig{moments_grid(c, parts), dim3(kColsX, kColsY), 0, stream}, x, s, m, c,
-         parts);
+  const int v = lanes_for<T>(c, {x});
+  const LaunchConfig config{moments_grid(c, parts, v), dim3(kColsX, kColsY), 0, stream};
+  if (v == 2)
+    launch(rows_moments_kernel<T, 2>, config, x, s, m, c, parts);
+  else
+    launch(rows_moments_kernel<T, 1>, config, x, s, m, c, parts);
   launch(rows_finish_stats_kernel<compute_t<T>>,
          LaunchConfig{dim3(blocks_for(c, kFinishThreads)), dim3(kFinishThreads), 0, stream}, s,
          mean, var, c, parts);
@@ -227,10 +287,14 @@ void batch_norm2d_backward_reduce_rows(BatchNormMode mode, const T* grad_y, cons
   const Tensor scratch = scratch_doubles(parts > 0 ? parts * c * 2 : 1);
   double* s = scratch.data<double>();
   const cudaStream_t stream = current_stream();
-  if (need_sums)
-    launch(rows_backward_sums_kernel<T>,
-           LaunchConfig{moments_grid(c, parts), dim3(kColsX, kColsY), 0, stream}, grad_y, x, mean,
-           relu_y, s, m, c, parts);
+  if (need_sums) {
+    const int v = lanes_for<T>(c, {grad_y, x, relu_y});  // a null relu_y is aligned
+    const LaunchConfig config{moments_grid(c, parts, v), dim3(kColsX, kColsY), 0, stream};
+    if (v == 2)
+      launch(rows_backward_sums_kernel<T, 2>, config, grad_y, x, mean, relu_y, s, m, c, parts);
+    else
+      launch(rows_backward_sums_kernel<T, 1>, config, grad_y, x, mean, relu_y, s, m, c, parts);
+  }
   launch(rows_finish_backward_kernel<compute_t<T>>,
          LaunchConfig{dim3(blocks_for(c, kFinishThreads)), dim3(kFinishThreads), 0, stream},
          mode, s, invstd, weight, grad_weight, grad_bias, coef, m, c, parts);
