@@ -1,6 +1,6 @@
 // batchnorm_lowp.h: the check of batch_norm2d on 16-bit activations against the f32 op on the
 // widened input, on any device (tests/layers/batchnorm2d_test.cpp on the CPU,
-// tests/cuda/batchnorm2d_cuda_test.cpp on cuda:0), and the 16-bit backward it needs.
+// tests/cuda/batchnorm2d_cuda_test.cpp on cuda:0).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,29 +28,6 @@ inline double ulp16(double v, DType dt) {
   const int e =
       v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::fabs(v)))), min_exp);
   return std::ldexp(1.0, e - mant);
-}
-
-// The gradients (x, weight, bias) of a 16-bit batch_norm2d output y for grad_y. Autograd does
-// not let a 16-bit tensor require grad yet (engine/tensor.cpp), so x's edge of the node is
-// pointed at a sink and the nodes from y back to the batch norm (the channels-last view) are
-// applied by hand; grad_x comes back in x's shape and memory format.
-struct GradSink : Node {
-  std::vector<Tensor> apply(const Tensor&) override { return {}; }
-  const char* name() const override { return "GradSink"; }
-};
-inline std::vector<Tensor> lowp_backward(const Tensor& x, const Tensor& y, const Tensor& grad_y) {
-  Node* node = y.grad_fn().get();
-  Tensor g = grad_y;
-  while (node && std::string(node->name()) != "BatchNorm2dBackward") {
-    g = node->apply(g)[0];
-    node = node->next[0].get();
-  }
-  if (!node) return {};
-  node->next[0] = std::make_shared<GradSink>();
-  std::vector<Tensor> grads = node->apply(g);
-  if (x.is_channels_last())
-    grads[0] = reinterpret_view(grads[0], x.shape(), MemoryFormat::ChannelsLast);
-  return grads;
 }
 
 // A 16-bit input x16 through batch_norm2d on `device`, and the same op in f32 on x16 widened
@@ -76,8 +52,9 @@ inline void check_lowp_matches_f32(const Device& device, DType dt, const Shape& 
   const auto fmt = channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   const int64_t c = shape[1];
   auto on = [&](const Tensor& t) { return t.to(device); };
-  const Tensor x16 = on(random_tensor(shape, seed, -2, 3).to(dt)).to(fmt);
-  Tensor x32 = x16.to(DType::F32).detach().set_requires_grad(true);
+  Tensor x16 = on(random_tensor(shape, seed, -2, 3).to(dt)).to(fmt);
+  x16.set_requires_grad(true);
+  Tensor x32 = x16.detach().to(DType::F32).set_requires_grad(true);
   ASSERT_EQ(x32.is_channels_last(), channels_last);
   const Tensor w = on(random_tensor({c}, seed + 1, 0.5, 1.5, DType::F32));
   const Tensor b = on(random_tensor({c}, seed + 2, -0.5, 0.5, DType::F32));
@@ -101,9 +78,9 @@ inline void check_lowp_matches_f32(const Device& device, DType dt, const Shape& 
   EXPECT_TRUE(bit_identical(what + " running_var", rv16, rv32));
 
   const Tensor g16 = on(random_tensor(shape, seed + 5).to(dt)).to(fmt);
-  const std::vector<Tensor> grads16 = lowp_backward(x16, y16, g16);
-  ASSERT_EQ(grads16.size(), 3u) << what;
+  backward(y16, g16);
   backward(y32, g16.to(DType::F32));
+  const std::vector<Tensor> grads16 = {x16.grad(), w16.grad(), b16.grad()};
   ASSERT_EQ(grads16[0].dtype(), dt) << what;
   ASSERT_EQ(grads16[0].is_channels_last(), channels_last) << what;
   ASSERT_EQ(grads16[1].dtype(), DType::F32) << what;
