@@ -53,16 +53,6 @@ __device__ __forceinline__ compute_t<T> in(T v) {
   return convert_elem<compute_t<T>>(v);
 }
 
-// V neighbouring elements, loaded at once (an aligned V * sizeof(T)-byte access).
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Lanes {
-  T v[V];
-};
-template <int V, typename T>
-__device__ __forceinline__ Lanes<T, V> load_lanes(const T* p) {
-  return *reinterpret_cast<const Lanes<T, V>*>(p);
-}
-
 // count, mean, M2 (the sum of squared deviations from the mean) of some values.
 struct Moments {
   double n, mean, m2;

@@ -14,6 +14,21 @@
 
 namespace kiln::cuda {
 
+// V neighbouring elements, loaded or stored at once (one aligned V * sizeof(T)-byte access: the
+// caller checks the alignment).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Lanes {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ Lanes<T, V> load_lanes(const T* p) {
+  return *reinterpret_cast<const Lanes<T, V>*>(p);
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_lanes(T* p, const Lanes<T, V>& v) {
+  *reinterpret_cast<Lanes<T, V>*>(p) = v;
+}
+
 // From channel ch's sum(grad_y) and sum(grad_y * (x - mean)) over its m values: grad_bias,
 // grad_weight and the coefficients of grad_x = k * grad_y - a * (x - mean) + d (coef[ch],
 // coef[c + ch], coef[2c + ch]; see the CPU batch_norm2d_backward for their derivation), each
