@@ -75,7 +75,12 @@ void set_history(Tensor& output, const std::shared_ptr<Node>& node,
                  const std::vector<Tensor>& inputs) {
   node->next.clear();
   node->next.reserve(inputs.size());
-  for (const Tensor& t : inputs) node->next.push_back(gradient_edge(t));
+  node->input_dtypes.clear();
+  node->input_dtypes.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    node->next.push_back(gradient_edge(t));
+    node->input_dtypes.push_back(t.defined() ? t.dtype() : DType::F32);
+  }
   output.impl()->requires_grad = true;
   output.impl()->grad_fn = node;
 }
@@ -127,6 +132,12 @@ void backward(const Tensor& root, const Tensor& grad) {
       Node* next = node->next[i].get();
       if (!next) continue;
       if (i < grad_inputs.size() && grad_inputs[i].defined()) {
+        // A gradient has its tensor's dtype; two gradients of one tensor then add in it.
+        KILN_CHECK(i >= node->input_dtypes.size() ||
+                       grad_inputs[i].dtype() == node->input_dtypes[i],
+                   node->name(), " returned a ", dtype_name(grad_inputs[i].dtype()),
+                   " gradient for its ", dtype_name(node->input_dtypes[i]), " input ", i,
+                   " (internal error)");
         Tensor& slot = grads[next];
         slot = slot.defined() ? add(slot, grad_inputs[i]) : grad_inputs[i];
       }

@@ -38,6 +38,9 @@ struct Node {
   virtual void release_saved() { saved.clear(); released = true; }
 
   std::vector<std::shared_ptr<Node>> next;  // one per input; null if the input needs no grad
+  // The dtype of each input (set_history): the gradient returned for input i must have it
+  // (a 16-bit activation's gradient is 16-bit), which backward() checks.
+  std::vector<DType> input_dtypes;
   std::vector<Tensor> saved;                // tensors kept for backward
   uint64_t sequence_nr;                     // creation order: later nodes run first
   bool released = false;

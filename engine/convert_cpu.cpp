@@ -57,95 +57,107 @@ inline __m512i bf16_round_lanes(__m512i x) {
 
 }  // namespace
 
-void convert_f32_to_f16(const float* src, Half* dst, int64_t n) {
-  for_chunks(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
+void convert_f32_to_f16_serial(const float* src, Half* dst, int64_t n) {
+  const int64_t e = n;
+  int64_t i = 0;
 #if defined(__AVX512F__)
-    for (; i + 16 <= e; i += 16) {
-      const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
-    }
+  for (; i + 16 <= e; i += 16) {
+    const __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  }
 #elif defined(__F16C__)
-    for (; i + 8 <= e; i += 8) {
-      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-    }
+  for (; i + 8 <= e; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
 #endif
-    for (; i < e; ++i) dst[i].bits = f32_to_f16(src[i]);
-  });
+  for (; i < e; ++i) dst[i].bits = f32_to_f16(src[i]);
+}
+
+void convert_f32_to_f16(const float* src, Half* dst, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t e) { convert_f32_to_f16_serial(src + b, dst + b, e - b); });
+}
+
+void convert_f16_to_f32_serial(const Half* src, float* dst, int64_t n) {
+  const int64_t e = n;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= e; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= e; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < e; ++i) dst[i] = f16_to_f32(src[i].bits);
 }
 
 void convert_f16_to_f32(const Half* src, float* dst, int64_t n) {
-  for_chunks(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#if defined(__AVX512F__)
-    for (; i + 16 <= e; i += 16) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  for_chunks(n, [&](int64_t b, int64_t e) { convert_f16_to_f32_serial(src + b, dst + b, e - b); });
+}
+
+void convert_f32_to_bf16_serial(const float* src, BFloat16* dst, int64_t n) {
+  const int64_t e = n;
+  int64_t i = 0;
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  for (; i + 16 <= e; i += 16) {
+    const __m512 v = _mm512_loadu_ps(src + i);
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(v);  // a vector cast: the same 256 bits
+    // Subnormal lanes: a nonzero magnitude with a zero exponent.
+    const __m512i x = _mm512_castps_si512(v);
+    const __mmask16 subnormal = static_cast<__mmask16>(
+        _mm512_test_epi32_mask(x, magnitude) & ~_mm512_test_epi32_mask(x, exponent));
+    if (subnormal) {
+      const __m256i fixed = _mm512_cvtepi32_epi16(bf16_round_lanes(x));
+      r = _mm256_mask_blend_epi16(subnormal, r, fixed);
     }
-#elif defined(__F16C__)
-    for (; i + 8 <= e; i += 8) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
-    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), r);
+  }
+#elif defined(__AVX512F__)
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  for (; i + 16 <= e; i += 16) {
+    const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
+    const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    const __m512i r = _mm512_mask_mov_epi32(bf16_round_lanes(x), nan, quiet);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
+  }
 #endif
-    for (; i < e; ++i) dst[i] = f16_to_f32(src[i].bits);
-  });
+  for (; i < e; ++i) dst[i].bits = f32_to_bf16(src[i]);
 }
 
 void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n) {
-  for_chunks(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
-    const __m512i exponent = _mm512_set1_epi32(0x7f800000);
-    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-    for (; i + 16 <= e; i += 16) {
-      const __m512 v = _mm512_loadu_ps(src + i);
-      __m256i r = (__m256i)_mm512_cvtneps_pbh(v);  // a vector cast: the same 256 bits
-      // Subnormal lanes: a nonzero magnitude with a zero exponent.
-      const __m512i x = _mm512_castps_si512(v);
-      const __mmask16 subnormal = static_cast<__mmask16>(
-          _mm512_test_epi32_mask(x, magnitude) & ~_mm512_test_epi32_mask(x, exponent));
-      if (subnormal) {
-        const __m256i fixed = _mm512_cvtepi32_epi16(bf16_round_lanes(x));
-        r = _mm256_mask_blend_epi16(subnormal, r, fixed);
-      }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), r);
-    }
-#elif defined(__AVX512F__)
-    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-    const __m512i inf = _mm512_set1_epi32(0x7f800000);
-    for (; i + 16 <= e; i += 16) {
-      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(src + i));
-      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
-      const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-      const __m512i r = _mm512_mask_mov_epi32(bf16_round_lanes(x), nan, quiet);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(r));
-    }
+  for_chunks(n, [&](int64_t b, int64_t e) { convert_f32_to_bf16_serial(src + b, dst + b, e - b); });
+}
+
+void convert_bf16_to_f32_serial(const BFloat16* src, float* dst, int64_t n) {
+  const int64_t e = n;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet_bit = _mm512_set1_epi32(0x00400000);
+  for (; i + 16 <= e; i += 16) {
+    const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b16), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
+    x = _mm512_mask_or_epi32(x, nan, x, quiet_bit);
+    _mm512_storeu_si512(dst + i, x);
+  }
 #endif
-    for (; i < e; ++i) dst[i].bits = f32_to_bf16(src[i]);
-  });
+  for (; i < e; ++i) dst[i] = bf16_to_f32(src[i].bits);
 }
 
 void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n) {
-  for_chunks(n, [&](int64_t b, int64_t e) {
-    int64_t i = b;
-#if defined(__AVX512F__)
-    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-    const __m512i inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i quiet_bit = _mm512_set1_epi32(0x00400000);
-    for (; i + 16 <= e; i += 16) {
-      const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-      __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(b16), 16);
-      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, magnitude), inf);
-      x = _mm512_mask_or_epi32(x, nan, x, quiet_bit);
-      _mm512_storeu_si512(dst + i, x);
-    }
-#endif
-    for (; i < e; ++i) dst[i] = bf16_to_f32(src[i].bits);
-  });
+  for_chunks(n, [&](int64_t b, int64_t e) { convert_bf16_to_f32_serial(src + b, dst + b, e - b); });
 }
 
 const char* f16_conversion_isa() {

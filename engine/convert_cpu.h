@@ -20,6 +20,13 @@ void convert_f32_to_f16(const float* src, Half* dst, int64_t n);
 void convert_f16_to_f32(const Half* src, float* dst, int64_t n);
 void convert_f32_to_bf16(const float* src, BFloat16* dst, int64_t n);
 void convert_bf16_to_f32(const BFloat16* src, float* dst, int64_t n);
+// The same loops on the calling thread alone (no parallel region): for kernels that convert a
+// small block at a time inside their own parallel loop (the 16-bit elementwise ops,
+// engine/ops_cpu.cpp).
+void convert_f32_to_f16_serial(const float* src, Half* dst, int64_t n);
+void convert_f16_to_f32_serial(const Half* src, float* dst, int64_t n);
+void convert_f32_to_bf16_serial(const float* src, BFloat16* dst, int64_t n);
+void convert_bf16_to_f32_serial(const BFloat16* src, float* dst, int64_t n);
 
 // The instruction set those loops were built for, e.g. "avx512bf16", "avx512f", "f16c",
 // "scalar": what the vector-versus-scalar tests exercised.

@@ -15,9 +15,11 @@ namespace kiln {
 //   F16   IEEE 754 binary16 (element type Half, engine/host_device.h)
 //   BF16  bfloat16, the top half of an f32 (element type BFloat16)
 // F16 and BF16 are storage formats: tensors of them can be created, filled, printed, copied,
-// reshaped, saved, loaded and converted (to(DType)), but compute ops take f32/f64 and say so
-// (dispatch_floating). Mixed precision computes with them under autocast (engine/autocast.h):
-// conv2d and matmul round their f32 inputs to bf16/f16 and run 16-bit kernels internally.
+// reshaped, saved, loaded and converted (to(DType)); the ops a network's activations pass
+// through take them too (is_activation_dtype, below), the other compute ops take f32/f64 and
+// say so (dispatch_floating). Mixed precision computes with them under autocast
+// (engine/autocast.h): conv2d and matmul round their f32 inputs to bf16/f16 and run 16-bit
+// kernels internally.
 enum class DType : uint8_t { F32, F64, I32, I64, U8, F16, BF16 };
 
 // The largest dtype code this build knows (checkpoint readers validate against it).

@@ -1,7 +1,16 @@
 // ops_cpu.cpp: the CPU kernels of the core ops. Plain loops over contiguous buffers, OpenMP
 // across elements (or rows) when there is enough work to pay for waking the threads.
+//
+// 16-bit elements (Half, BFloat16) in the elementwise kernels: g++ -O3 -march=native
+// vectorises the one-element-at-a-time loop `out[i] = convert_elem<T>(f(widen(a[i])))` for
+// bf16 (its conversions are a shift and an integer add) but not for f16 (the subnormal loop of
+// f16_to_f32), so both run in blocks instead: a block of each operand is widened to f32 with
+// the vector conversions of engine/convert_cpu.h (AVX-512 / F16C, the same bits as the scalar
+// rule, and the scalar rule where -march has neither), the f32 loop runs on the block, and the
+// results are narrowed once (Lp16Block below). The f32 and f64 loops are unchanged.
 #include "engine/ops_cpu.h"
 
+#include "engine/convert_cpu.h"
 #include "engine/host_device.h"
 
 #include <cblas.h>
@@ -31,6 +40,75 @@ static T apply_binary(BinaryOp op, T a, T b) {
     }
   }
   return T(0);
+}
+
+// ---- 16-bit elementwise: widen a block, the f32 loop, narrow once ------------------------------
+
+// Elements per block: three f32 buffers of it (two operands, the result) stay in L1.
+constexpr int64_t kLp16Block = 1024;
+
+inline void widen_block(const Half* src, float* dst, int64_t n) {
+  convert_f16_to_f32_serial(src, dst, n);
+}
+inline void widen_block(const BFloat16* src, float* dst, int64_t n) {
+  convert_bf16_to_f32_serial(src, dst, n);
+}
+inline void narrow_block(const float* src, Half* dst, int64_t n) {
+  convert_f32_to_f16_serial(src, dst, n);
+}
+inline void narrow_block(const float* src, BFloat16* dst, int64_t n) {
+  convert_f32_to_bf16_serial(src, dst, n);
+}
+
+// out[i] = f(a[i], b[i]) for 16-bit a, b, out, computed in f32: f(wa, wb, wo, len) runs the f32
+// loop over one block (b may be null: a unary map). Blocks are split over the threads.
+template <typename T, typename F>
+void map16(const T* a, const T* b, T* out, int64_t n, F f) {
+  const int64_t blocks = (n + kLp16Block - 1) / kLp16Block;
+#pragma omp parallel for if (n > kParallelGrain)
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t begin = k * kLp16Block, len = std::min(kLp16Block, n - begin);
+    float wa[kLp16Block], wb[kLp16Block], wo[kLp16Block];
+    widen_block(a + begin, wa, len);
+    if (b != nullptr) widen_block(b + begin, wb, len);
+    f(wa, wb, wo, len);
+    narrow_block(wo, out + begin, len);
+  }
+}
+
+template <BinaryOp Op, typename T>
+void binary_loop16(Broadcast kind, const T* a, const T* b, T* out, int64_t n, int64_t row) {
+  switch (kind) {
+    case Broadcast::Same:
+      return map16(a, b, out, n, [](const float* x, const float* y, float* o, int64_t len) {
+        for (int64_t i = 0; i < len; ++i) o[i] = apply_binary(Op, x[i], y[i]);
+      });
+    case Broadcast::Scalar: {
+      const float bv = widen(b[0]);
+      return map16(a, static_cast<const T*>(nullptr), out, n,
+                   [bv](const float* x, const float*, float* o, int64_t len) {
+                     for (int64_t i = 0; i < len; ++i) o[i] = apply_binary(Op, x[i], bv);
+                   });
+    }
+    case Broadcast::Row: {
+      // The row widened once; then each row of a is a map against it.
+      std::vector<float> wrow(static_cast<size_t>(row));
+      for (int64_t j = 0; j < row; ++j) wrow[static_cast<size_t>(j)] = widen(b[j]);
+      const int64_t rows = n / row;
+#pragma omp parallel for if (n > kParallelGrain)
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j0 = 0; j0 < row; j0 += kLp16Block) {
+          const int64_t len = std::min(kLp16Block, row - j0);
+          float wa[kLp16Block], wo[kLp16Block];
+          widen_block(a + r * row + j0, wa, len);
+          const float* wb = wrow.data() + j0;
+          for (int64_t i = 0; i < len; ++i) wo[i] = apply_binary(Op, wa[i], wb[i]);
+          narrow_block(wo, out + r * row + j0, len);
+        }
+      }
+      return;
+    }
+  }
 }
 
 // The operation and the broadcast are fixed per call: each (op, kind) pair gets its own loop,
@@ -63,58 +141,90 @@ void binary_loop(Broadcast kind, const T* a, const T* b, T* out, int64_t n, int6
 template <typename T>
 void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out, int64_t n,
             int64_t row) {
-  switch (op) {
-    case BinaryOp::Add: return binary_loop<BinaryOp::Add>(kind, a, b, out, n, row);
-    case BinaryOp::Sub: return binary_loop<BinaryOp::Sub>(kind, a, b, out, n, row);
-    case BinaryOp::Mul: return binary_loop<BinaryOp::Mul>(kind, a, b, out, n, row);
-    case BinaryOp::Div: return binary_loop<BinaryOp::Div>(kind, a, b, out, n, row);
-    case BinaryOp::AddRelu: return binary_loop<BinaryOp::AddRelu>(kind, a, b, out, n, row);
+  if constexpr (is_low_precision_v<T>) {
+    switch (op) {
+      case BinaryOp::Add: return binary_loop16<BinaryOp::Add>(kind, a, b, out, n, row);
+      case BinaryOp::Sub: return binary_loop16<BinaryOp::Sub>(kind, a, b, out, n, row);
+      case BinaryOp::Mul: return binary_loop16<BinaryOp::Mul>(kind, a, b, out, n, row);
+      case BinaryOp::Div: return binary_loop16<BinaryOp::Div>(kind, a, b, out, n, row);
+      case BinaryOp::AddRelu: return binary_loop16<BinaryOp::AddRelu>(kind, a, b, out, n, row);
+    }
+  } else {
+    switch (op) {
+      case BinaryOp::Add: return binary_loop<BinaryOp::Add>(kind, a, b, out, n, row);
+      case BinaryOp::Sub: return binary_loop<BinaryOp::Sub>(kind, a, b, out, n, row);
+      case BinaryOp::Mul: return binary_loop<BinaryOp::Mul>(kind, a, b, out, n, row);
+      case BinaryOp::Div: return binary_loop<BinaryOp::Div>(kind, a, b, out, n, row);
+      case BinaryOp::AddRelu: return binary_loop<BinaryOp::AddRelu>(kind, a, b, out, n, row);
+    }
   }
 }
 
 template <typename T>
-void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar) {
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, compute_t<T> scalar) {
+  using C = compute_t<T>;
+  // f32/f64: one loop over the elements; 16-bit: the same f32 body over widened blocks.
   auto run = [&](auto f) {
+    if constexpr (is_low_precision_v<T>) {
+      map16(x, static_cast<const T*>(nullptr), out, n,
+            [&f](const float* v, const float*, float* o, int64_t len) {
+              for (int64_t i = 0; i < len; ++i) o[i] = f(v[i]);
+            });
+    } else {
 #pragma omp parallel for if (n > kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+      for (int64_t i = 0; i < n; ++i) out[i] = f(x[i]);
+    }
   };
   switch (op) {
-    case UnaryOp::Neg: return run([](T v) { return -v; });
-    case UnaryOp::Exp: return run([](T v) { return std::exp(v); });
-    case UnaryOp::Log: return run([](T v) { return std::log(v); });
-    case UnaryOp::Square: return run([](T v) { return v * v; });
-    case UnaryOp::Relu: return run([](T v) { return v > T(0) ? v : T(0); });
-    case UnaryOp::AddScalar: return run([scalar](T v) { return v + scalar; });
-    case UnaryOp::MulScalar: return run([scalar](T v) { return v * scalar; });
+    case UnaryOp::Neg: return run([](C v) { return -v; });
+    case UnaryOp::Exp: return run([](C v) { return std::exp(v); });
+    case UnaryOp::Log: return run([](C v) { return std::log(v); });
+    case UnaryOp::Square: return run([](C v) { return v * v; });
+    case UnaryOp::Relu: return run([](C v) { return v > C(0) ? v : C(0); });
+    case UnaryOp::AddScalar: return run([scalar](C v) { return v + scalar; });
+    case UnaryOp::MulScalar: return run([scalar](C v) { return v * scalar; });
   }
 }
+
+// y > 0 on the bits of a 16-bit float: positive (sign clear), nonzero, and at most +inf (NaN
+// is not > 0): bits - 1 below inf's bits, as unsigned. Integer code: the loop vectorises, and
+// the gradient's bits pass through unconverted.
+inline bool positive16(Half v) { return static_cast<uint16_t>(v.bits - 1u) < 0x7c00u; }
+inline bool positive16(BFloat16 v) { return static_cast<uint16_t>(v.bits - 1u) < 0x7f80u; }
 
 template <typename T>
 void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n) {
+  if constexpr (is_low_precision_v<T>) {
 #pragma omp parallel for simd if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) grad_x[i] = y[i] > T(0) ? grad_y[i] : T(0);
+    for (int64_t i = 0; i < n; ++i) grad_x[i].bits = positive16(y[i]) ? grad_y[i].bits : uint16_t{0};
+  } else {
+#pragma omp parallel for simd if (n > kParallelGrain)
+    for (int64_t i = 0; i < n; ++i) grad_x[i] = y[i] > T(0) ? grad_y[i] : T(0);
+  }
 }
 
 template <typename T>
-void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
+void sum_dim(Backend, const T* x, compute_t<T>* out, int64_t outer, int64_t len, int64_t inner) {
+  using C = compute_t<T>;
   // Each output element is owned by one thread, and summed in a fixed order: reproducible.
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i = 0; i < inner; ++i) {
-      T acc = 0;
-      for (int64_t l = 0; l < len; ++l) acc += x[(o * len + l) * inner + i];
+      C acc = 0;
+      for (int64_t l = 0; l < len; ++l) acc += convert_elem<C>(x[(o * len + l) * inner + i]);
       out[o * inner + i] = acc;
     }
   }
 }
 
 template <typename T>
-void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
-                T scale) {
+void expand_dim(Backend, const compute_t<T>* g, T* out, int64_t outer, int64_t len,
+                int64_t inner, compute_t<T> scale) {
 #pragma omp parallel for collapse(2) if (outer * len * inner > kParallelGrain)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t l = 0; l < len; ++l)
-      for (int64_t i = 0; i < inner; ++i) out[(o * len + l) * inner + i] = g[o * inner + i] * scale;
+      for (int64_t i = 0; i < inner; ++i)
+        out[(o * len + l) * inner + i] = convert_elem<T>(g[o * inner + i] * scale);
 }
 
 template <typename T>
@@ -260,10 +370,11 @@ void unscale_and_check(Backend, T* g, int64_t n, const float* scale_in, int32_t*
 #define KILN_INSTANTIATE(T)                                                                    \
   template void binary<T>(Backend, BinaryOp, Broadcast, const T*, const T*, T*, int64_t,       \
                           int64_t);                                                            \
-  template void unary<T>(Backend, UnaryOp, const T*, T*, int64_t, T);                          \
+  template void unary<T>(Backend, UnaryOp, const T*, T*, int64_t, compute_t<T>);             \
   template void relu_backward<T>(Backend, const T*, const T*, T*, int64_t);                    \
-  template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);                  \
-  template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);            \
+  template void sum_dim<T>(Backend, const T*, compute_t<T>*, int64_t, int64_t, int64_t);       \
+  template void expand_dim<T>(Backend, const compute_t<T>*, T*, int64_t, int64_t, int64_t,     \
+                              compute_t<T>);                                                   \
   template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);         \
   template void softmax<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, bool);            \
   template void softmax_backward<T>(Backend, const T*, const T*, T*, int64_t, int64_t, int64_t, \
@@ -272,6 +383,19 @@ void unscale_and_check(Backend, T* g, int64_t n, const float* scale_in, int32_t*
 KILN_INSTANTIATE(float)
 KILN_INSTANTIATE(double)
 #undef KILN_INSTANTIATE
+
+// The elementwise kernels and sum_dim / expand_dim also take 16-bit activations (f32 inside).
+#define KILN_INSTANTIATE_LP(T)                                                                 \
+  template void binary<T>(Backend, BinaryOp, Broadcast, const T*, const T*, T*, int64_t,       \
+                          int64_t);                                                            \
+  template void unary<T>(Backend, UnaryOp, const T*, T*, int64_t, compute_t<T>);             \
+  template void relu_backward<T>(Backend, const T*, const T*, T*, int64_t);                    \
+  template void sum_dim<T>(Backend, const T*, compute_t<T>*, int64_t, int64_t, int64_t);       \
+  template void expand_dim<T>(Backend, const compute_t<T>*, T*, int64_t, int64_t, int64_t,     \
+                              compute_t<T>);
+KILN_INSTANTIATE_LP(Half)
+KILN_INSTANTIATE_LP(BFloat16)
+#undef KILN_INSTANTIATE_LP
 
 // transpose moves bytes: one instantiation per element size serves every dtype.
 template void transpose<uint8_t>(Backend, const uint8_t*, uint8_t*, const int64_t*, int64_t,

@@ -27,20 +27,23 @@ void binary(Backend, BinaryOp op, Broadcast kind, const T* a, const T* b, T* out
 
 // out[i] = f(x[i]); `scalar` is the operand of AddScalar / MulScalar.
 template <typename T>
-void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, T scalar);
+void unary(Backend, UnaryOp op, const T* x, T* out, int64_t n, compute_t<T> scalar);
 
 // grad_x[i] = grad_y[i] if y[i] > 0 else 0.
 template <typename T>
 void relu_backward(Backend, const T* grad_y, const T* y, T* grad_x, int64_t n);
 
-// x viewed as (outer, len, inner); out is (outer, inner) = sum over len. Deterministic: the
+// x viewed as (outer, len, inner); out is (outer, inner) = sum over len. A 16-bit x (Half,
+// BFloat16) is summed in f32 into an f32 out (compute_t); f32 and f64 sum in their own type. Deterministic: the
 // same inputs give the same bits on every run (a fixed reduction tree, no atomics).
 template <typename T>
-void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner);
-// The adjoint of sum_dim: out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale.
+void sum_dim(Backend, const T* x, compute_t<T>* out, int64_t outer, int64_t len,
+             int64_t inner);
+// The adjoint of sum_dim: out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale,
+// g and scale in compute_t<T>, the product rounded once to T.
 template <typename T>
-void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
-                T scale);
+void expand_dim(Backend, const compute_t<T>* g, T* out, int64_t outer, int64_t len,
+                int64_t inner, compute_t<T> scale);
 // out (outer, inner) = argmax over len of x (outer, len, inner); ties go to the lowest index,
 // as on the CPU.
 template <typename T>

@@ -1,4 +1,10 @@
 // ops_elementwise.cpp: elementwise ops, their broadcasting rule, and their gradients.
+//
+// add, sub, mul, add_relu, relu, neg and the scalar add/mul take 16-bit activations (f16,
+// bf16) as well as f32/f64: their kernels widen each element to f32, apply the same f32
+// operation and round once on store (run_activation_kernel, compute_t), so a 16-bit result is
+// the f32 op of the widened inputs, rounded. Both operands have one dtype. div, exp, log and
+// square stay f32/f64 (low_precision_unsupported).
 #include <memory>
 #include <vector>
 
@@ -39,8 +45,9 @@ Broadcast broadcast_kind(const Tensor& a, const Tensor& b, const char* op) {
 Tensor reduce_to(const Tensor& g, const Shape& b_shape, Broadcast kind) {
   switch (kind) {
     case Broadcast::Same: return g;
-    case Broadcast::Scalar: return sum(g).reshape(b_shape);
-    case Broadcast::Row: return sum(g.reshape({-1, b_shape[0]}), {0});
+    // A sum of a 16-bit g is f32 (reductions promote): rounded once to g's dtype.
+    case Broadcast::Scalar: return sum(g).reshape(b_shape).to(g.dtype());
+    case Broadcast::Row: return sum(g.reshape({-1, b_shape[0]}), {0}).to(g.dtype());
   }
   return g;
 }
@@ -53,7 +60,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, Broad
   const Tensor a = row ? a_in.contiguous() : a_in;
   const Tensor b = kind == Broadcast::Same ? b_in.to(a.memory_format()) : b_in;
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device(), a.memory_format());
-  run_kernel(binary_name(op), a.device(), a.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel(binary_name(op), a.device(), a.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     binary(backend, op, kind, a.template data_any_format<T>(), b.template data_any_format<T>(),
            out.template data_any_format<T>(), a.numel(), row ? b.numel() : 1);
@@ -102,6 +109,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
   check_same_device(a, b, name);
   check_same_dtype(a, b, name);
+  if (op == BinaryOp::Div && is_low_precision(a.dtype()))
+    throw Error(low_precision_unsupported(name, a.dtype()));
   Broadcast kind = broadcast_kind(a, b, name);
   Tensor out = binary_forward(op, a, b, kind);
   if (any_requires_grad({&a, &b})) {
@@ -113,12 +122,20 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// The ops whose 16-bit form is not offered (their f32 results are not what a 16-bit network
+// needs between layers, and exp/log would need the f32 math library's bounds restated).
+bool unary_takes_low_precision(UnaryOp op) {
+  return op != UnaryOp::Exp && op != UnaryOp::Log && op != UnaryOp::Square;
+}
+
 Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* name) {
+  if (is_low_precision(x.dtype()) && !unary_takes_low_precision(op))
+    throw Error(low_precision_unsupported(name, x.dtype()));
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
-  run_kernel(name, x.device(), x.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel(name, x.device(), x.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     unary(backend, op, x.template data_any_format<T>(), out.template data_any_format<T>(),
-          x.numel(), T(scalar));
+          x.numel(), compute_t<T>(scalar));
   });
   return out;
 }
@@ -127,9 +144,10 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, double scalar, const char* nam
 // In y's memory format (g is brought into it).
 Tensor relu_backward(const Tensor& g_in, const Tensor& y) {
   check_same_device(g_in, y, "relu_backward");
+  check_same_dtype(g_in, y, "relu_backward");
   const Tensor g = g_in.to(y.memory_format());
   Tensor gx = Tensor::empty(g.shape(), g.dtype(), g.device(), g.memory_format());
-  run_kernel("relu_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel("relu_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
     relu_backward(backend, g.template data_any_format<T>(), y.template data_any_format<T>(),
                   gx.template data_any_format<T>(), g.numel());

@@ -1,5 +1,9 @@
 // ops_reduce.cpp: sum, mean and argmax over dims. Several dims are reduced one at a time,
 // highest first, each as an (outer, len, inner) reduction: one small kernel serves them all.
+// sum and mean of a 16-bit tensor (f16, bf16) promote: the first reduction widens each element
+// and accumulates in f32, the rest run in f32, and the result is an F32 tensor (as PyTorch's
+// autocast does for sums). Their gradient has the input's dtype: the f32 gradient is expanded
+// (times 1/count for mean) in f32 and each element rounded once, by the last expansion.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -26,31 +30,40 @@ int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
 namespace {
 
 // Sums x over one dim, keeping it as size 1.
+// The dtype a sum of `t` accumulates in and returns: f32 for 16-bit, t itself otherwise.
+DType sum_dtype(DType t) { return is_low_precision(t) ? DType::F32 : t; }
+
 Tensor sum_one_dim(const Tensor& x, int64_t d) {
   Shape out_shape = x.shape();
   out_shape[static_cast<size_t>(d)] = 1;
-  Tensor out = Tensor::empty(out_shape, x.dtype(), x.device());
+  Tensor out = Tensor::empty(out_shape, sum_dtype(x.dtype()), x.device());
   DimSplit s = split_at(x.shape(), d);
-  run_kernel("sum", x.device(), x.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel("sum", x.device(), x.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    sum_dim(backend, x.data<T>(), out.data<T>(), s.outer, s.len, s.inner);
+    sum_dim(backend, x.data<T>(), out.data<compute_t<T>>(), s.outer, s.len, s.inner);
   });
   return out;
 }
 
-// Broadcasts g (shape with dim d of size 1) back to `shape`, times scale.
-Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double scale) {
-  Tensor out = Tensor::empty(shape, g.dtype(), g.device());
+// Broadcasts g (shape with dim d of size 1) back to `shape`, times scale, into a tensor of
+// dtype `out_dtype`: g's dtype, or a 16-bit dtype whose sum_dtype is g's (one rounding).
+Tensor expand_one_dim(const Tensor& g, const Shape& shape, int64_t d, double scale,
+                      DType out_dtype) {
+  KILN_CHECK(sum_dtype(out_dtype) == g.dtype(), "sum_backward: a ", dtype_name(g.dtype()),
+             " gradient cannot expand into ", dtype_name(out_dtype), " (internal error)");
+  Tensor out = Tensor::empty(shape, out_dtype, g.device());
   DimSplit s = split_at(shape, d);
-  run_kernel("sum_backward", g.device(), g.dtype(), [&](auto backend, auto tag) {
+  run_activation_kernel("sum_backward", g.device(), out_dtype, [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    expand_dim(backend, g.data<T>(), out.data<T>(), s.outer, s.len, s.inner, T(scale));
+    using C = compute_t<T>;
+    expand_dim(backend, g.data<C>(), out.data<T>(), s.outer, s.len, s.inner, C(scale));
   });
   return out;
 }
 
 struct SumBackward : Node {
   Shape input_shape;
+  DType input_dtype = DType::F32;  // the gradient's dtype (g is sum_dtype of it)
   std::vector<int64_t> dims;  // sorted ascending, wrapped
   double scale;               // 1 for sum, 1/count for mean
   const char* name() const override { return "SumBackward"; }
@@ -60,12 +73,14 @@ struct SumBackward : Node {
     for (auto d : dims) kept[static_cast<size_t>(d)] = 1;
     Tensor grad = g.reshape(kept);
     Shape cur = kept;
+    // In g's dtype until the last expansion, which writes the input's dtype.
     for (size_t i = 0; i < dims.size(); ++i) {
       int64_t d = dims[i];
       cur[static_cast<size_t>(d)] = input_shape[static_cast<size_t>(d)];
-      grad = expand_one_dim(grad, cur, d, i == 0 ? scale : 1.0);
+      const DType out_dtype = i + 1 == dims.size() ? input_dtype : grad.dtype();
+      grad = expand_one_dim(grad, cur, d, i == 0 ? scale : 1.0, out_dtype);
     }
-    if (dims.empty()) grad = mul(grad, scale);
+    if (dims.empty()) grad = mul(grad, scale).to(input_dtype);
     return {grad};
   }
 };
@@ -84,7 +99,7 @@ Tensor reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, bool is_
     NoGradGuard no_grad;  // the pieces below are one op for autograd
     out = x;
     for (auto it = dims.rbegin(); it != dims.rend(); ++it) out = sum_one_dim(out, *it);
-    if (dims.empty()) out = out.clone();
+    if (dims.empty()) out = is_low_precision(out.dtype()) ? out.to(DType::F32) : out.clone();
     if (is_mean) out = mul(out, 1.0 / static_cast<double>(count));
     Shape out_shape;
     for (int64_t i = 0; i < rank; ++i) {
@@ -97,6 +112,7 @@ Tensor reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, bool is_
   if (any_requires_grad({&x})) {
     auto node = std::make_shared<SumBackward>();
     node->input_shape = x.shape();
+    node->input_dtype = x.dtype();
     node->dims = dims;
     node->scale = is_mean ? 1.0 / static_cast<double>(count) : 1.0;
     set_history(out, node, {x});

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "engine/impl.h"
+#include "engine/memory_format.h"
 #include "engine/ops.h"
 #include "support/gradcheck.h"
 
@@ -510,6 +511,61 @@ void matmul_transpose_softmax(Table& t) {
 // dtype conversion into and out of f16 and bf16 (Tensor::to, fill): one integer rule per element
 // on both devices (engine/host_device.h), so the CPU (vectorised) and cuda:0 give the same bits,
 // NaN payloads included. The f64 runs take the double -> f16/bf16 path (rounded once).
+// 16-bit activations (kLowPrecision, kLowPrecisionCuda; the header comment of parity_cases.h):
+// the elementwise ops, a residual join (x used twice: its gradients accumulate in 16 bits),
+// and the reductions, whose results are f32. Sizes cross the CPU's 1024-element blocks and
+// leave a tail after the CUDA kernels' 8-element vectors.
+void low_precision(Table& t) {
+  constexpr unsigned kLp = kLowPrecision | kLowPrecisionCuda;
+  t.add(Case("lp_add_5x411").in(uniform({5, 411})).in(uniform({5, 411}))
+            .fn([](const Inputs& v) { return one(add(v[0], v[1])); })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_sub_scalar_5x411").in(uniform({5, 411})).in(uniform({1}))
+            .fn([](const Inputs& v) { return one(sub(v[0], v[1])); })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_add_row_7x40").in(uniform({7, 40})).in(uniform({40}))
+            .fn([](const Inputs& v) { return one(add(v[0], v[1])); })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_mul_3x1029").in(uniform({3, 1029}, -3.0, 3.0)).in(uniform({3, 1029}, -3.0, 3.0))
+            .fn([](const Inputs& v) { return one(mul(v[0], v[1])); })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_add_relu_2x8x9x9").in(uniform({2, 8, 9, 9})).in(uniform({2, 8, 9, 9}))
+            .fn([](const Inputs& v) { return one(add_relu(v[0], v[1])); })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_add_relu_channels_last_2x8x9x9").in(uniform({2, 8, 9, 9})).in(uniform({2, 8, 9, 9}))
+            .fn([](const Inputs& v) {
+              // Computed channels-last (a's format), compared in NCHW.
+              const MemoryFormat cl = MemoryFormat::ChannelsLast;
+              return one(add_relu(v[0].to(cl), v[1].to(cl)).contiguous());
+            })
+            .low_precision({0, 1}).suites(kLp));
+  t.add(Case("lp_relu_3001").in(uniform({3001}))
+            .fn([](const Inputs& v) { return one(relu(v[0])); }).suites(kLp));
+  // One op per row: a chain would round between its ops, where the reference rounds once.
+  t.add(Case("lp_mul_scalar_3001").in(uniform({3001}))
+            .fn([](const Inputs& v) { return one(mul(v[0], 0.3)); }).suites(kLp));
+  t.add(Case("lp_add_scalar_3001").in(uniform({3001}))
+            .fn([](const Inputs& v) { return one(add(v[0], -0.25)); }).suites(kLp));
+  t.add(Case("lp_neg_3001").in(uniform({3001}))
+            .fn([](const Inputs& v) { return one(neg(v[0])); }).suites(kLp));
+  // x feeds both the block and the skip: y = relu(relu(x * 0.5) + x).
+  t.add(Case("lp_residual_2x8x9x9").in(uniform({2, 8, 9, 9}))
+            .fn([](const Inputs& v) { return one(add_relu(relu(mul(v[0], 0.5)), v[0])); })
+            .suites(kLp));
+  // Reductions: f32 results; the gradient in the input's dtype.
+  t.add(Case("lp_sum_all_3x130x7").in(uniform({3, 130, 7}))
+            .fn([](const Inputs& v) { return one(sum(v[0])); }).suites(kLp));
+  t.add(Case("lp_mean_all_3x130x7").in(uniform({3, 130, 7}))
+            .fn([](const Inputs& v) { return one(mean(v[0])); }).suites(kLp));
+  t.add(Case("lp_sum_dim1_keepdim_4x33x5").in(uniform({4, 33, 5}))
+            .fn([](const Inputs& v) { return one(sum(v[0], {1}, true)); }).suites(kLp));
+  // The ResNet head's two forms: NCHW over {2, 3}, and the (N, HW, C) view over dim 1.
+  t.add(Case("lp_mean_dims23_2x16x7x7").in(uniform({2, 16, 7, 7}))
+            .fn([](const Inputs& v) { return one(mean(v[0], {2, 3})); }).suites(kLp));
+  t.add(Case("lp_mean_nhwc_dim1_2x49x16").in(uniform({2, 49, 16}))
+            .fn([](const Inputs& v) { return one(mean(v[0], {1})); }).suites(kLp));
+}
+
 void dtype_conversions(Table& t) {
   auto all = [](const Tensor& x) {
     const DType dt = x.dtype();
@@ -573,6 +629,7 @@ const std::vector<Case>& cases() {
     reductions(t);
     matmul_transpose_softmax(t);
     dtype_conversions(t);
+    low_precision(t);
     add_layer_rows(t.rows);
     return t.rows;
   }();

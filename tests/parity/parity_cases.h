@@ -11,6 +11,33 @@
 //   kAutocast       under AutocastGuard(bf16 / f16) == f32, on the CPU (parity_test); every row
 //                   that runs in f32 is in it without asking (cases_in)
 //   kAutocastCuda   the same on cuda:0, for the rows that name it       (parity_cuda_test)
+//   kLowPrecision   16-bit activations == the f32 op rounded once,     (parity_test)
+//                   on the CPU, for bf16 and f16
+//   kLowPrecisionCuda  the same on cuda:0, and CPU 16-bit == cuda:0      (parity_cuda_test)
+//                   16-bit
+//
+// kLowPrecision / kLowPrecisionCuda. For each of bf16 and f16 the row's f32 inputs listed in
+// `lp_inputs` (the activations; default input 0) are rounded to the 16-bit dtype, the others
+// (parameters, e.g. BatchNorm's weight) stay f32; the op runs on them ("the 16-bit run"), and
+// again on the same values widened back to f32 ("the reference"). Backward gets the harness's
+// fixed dy, rounded to the 16-bit dtype where output 0 is 16-bit (both runs get the same
+// values). Compared:
+//   - a 16-bit output against the reference's rounded once: within `lp_fwd_ulps` ulps of the
+//     16-bit format (default 0: bit-identical; an elementwise op computes the same f32 value);
+//   - an output that is f32 by design (a reduction's result, running statistics) as f32:
+//     close_in_norm within `lp_f32_rtol` (default 1e-5: the order of a sum may differ);
+//   - the gradient of each 16-bit input (it must have that dtype) against the reference's
+//     rounded once: within `lp_bwd_ulps` ulps (default 1) or an absolute slack of
+//     lp_bwd_slack * u * max|reference gradient| (u: the format's unit roundoff, 2^-8 bf16,
+//     2^-11 f16; default lp_bwd_slack 2). Why: the 16-bit backward rounds every gradient that
+//     flows between ops, the reference only once at the end. A gradient that is one f32
+//     expression of 16-bit values is the reference's bit for bit; one that adds k rounded
+//     terms (a tensor used twice gets two) carries up to k * u * max|term| more, and when the
+//     terms cancel that is many ulps of a small result but never more than k * u times the
+//     gradient's largest magnitude: k = 2 covers a residual's accumulation;
+//   - the gradient of an f32 input (a parameter) as f32 within lp_f32_rtol.
+// The CUDA suite runs both comparisons on cuda:0, then compares the CPU 16-bit run with the
+// cuda:0 one under the same bounds (16-bit outputs in ulps, f32 ones in norm).
 //
 // Adding a layer's tests = adding rows to parity_layers.cpp (a mylayer_rows(rows) function that
 // add_layer_rows calls; the engine ops' rows are in parity_cases.cpp), e.g.
@@ -56,6 +83,8 @@ enum Suite : unsigned {
   kVendorCuda = 16,
   kAutocast = 32,
   kAutocastCuda = 64,
+  kLowPrecision = 128,
+  kLowPrecisionCuda = 256,
 };
 
 // Autocast's tolerance (engine/autocast.h), norm-wise relative error against the f32 result:
@@ -121,6 +150,13 @@ struct Case {
   // Absolute slack for input 0's gradient: rtol * grad0_scale(cpu inputs, dy) (a cancelling
   // sum whose terms are larger than its result).
   std::function<double(const Inputs&, const Tensor& dy)> grad0_scale;
+  // kLowPrecision / kLowPrecisionCuda (see the header comment): which inputs are activations
+  // (rounded to 16 bits), and the bounds.
+  std::vector<size_t> lp_inputs = {0};
+  double lp_fwd_ulps = 0;
+  double lp_bwd_ulps = 1;
+  double lp_bwd_slack = 2;
+  double lp_f32_rtol = 1e-5;
   // A check of the CPU outputs (that the inputs exercise what the row is about).
   std::function<::testing::AssertionResult(const Outputs&)> sanity;
 
@@ -134,6 +170,12 @@ struct Case {
   Case& vendor(DTol t) { vendor_tol = t; return *this; }
   Case& variants(std::vector<Variant> v) { variant_list = std::move(v); return *this; }
   Case& with_seed(uint32_t s) { seed = s; return *this; }
+  Case& low_precision(std::vector<size_t> activations, double fwd_ulps = 0, double bwd_ulps = 1) {
+    lp_inputs = std::move(activations);
+    lp_fwd_ulps = fwd_ulps;
+    lp_bwd_ulps = bwd_ulps;
+    return *this;
+  }
   bool has(Suite s) const { return (suite_mask & s) != 0; }
   // The inputs of one run: CPU tensors in dtype.
   Inputs build(DType dtype) const;

@@ -3,14 +3,17 @@
 //
 // Built twice from this source (tests/parity/CMakeLists.txt):
 //   parity_test       (labels unit, gradcheck)  Gradcheck.Double, VendorCpu.HandMatchesOneDnn,
-//                     Autocast.CloseToF32
+//                     Autocast.CloseToF32, LowPrecision.MatchesF32RoundedOnce
 //   parity_cuda_test  (label sim or gpu; KILN_PARITY_CUDA) DeviceParity.Run,
 //                     GradcheckCuda.Double, VendorCuda.HandMatchesVendor,
-//                     Autocast.CloseToF32OnCuda; they skip, saying
+//                     Autocast.CloseToF32OnCuda, LowPrecision.MatchesF32RoundedOnceOnCuda;
+//                     they skip, saying
 //                     why, where no CUDA device exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -189,6 +192,125 @@ void autocast_vs_f32(const Case& c, Device device) {
   }
 }
 
+// ---- (e) 16-bit activations against the f32 op rounded once (parity_cases.h) ----------------
+
+bool is_low(const Tensor& t) { return t.defined() && is_low_precision(t.dtype()); }
+
+// The unit roundoff of a 16-bit format: half its ulp at 1.
+double unit_roundoff(DType low) { return low == DType::BF16 ? 0x1p-8 : 0x1p-11; }
+
+// A 16-bit float's bits as an integer in value order: neighbours differ by 1 (+0 and -0 are 0).
+int32_t ordered16(uint16_t b) {
+  return (b & 0x8000u) ? -static_cast<int32_t>(b & 0x7fffu) : static_cast<int32_t>(b);
+}
+
+// got and want (16-bit, same dtype and shape) within `ulps` ulps of the format element by
+// element, or within `slack` in value; NaN matches NaN.
+::testing::AssertionResult within_ulps(const std::string& what, const Tensor& got,
+                                       const Tensor& want, double ulps, double slack) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape())
+    return ::testing::AssertionFailure() << what << ": got " << got.str() << ", want " << want.str();
+  const Tensor g = got.to(kCpu).contiguous(), w = want.to(kCpu).contiguous();
+  const auto* gb = static_cast<const uint16_t*>(g.raw_data());
+  const auto* wb = static_cast<const uint16_t*>(w.raw_data());
+  const std::vector<double> gv = g.to_vector<double>(), wv = w.to_vector<double>();
+  for (size_t i = 0; i < wv.size(); ++i) {
+    if (std::isnan(wv[i]) && std::isnan(gv[i])) continue;
+    const double d = std::abs(static_cast<double>(ordered16(gb[i]) - ordered16(wb[i])));
+    if (d <= ulps || std::abs(gv[i] - wv[i]) <= slack) continue;
+    return ::testing::AssertionFailure()
+           << what << ": element " << i << " of " << shape_str(want.shape()) << " is " << gv[i]
+           << ", want " << wv[i] << " (" << d << " ulps of " << dtype_name(want.dtype())
+           << ", bound " << ulps << " ulps or " << slack << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// One run of a row for the 16-bit suites: the activation inputs rounded to `low` (and, for
+// the reference, widened back to f32), on `device`; backward with the fixed dy, rounded to
+// `low` when output 0 of the 16-bit run is 16-bit (round_dy; the reference is told).
+struct LowRun {
+  Outputs y;
+  Inputs x;
+  bool round_dy = false;
+};
+
+LowRun run_low(const Case& c, Device device, DType low, bool widened, bool round_dy = false) {
+  Inputs x = c.build(DType::F32);
+  for (size_t i : c.lp_inputs)
+    if (i < x.size() && x[i].defined()) {
+      x[i] = x[i].to(low);
+      if (widened) x[i] = x[i].to(DType::F32);
+    }
+  LowRun r;
+  bool grads = false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!x[i].defined()) {
+      r.x.emplace_back();
+      continue;
+    }
+    const bool rg = c.requires_grad(i) && (is_float(x[i]) || is_low(x[i]));
+    grads = grads || rg;
+    r.x.push_back(leaf_on(x[i], device, rg));
+  }
+  r.y = c.f(r.x);
+  r.round_dy = widened ? round_dy : is_low(r.y[0]);
+  if (grads) {
+    Tensor dy = random_tensor(r.y[0].shape(), c.seed + 1000, -1.0, 1.0, DType::F32);
+    if (r.round_dy) dy = dy.to(low).to(r.y[0].dtype());
+    backward(r.y[0], dy.to(device));
+  }
+  return r;
+}
+
+// `got` (a 16-bit run) against `want` (the reference, or the 16-bit run on another device)
+// under the row's bounds.
+void compare_low(const Case& c, DType low, const LowRun& got, const LowRun& want,
+                 const std::string& label) {
+  ASSERT_EQ(got.y.size(), want.y.size());
+  for (size_t k = 0; k < want.y.size(); ++k) {
+    if (!want.y[k].defined()) continue;
+    const std::string what = label + ": output " + std::to_string(k);
+    const Tensor& g = got.y[k];
+    if (is_low(g)) {
+      EXPECT_TRUE(within_ulps(what, g, want.y[k].to(low), c.lp_fwd_ulps, 0.0));
+    } else if (is_float(g)) {
+      EXPECT_TRUE(testing::close_in_norm(what, g, want.y[k], c.lp_f32_rtol));
+    } else {
+      EXPECT_TRUE(bit_identical(what, g, want.y[k]));
+    }
+  }
+  for (size_t i = 0; i < got.x.size(); ++i) {
+    if (!got.x[i].defined() || !got.x[i].requires_grad()) continue;
+    const std::string what = label + ": grad of input " + std::to_string(i);
+    const Tensor& gg = got.x[i].grad();
+    const Tensor& wg = want.x[i].grad();
+    ASSERT_TRUE(gg.defined() && wg.defined()) << what << ": none";
+    ASSERT_EQ(gg.dtype(), got.x[i].dtype()) << what << " has another dtype than its input";
+    if (is_low(gg)) {
+      double max_abs = 0;
+      for (double v : wg.to(kCpu).to_vector<double>())
+        if (std::isfinite(v)) max_abs = std::max(max_abs, std::abs(v));
+      const double slack = c.lp_bwd_slack * unit_roundoff(low) * max_abs;
+      EXPECT_TRUE(within_ulps(what, gg, wg.to(low), c.lp_bwd_ulps, slack));
+    } else {
+      EXPECT_TRUE(testing::close_in_norm(what, gg, wg, c.lp_f32_rtol));
+    }
+  }
+}
+
+// The 16-bit run against the f32 reference rounded once, on `device`; returns the 16-bit run.
+LowRun low_vs_reference(const Case& c, Device device, DType low) {
+  SCOPED_TRACE(std::string(dtype_name(low)) + " on " + device.str());
+  LowRun lr = run_low(c, device, low, false);
+  const LowRun ref = run_low(c, device, low, true, lr.round_dy);
+  compare_low(c, low, lr, ref, std::string(dtype_name(low)) + " vs f32 rounded once");
+  return lr;
+}
+
+class LowPrecision : public ::testing::TestWithParam<Case> {};
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(LowPrecision);
+
 class Gradcheck : public ::testing::TestWithParam<Case> {};
 class VendorCpu : public ::testing::TestWithParam<Case> {};
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Gradcheck);
@@ -214,6 +336,12 @@ TEST_P(Autocast, CloseToF32) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocast)), test_name);
+
+TEST_P(LowPrecision, MatchesF32RoundedOnce) {
+  for (DType low : {DType::BF16, DType::F16}) low_vs_reference(GetParam(), kCpu, low);
+}
+INSTANTIATE_TEST_SUITE_P(Table, LowPrecision, ::testing::ValuesIn(cases_in(kLowPrecision)),
+                         test_name);
 #endif
 
 #if KILN_PARITY_CUDA
@@ -316,6 +444,20 @@ TEST_P(Autocast, CloseToF32OnCuda) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Table, Autocast, ::testing::ValuesIn(cases_in(kAutocastCuda)),
+                         test_name);
+
+// On cuda:0 against the f32 reference there, then against the CPU's 16-bit run.
+TEST_P(LowPrecision, MatchesF32RoundedOnceOnCuda) {
+  KILN_SKIP_WITHOUT_CUDA();
+  const Case& c = GetParam();
+  for (DType low : {DType::BF16, DType::F16}) {
+    const LowRun gpu = low_vs_reference(c, kCuda, low);
+    SCOPED_TRACE(std::string(dtype_name(low)) + ": cuda:0 vs cpu");
+    const LowRun cpu = run_low(c, kCpu, low, false);
+    compare_low(c, low, gpu, cpu, std::string(dtype_name(low)) + " cuda:0 vs cpu");
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Table, LowPrecision, ::testing::ValuesIn(cases_in(kLowPrecisionCuda)),
                          test_name);
 #endif
 

@@ -19,6 +19,9 @@
 // a run repeats bit for bit. The order differs from the CPU's left-to-right loop, hence the
 // per-op tolerance of the parity tests.
 // expand_dim is elementwise over the output (one thread per element, exact like the CPU).
+// 16-bit inputs (Half, BFloat16) are widened on load and summed in f32 (compute_t): partial
+// sums, shared memory and the result are f32; expand_dim reads an f32 gradient and rounds each
+// product once to the 16-bit output.
 // argmax_dim: the same layouts without splitting; ties go to the lowest index and NaNs are
 // skipped (unless element 0 is NaN), exactly the CPU's sequential `x[l] > x[best]` scan.
 #include "engine/cuda/runtime.h"
@@ -30,6 +33,7 @@
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/kernels/grid_stride.h"
 #include "engine/cuda/launch.h"
+#include "engine/host_device.h"
 #include "engine/ops_cuda.h"
 #include "engine/tensor.h"
 
@@ -48,31 +52,31 @@ constexpr unsigned kMaxGridY = 65535;
 // ---- sum_dim ---------------------------------------------------------------------------------
 
 // x is (rows, len) contiguous; out is (rows). One warp per row.
-template <typename T>
-__global__ void sum_rows_warp_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows,
+template <typename T, typename C = compute_t<T>>
+__global__ void sum_rows_warp_kernel(const T* __restrict__ x, C* __restrict__ out, int64_t rows,
                                      int64_t len) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // the whole warp leaves together: the shuffles stay full-warp
   const T* xr = x + row * len;
-  T acc = T(0);
-  for (int64_t l = lane; l < len; l += kWarpSize) acc += xr[l];
+  C acc = C(0);
+  for (int64_t l = lane; l < len; l += kWarpSize) acc += convert_elem<C>(xr[l]);
   acc = warp_sum(acc);
   if (lane == 0) out[row] = acc;
 }
 
 // x is (rows, len) contiguous; out is (rows, parts): block (p, r) sums piece p of row r,
 // elements [p * piece, (p + 1) * piece).
-template <typename T>
-__global__ void sum_rows_block_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows,
+template <typename T, typename C = compute_t<T>>
+__global__ void sum_rows_block_kernel(const T* __restrict__ x, C* __restrict__ out, int64_t rows,
                                       int64_t len, int64_t parts, int64_t piece) {
-  KILN_SHARED(T, scratch, [kWarpSize]);
+  KILN_SHARED(C, scratch, [kWarpSize]);
   const int64_t p = blockIdx.x;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {  // rows beyond the grid limit
     const T* xr = x + row * len;
     const int64_t end = (p + 1) * piece < len ? (p + 1) * piece : len;
-    T acc = T(0);
-    for (int64_t l = p * piece + threadIdx.x; l < end; l += blockDim.x) acc += xr[l];
+    C acc = C(0);
+    for (int64_t l = p * piece + threadIdx.x; l < end; l += blockDim.x) acc += convert_elem<C>(xr[l]);
     acc = block_sum(acc, scratch);
     if (threadIdx.x == 0) out[row * parts + p] = acc;
   }
@@ -80,21 +84,22 @@ __global__ void sum_rows_block_kernel(const T* __restrict__ x, T* __restrict__ o
 
 // x is (outer, len, inner); out is (outer, parts, inner): block (bx, o, p) sums piece p of the
 // columns bx*32..+31 of slice o.
-template <typename T>
-__global__ void sum_cols_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t outer,
+template <typename T, typename C = compute_t<T>>
+__global__ void sum_cols_kernel(const T* __restrict__ x, C* __restrict__ out, int64_t outer,
                                 int64_t len, int64_t inner, int64_t parts, int64_t piece) {
-  KILN_SHARED(T, partial, [kColsY][kColsX]);
+  KILN_SHARED(C, partial, [kColsY][kColsX]);
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kColsX + threadIdx.x;
   const int64_t p = blockIdx.z;
   const int64_t begin = p * piece, end = (p + 1) * piece < len ? (p + 1) * piece : len;
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-    T acc = T(0);
+    C acc = C(0);
     if (i < inner)
-      for (int64_t l = begin + threadIdx.y; l < end; l += kColsY) acc += x[(o * len + l) * inner + i];
+      for (int64_t l = begin + threadIdx.y; l < end; l += kColsY)
+        acc += convert_elem<C>(x[(o * len + l) * inner + i]);
     partial[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && i < inner) {
-      T total = partial[0][threadIdx.x];
+      C total = partial[0][threadIdx.x];
       for (int y = 1; y < kColsY; ++y) total += partial[y][threadIdx.x];
       out[(o * parts + p) * inner + i] = total;
     }
@@ -124,11 +129,12 @@ Tensor scratch_tensor(int64_t n) {
 }  // namespace
 
 template <typename T>
-void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t inner) {
+void sum_dim(Backend, const T* x, compute_t<T>* out, int64_t outer, int64_t len, int64_t inner) {
+  using C = compute_t<T>;
   if (outer == 0 || inner == 0) return;
   const cudaStream_t stream = current_stream();
   if (len == 0) {  // an empty sum is 0
-    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(outer * inner) * sizeof(T), stream));
+    KILN_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(outer * inner) * sizeof(C), stream));
     return;
   }
   if (inner == 1 && len <= kWarpRowMaxLen) {
@@ -140,12 +146,12 @@ void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t in
   }
   int64_t parts;
   Tensor partial;  // (outer, parts, inner) when len is split
-  T* dst = out;
+  C* dst = out;
   if (inner == 1) {
     parts = split_parts(len, outer, kBlockRowThreads);
     if (parts > 1) {
-      partial = scratch_tensor<T>(outer * parts);
-      dst = partial.data<T>();
+      partial = scratch_tensor<C>(outer * parts);
+      dst = partial.data<C>();
     }
     const int64_t piece = (len + parts - 1) / parts;
     launch(sum_rows_block_kernel<T>,
@@ -157,8 +163,8 @@ void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t in
     parts = split_parts(len, static_cast<int64_t>(gx) * outer, kColsY);
     if (parts > 65535) parts = 65535;  // grid.z limit
     if (parts > 1) {
-      partial = scratch_tensor<T>(outer * parts * inner);
-      dst = partial.data<T>();
+      partial = scratch_tensor<C>(outer * parts * inner);
+      dst = partial.data<C>();
     }
     const int64_t piece = (len + parts - 1) / parts;
     launch(sum_cols_kernel<T>,
@@ -167,28 +173,29 @@ void sum_dim(Backend, const T* x, T* out, int64_t outer, int64_t len, int64_t in
            x, dst, outer, len, inner, parts, piece);
   }
   // The pieces' partial sums are one more (much shorter) reduction of the same shape.
-  if (parts > 1) sum_dim(Backend{}, static_cast<const T*>(dst), out, outer, parts, inner);
+  // (in C: a 16-bit input's partial sums are already f32).
+  if (parts > 1) sum_dim(Backend{}, static_cast<const C*>(dst), out, outer, parts, inner);
 }
 
 namespace {
 
 // out (outer, len, inner)[o, l, i] = g (outer, inner)[o, i] * scale; one thread per output.
-template <typename T>
-__global__ void expand_dim_kernel(const T* __restrict__ g, T* __restrict__ out, int64_t outer,
-                                  int64_t len, int64_t inner, T scale) {
+template <typename T, typename C = compute_t<T>>
+__global__ void expand_dim_kernel(const C* __restrict__ g, T* __restrict__ out, int64_t outer,
+                                  int64_t len, int64_t inner, C scale) {
   const int64_t n = outer * len * inner;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n; j += stride) {
     const int64_t o = j / (len * inner), i = j % inner;
-    out[j] = g[o * inner + i] * scale;
+    out[j] = convert_elem<T>(g[o * inner + i] * scale);
   }
 }
 
 }  // namespace
 
 template <typename T>
-void expand_dim(Backend, const T* g, T* out, int64_t outer, int64_t len, int64_t inner,
-                T scale) {
+void expand_dim(Backend, const compute_t<T>* g, T* out, int64_t outer, int64_t len,
+                int64_t inner, compute_t<T> scale) {
   const int64_t n = outer * len * inner;
   if (n == 0) return;
   launch(expand_dim_kernel<T>,
@@ -281,12 +288,16 @@ void argmax_dim(Backend, const T* x, int64_t* out, int64_t outer, int64_t len, i
   }
 }
 
-#define KILN_INSTANTIATE(T)                                                             \
-  template void sum_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t);           \
-  template void expand_dim<T>(Backend, const T*, T*, int64_t, int64_t, int64_t, T);     \
-  template void argmax_dim<T>(Backend, const T*, int64_t*, int64_t, int64_t, int64_t);
-KILN_INSTANTIATE(float)
-KILN_INSTANTIATE(double)
-#undef KILN_INSTANTIATE
+#define KILN_INSTANTIATE_SUM(T)                                                              \
+  template void sum_dim<T>(Backend, const T*, compute_t<T>*, int64_t, int64_t, int64_t);     \
+  template void expand_dim<T>(Backend, const compute_t<T>*, T*, int64_t, int64_t, int64_t,   \
+                              compute_t<T>);
+KILN_INSTANTIATE_SUM(float)
+KILN_INSTANTIATE_SUM(double)
+KILN_INSTANTIATE_SUM(Half)
+KILN_INSTANTIATE_SUM(BFloat16)
+#undef KILN_INSTANTIATE_SUM
+template void argmax_dim<float>(Backend, const float*, int64_t*, int64_t, int64_t, int64_t);
+template void argmax_dim<double>(Backend, const double*, int64_t*, int64_t, int64_t, int64_t);
 
 }  // namespace kiln::cuda
