@@ -462,6 +462,32 @@ void batchnorm_rows(std::vector<Case>& rows) {
       });
       rows.push_back(row.suites(kGradcheckCuda));
     }
+
+  // 16-bit activations (kLowPrecision, kLowPrecisionCuda): x rounded to bf16 / f16, the
+  // parameters and running statistics f32. NCHW and channels-last (computed channels-last,
+  // compared in NCHW): C = 5 (odd: the CUDA rows reductions one channel per thread, the
+  // element-wise passes' one-by-one remainder), C = 8 (two channels per 4-byte load), C = 32
+  // (the CPU's channel-blocked view of channels-last). y is the f32 op's rounded once on each
+  // device; 1 ulp covers the CPU against cuda:0, whose f32 statistics round differently.
+  for (const Shape& s : {Shape{3, 5, 4, 3}, Shape{2, 8, 5, 7}, Shape{2, 32, 3, 5}})
+    for (bool channels_last : {false, true})
+      for (bool training : {true, false})
+        for (BatchNormActivation act : {BatchNormActivation::None, BatchNormActivation::Relu}) {
+          const std::string name = std::string("lp_batch_norm2d") +
+                                   (act == BatchNormActivation::Relu ? "_relu_" : "_") +
+                                   (channels_last ? "channels_last_" : "") + dims(s) +
+                                   (training ? "_train" : "_eval");
+          Case row = bn_case(name, s, {true, true, training, true, true}, act);
+          row.fn([=](const Inputs& v) {
+            Tensor m = v[3].clone(), var = v[4].clone();
+            const Tensor x = channels_last ? v[0].to(MemoryFormat::ChannelsLast) : v[0];
+            Tensor y = batch_norm2d(x, v[1], v[2], m, var, training, 0.1, 1e-5, act);
+            return Outputs{y.contiguous(), m, var};
+          });
+          rows.push_back(row.with_seed(7000 + static_cast<uint32_t>(rows.size()))
+                             .low_precision({0}, 1)
+                             .suites(kLowPrecision | kLowPrecisionCuda));
+        }
 }
 
 // ---- Losses ---------------------------------------------------------------------------------
