@@ -195,6 +195,7 @@ std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages)
           {"--batch-size", std::to_string(w.batch)}, {"--classes", std::to_string(w.classes)},
           {"--width", std::to_string(w.width)}, {"--lr", detail::str(w.lr)},
           {"--precision", w.precision}, {"--memory-format", memory_format_name(w.memory_format)},
+          {"--activations", w.activations_flag},
           {"--modes", o.modes},
           {"stages (--devices)", std::to_string(stages)}, {"--schedule", o.schedule},
           {"--recompute", o.recompute ? "yes" : "no"}, {"--split-sizes", o.split_sizes},
@@ -381,6 +382,7 @@ int run(Options& o) {
                    "--modes single (among others) and a CUDA first device in --devices "
                    "(e.g. --devices cuda:0), without --dp or mpirun");
   o.workload.autocast = autocast_dtype_of(precision);
+  o.workload.outputs = parse_activations(o.workload.activations_flag);
   o.workload.memory_format = o.workload.memory_format_flag == "channels_last"
                                  ? MemoryFormat::ChannelsLast
                                  : MemoryFormat::Contiguous;
@@ -391,10 +393,14 @@ int run(Options& o) {
   if (launched_as_nonzero_rank()) std::freopen("/dev/null", "w", stdout);
 
   std::printf("resnet_bench: %s, %lldx%lld images, batch %lld, %lld classes, MSE on one-hot "
-              "labels, SGD lr %g, %s%s\n", o.workload.model.c_str(),
+              "labels, SGD lr %g, %s%s%s\n", o.workload.model.c_str(),
               static_cast<long long>(o.workload.image), static_cast<long long>(o.workload.image),
               static_cast<long long>(o.workload.batch), static_cast<long long>(o.workload.classes),
               o.workload.lr, o.workload.precision.c_str(),
+              is_low_precision(o.workload.autocast) &&
+                      o.workload.outputs == AutocastOutputs::LowPrecision
+                  ? " (16-bit activations)"
+                  : "",
               o.workload.memory_format == MemoryFormat::ChannelsLast ? ", channels-last" : "");
   std::printf("devices %s; %d CPU thread%s per stage (%d cores)%s\n", o.devices.c_str(), threads,
               threads == 1 ? "" : "s", hw, sim);
@@ -500,6 +506,7 @@ int run(Options& o) {
       {"model", o.workload.model}, {"image", o.workload.image}, {"batch", o.workload.batch},
       {"classes", o.workload.classes}, {"precision", o.workload.precision},
       {"memory_format", memory_format_name(o.workload.memory_format)}, {"devices", o.devices},
+      {"activations", is_low_precision(o.workload.autocast) ? o.workload.activations_flag : "f32"},
       {"threads_per_stage", threads},
       {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule},
       {"recompute", o.recompute}, {"repeats", o.repeats}, {"steps", o.steps},
@@ -591,6 +598,10 @@ void add_flags(CLI::App& app, Options& o) {
                  "images and activations: contiguous (NCHW; channel-blocked on the CPU where "
                  "faster) or channels_last (NHWC)")
       ->check(one_of({"contiguous", "channels_last"}));
+  app.add_option("--activations", w.activations_flag,
+                 std::string(kActivationsHelp) + "; the single-device run only (pipeline "
+                 "stages exchange f32 activations)")
+      ->check(one_of({"16bit", "f32"}));
   app.add_option("--modes", o.modes, "comma list of single, model-parallel, pipeline");
   app.add_option("--devices", o.devices,
                  "one device per stage: cuda:0,cuda:1 or cpu:0,cpu:1 (default: two GPUs when "

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Kiln: time a training step or an inference forward (batch in memory)"};
   int threads = 1, batch = 128, steps = 30, warmup = 5, image = 128, classes = 1000;
   std::string kernels = "vendor", model = "mnist_cnn", mode = "train", device_spec = "cpu";
-  std::string precision = "fp32", json_path, memory_format = "contiguous";
+  std::string precision = "fp32", json_path, memory_format = "contiguous", activations;
   bool fold_bn = false, winograd = false, cuda_graph = false, per_parameter_step = false;
   app.option_defaults()->always_capture_default();  // --help shows every default
   app.add_option("--model", model, "mnist_cnn or resnet18|34|50|101|152")
@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
                  "ResNet activations: contiguous (NCHW, or channel-blocked where that is "
                  "faster) or channels_last (NHWC)")
       ->check(apps::one_of({"contiguous", "channels_last"}));
+  app.add_option("--activations", activations,
+                 std::string(apps::kActivationsHelp) + " (default: 16bit for the ResNets, f32 "
+                 "for mnist_cnn, whose dropout takes f32 only)")
+      ->check(apps::one_of({"16bit", "f32"}));
   app.add_option("--json", json_path, "also write the result as JSON to this file");
   // --tf32 was this app's spelling of the other apps' --precision tf32.
   if (const std::optional<int> rc =
@@ -119,6 +123,9 @@ int main(int argc, char** argv) {
                        "ResNet models (mnist_cnn's images are 1x28x28, 10 classes): drop it or "
                        "pass --model resnet50");
     }
+    KILN_CHECK_INPUT(model != "mnist_cnn" || activations != "16bit", "--activations 16bit ",
+                     "applies to the ResNet models (mnist_cnn's dropout takes f32 activations): "
+                     "drop it or pass --model resnet50");
     if (model != "mnist_cnn") {  // one batch of input images; the activations come on top
       apps::check_fits_in_memory("--batch-size", std::to_string(batch),
                                  static_cast<double>(batch) * 3 * image * image * sizeof(float),
@@ -199,6 +206,10 @@ int main(int argc, char** argv) {
 
     const apps::StepFlops flops = apps::step_flops(*net, x.shape(), train, device, math);
     const DType autocast = autocast_dtype_of(math);
+    if (activations.empty()) activations = is_resnet ? "16bit" : "f32";
+    const AutocastOutputs outputs = apps::parse_activations(activations);
+    const bool lowp_activations =
+        is_low_precision(autocast) && outputs == AutocastOutputs::LowPrecision;
     std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as training would run it
     if (precision == "fp16") {
       scaler.emplace();
@@ -211,13 +222,13 @@ int main(int argc, char** argv) {
     const auto step = [&]() -> std::vector<Tensor> {
       if (!train) {
         NoGradGuard no_grad;
-        AutocastGuard mixed(autocast);
+        AutocastGuard mixed(autocast, true, outputs);
         return {net->forward(x)};
       }
       opt.zero_grad();
       Tensor loss;
       {
-        AutocastGuard mixed(autocast);
+        AutocastGuard mixed(autocast, true, outputs);
         loss = cross_entropy(net->forward(x), y);
       }
       if (scaler) {
@@ -269,11 +280,12 @@ int main(int argc, char** argv) {
     const std::vector<double> step_ms = ms;  // in the order they ran
     std::sort(ms.begin(), ms.end());
     double median = ms[ms.size() / 2];
-    std::printf("kiln model=%s mode=%s%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
+    std::printf("kiln model=%s mode=%s%s%s%s%s%s%s%s device=%s threads=%d kernels=%s batch=%d "
                 "image=%d images_per_sec=%.1f ms_per_step=%.2f step_peak_mb=%.1f%s%s\n",
                 model.c_str(), mode.c_str(), cuda_graph ? "+graph" : "", fold_bn ? "+fold" : "",
                 winograd ? "+winograd" : "", channels_last ? "+channels_last" : "",
                 precision == "tf32" ? "+tf32" : "", is_low_precision(autocast) ? ("+" + precision).c_str() : "",
+                lowp_activations ? "+16bit_activations" : "",
                 device.str().c_str(), threads, kernels.c_str(),
                 batch, image, batch * 1000.0 / median, median, step_peak_bytes / 1e6,
                 flops.suffix(median / 1000).c_str(),
@@ -291,6 +303,7 @@ int main(int argc, char** argv) {
           {"kernel_launches_per_step", static_cast<double>(timed_launches) / steps},
           {"enqueue_ms_per_step", enqueue_ms[enqueue_ms.size() / 2]},
           {"memory_format", memory_format}, {"step_peak_bytes", step_peak_bytes},
+          {"activations", lowp_activations ? "16bit" : "f32"},
           {"memory_format_conversions_per_step",
            static_cast<double>(timed_conversions) / steps}};
       j.update(flops.json(median / 1000));  // model_flops_per_step, achieved_tflops, mfu

@@ -14,6 +14,17 @@ const char* const kPrecisionHelp =
     "CUDA only) | bf16 (autocast: convolutions and matrix products on bfloat16 inputs with f32 "
     "sums; f32 master weights) | fp16 (the same in IEEE half, with dynamic loss scaling)";
 
+const char* const kActivationsHelp =
+    "with --precision bf16 or fp16: 16bit (convolutions return bf16/fp16 and BatchNorm, ReLU, "
+    "the residual adds and pooling read and write 16-bit activations with f32 arithmetic, as "
+    "PyTorch's autocast does) or f32 (convolutions return their f32 sums)";
+
+AutocastOutputs parse_activations(const std::string& value) {
+  if (value == "16bit") return AutocastOutputs::LowPrecision;
+  KILN_CHECK_INPUT(value == "f32", "unknown --activations '", value, "': use 16bit or f32");
+  return AutocastOutputs::F32;
+}
+
 Precision setup_precision(const std::string& value, Device device) {
   const Precision p = parse_precision(value);
   if (p == Precision::TF32) {

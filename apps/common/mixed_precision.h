@@ -21,6 +21,13 @@ extern const char* const kPrecisionHelp;
 // tf32 and off otherwise (a run's precision is what it says).
 Precision setup_precision(const std::string& value, Device device);
 
+// The --activations help text: what flows between layers under --precision bf16 / fp16.
+extern const char* const kActivationsHelp;
+
+// --activations ("16bit" or "f32") as the autocast policy (engine/autocast.h): 16-bit
+// activations (AutocastOutputs::LowPrecision) or f32 ones. Any other value is a usage error.
+AutocastOutputs parse_activations(const std::string& value);
+
 // The loss scaler's story for the apps' JSON: {"init_scale", "final_scale", "steps",
 // "skipped_steps", "history": [[step, scale], ...]} (every change, from step 0).
 nlohmann::json loss_scale_json(const GradScaler& scaler);

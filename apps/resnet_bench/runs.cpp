@@ -62,7 +62,8 @@ namespace {
 class SingleRun : public Run {
  public:
   SingleRun(const Workload& w, Device device, int threads, bool cuda_graph)
-      : model_(make_model(w)), device_(device), threads_(threads), autocast_(w.autocast) {
+      : model_(make_model(w)), device_(device), threads_(threads), autocast_(w.autocast),
+        outputs_(w.outputs) {
     cuda::AllowSync allow("resnet_bench setup: the model is uploaded once");
     model_->to(device);
     opt_ = std::make_unique<SGD>(model_->parameters(), w.lr);
@@ -117,6 +118,7 @@ class SingleRun : public Run {
   Device device_;
   int threads_;
   DType autocast_;
+  AutocastOutputs outputs_;
   std::unique_ptr<GradScaler> scaler_;
   std::unique_ptr<StepGraph> graph_;  // --cuda-graph
   Tensor x_, y_;                      // the graph's static inputs
@@ -128,7 +130,7 @@ class SingleRun : public Run {
     opt_->zero_grad();
     Tensor loss;
     {
-      AutocastGuard mixed(autocast_);
+      AutocastGuard mixed(autocast_, true, outputs_);
       loss = mse_loss(model_->forward(x), y);
     }
     if (scaler_ && device_.is_cuda()) {  // fp16 on a GPU: the skip is decided on the device

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/autocast.h"
 #include "engine/device.h"
 #include "engine/optim/grad_scaler.h"
 #include "engine/optim/sgd.h"
@@ -23,6 +24,10 @@ struct Workload {
   int64_t width = 64;  // stem channels (64: the real nets; 8 or 16: narrow nets of the same depth)
   std::string precision = "fp32";  // --precision (apps/common/mixed_precision.h)
   DType autocast = DType::F32;     // its autocast dtype: forwards run under AutocastGuard
+  // --activations: 16-bit activations between layers (the single-device run; the pipelines'
+  // stages exchange f32 activations).
+  std::string activations_flag = "16bit";
+  AutocastOutputs outputs = AutocastOutputs::LowPrecision;
   // --memory-format: the images' memory format (engine/tensor.h). Channels-last images keep
   // every activation channels-last; contiguous ones are channel-blocked on the CPU where that
   // is faster (layers/layout.h).

@@ -2,6 +2,10 @@
 # depth of ResNet-50/101/152, training step and eval forward. Included by CMakeLists.txt here.
 kiln_test(resnet_cuda_test SOURCES resnet_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
+# A narrow ResNet-18 with 16-bit activations between its layers (bf16, f16; NCHW and
+# channels-last) against its f32 step, on cuda:0 with cuDNN.
+kiln_test(autocast_activations_cuda_test SOURCES autocast_activations_cuda_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_models)
 # A training step (CNN and narrow ResNet, f32 and f16 with device-side loss scaling) queues
 # its work without one wait for the device (sync debug mode: error), and a fixed number of
 # launches (cuda::launch_count()).

@@ -20,6 +20,7 @@
 #include "engine/memory_format.h"
 #include "engine/ops.h"
 #include "layers/conv2d.h"
+#include "support/autocast_resnet_step.h"
 #include "support/gradcheck.h"
 #include "support/low_precision_bits.h"
 
@@ -141,6 +142,10 @@ TEST_P(AutocastActivations, MatmulTakesASixteenBitActivation) {
   sum(c).backward();
   EXPECT_EQ(a.grad().dtype(), low);
   EXPECT_EQ(b.grad().dtype(), DType::F32);
+}
+
+TEST_P(AutocastActivations, AResNetTrainsWithSixteenBitActivations) {
+  testing::check_resnet_with_16bit_activations(GetParam(), Device());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, AutocastActivations, ::testing::Values(DType::BF16, DType::F16),
