@@ -227,6 +227,40 @@ void pool_rows(std::vector<Case>& rows) {
                        .tol(DTol::rel(1e-6, 1e-14)).suites(kDevice));
   }
 
+  // 16-bit activations (kLowPrecision, kLowPrecisionCuda): the 16-bit kernels are the f32
+  // ones' templates, comparing or summing in f32 in the same order and rounding once, so every
+  // output and gradient is the f32 op's rounded once, bit for bit (0 ulps both ways), in NCHW
+  // and channels-last (computed channels-last, compared in NCHW). Max pooling with overlapping
+  // windows (its backward adds two gradients into one input), average pooling with padding,
+  // the ResNet head's adaptive pooling to 1x1 and an uneven one.
+  for (bool channels_last : {false, true}) {
+    const std::string cl = channels_last ? "channels_last_" : "";
+    auto in_format = [=](const Tensor& x) {
+      return channels_last ? x.to(MemoryFormat::ChannelsLast) : x;
+    };
+    const Shape s{2, 12, 7, 6};
+    rows.push_back(Case("lp_max_pool2d_" + cl + dims(s) + "_k3_s2_p1").in(distinct(s))
+                       .fn([=](const Inputs& v) {
+                         return one(max_pool2d(in_format(v[0]), 3, 2, 1).contiguous());
+                       })
+                       .low_precision({0}, 0, 0).suites(kLowPrecision | kLowPrecisionCuda));
+    rows.push_back(Case("lp_avg_pool2d_" + cl + dims(s) + "_k3_s2_p1").in(uniform(s))
+                       .fn([=](const Inputs& v) {
+                         return one(avg_pool2d(in_format(v[0]), 3, 2, 1,
+                                               AvgPoolDivisor::IncludePad).contiguous());
+                       })
+                       .low_precision({0}, 0, 0).suites(kLowPrecision | kLowPrecisionCuda));
+    for (const auto& out : {std::array<int64_t, 2>{1, 1}, std::array<int64_t, 2>{3, 4}}) {
+      const int64_t oh = out[0], ow = out[1];
+      rows.push_back(Case("lp_adaptive_avg_pool2d_" + cl + dims(s) + "_to_" + dims({oh, ow}))
+                         .in(uniform(s))
+                         .fn([=](const Inputs& v) {
+                           return one(adaptive_avg_pool2d(in_format(v[0]), oh, ow).contiguous());
+                         })
+                         .low_precision({0}, 0, 0).suites(kLowPrecision | kLowPrecisionCuda));
+    }
+  }
+
   // Finite differences in double (inputs of at most 600 elements; max pooling on distinct
   // values: no ties, and gaps far above eps).
   const Window gradcheck[] = {
