@@ -1,6 +1,7 @@
 // autocast.cpp: the thread-local policy and the per-guard cache of low-precision parameters.
 #include "engine/autocast.h"
 
+#include <cstdint>
 #include <memory>
 #include <unordered_map>
 

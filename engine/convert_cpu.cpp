@@ -14,6 +14,7 @@
 #include "engine/convert_cpu.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__AVX512F__) || defined(__F16C__)
