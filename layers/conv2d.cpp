@@ -89,7 +89,7 @@ void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
         return;
       }
     }
-    conv2d_forward(backend, x.data<T>(), w.data<T>(), bp, y.data<T>(), g);
+    conv2d_forward(backend, data_or_null<T>(x), data_or_null<T>(w), bp, data_or_null<T>(y), g);
   });
 }
 
@@ -105,8 +105,9 @@ void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx
         return;
       }
     }
-    if (dxp) conv2d_backward_data(backend, dy.data<T>(), wp, dxp, g);
-    if (dwp || dbp) conv2d_backward_weight(backend, xp, dy.data<T>(), dwp, dbp, g);
+    const T* dyp = data_or_null<T>(dy);
+    if (dxp) conv2d_backward_data(backend, dyp, wp, dxp, g);
+    if (dwp || dbp) conv2d_backward_weight(backend, xp, dyp, dwp, dbp, g);
   });
 }
 
@@ -204,16 +205,19 @@ using conv_detail::activation_shape;
 
 namespace {
 
-// Whether the vendor kernels for x read and write channels-last activations themselves: oneDNN
-// (CPU: f32, and under autocast bf16/f16) and cuDNN (CUDA: f32 and f64, and under autocast).
+// Whether the kernels for x read and write channels-last activations themselves: on CUDA every
+// one, cuDNN and the hand implicit GEMM (f32 and f64, and under autocast, whose hand path widens
+// to f32 keeping the format); on the CPU oneDNN (f32, and under autocast bf16/f16).
 bool vendor_reads_channels_last(const Tensor& x) {
+  if (x.device().type == DeviceType::CUDA)
+    return is_low_precision(x.dtype()) ? autocast_applies(x)
+                                       : x.dtype() == DType::F32 || x.dtype() == DType::F64;
   // A 16-bit activation (autocast with AutocastOutputs::LowPrecision): the 16-bit kernels.
   if (is_low_precision(x.dtype()))
     return autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) == Impl::Vendor;
   if (conv_impl(x.device(), x.dtype()) != Impl::Vendor) return false;
   if (autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) != Impl::Vendor) return false;
-  const bool cuda = x.device().type == DeviceType::CUDA;
-  return x.dtype() == DType::F32 || (cuda && x.dtype() == DType::F64);
+  return x.dtype() == DType::F32;
 }
 
 }  // namespace
@@ -222,8 +226,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
   if (x.is_channels_last()) {
-    // oneDNN and cuDNN read and write channels-last themselves; every other kernel gets NCHW
-    // and its result is converted back (two counted conversions).
+    // oneDNN, cuDNN and the CUDA hand kernels read and write channels-last themselves; every
+    // other kernel gets NCHW and its result is converted back (two counted conversions).
     if (out_layout && *out_layout != Layout::NHWC)
       return as_layout(conv2d(x, w, b, stride, padding), *out_layout);
     if (!vendor_reads_channels_last(x))

@@ -19,8 +19,8 @@
 //     traffic than the whole convolution moves otherwise, and bounding its size means running
 //     the batch in groups of images, each GEMM too small to fill the GPU;
 //   - with col implicit, the GEMM's N dimension can span the whole batch (N*P*Q columns), so
-//     one launch covers everything, and the output lands directly in NCHW order (an explicit
-//     (K, N*P*Q) GEMM result would need a transposing copy into (N, K, P, Q));
+//     one launch covers everything, and the output lands directly in NCHW (or NHWC) order (an
+//     explicit (K, N*P*Q) GEMM result would need a transposing copy into (N, K, P, Q));
 //   - backward-weight sums over N*P*Q, a long reduction into a small (K, C*R*S) result: a GEMM
 //     over it has too few output tiles to fill the GPU, so it must be split along the sum
 //     (split-K), which a call to a plain GEMM cannot do in one launch;
@@ -57,6 +57,14 @@
 // Tiles: 128x128 (8x8 per thread), 64x128 (4x8) or 64x64 (4x4), the largest that still gives
 // every SM a block (rows beyond M would be wasted work: channel counts of 64 take 64-row tiles).
 // Double uses 64x64 only (its 8x8 micro-tile would not fit in registers).
+//
+// Channels-last. x, dx, y, dy may be NHWC (g.x_nhwc) and w, dw KRSC (g.w_nhwc), in any
+// combination: the problems read every operand through the strides of ConvDims, and in NHWC
+// they order the filter taps (r, s, c), c fastest, so that consecutive reduction indices are
+// consecutive addresses (conv2d_implicit_gemm.cuh explains the coalescing); y and dx land as
+// NHWC rows, k (or c) fastest. The direct kernels walk their result in storage order and read
+// through the same strides. The bias gradient of NHWC dy has its own kernel (coalesced
+// per-channel column sums). Not measured on a GPU yet.
 //
 // Determinism. Every output element is one thread's accumulator, summed over the reduction in
 // increasing order; the tile shape does not change that order. Backward-weight's split-K gives
@@ -100,16 +108,42 @@ ConvCudaOptions g_options;
 
 constexpr int kDirectThreads = 256;
 
+// The logical coordinates (a, b, h, w) of the i-th element, in storage order, of an (A, B, H, W)
+// tensor: NCHW, or channels-last (B fastest). The direct kernels walk their result in storage
+// order, so that neighbouring threads write neighbouring elements in either format, and read
+// every operand through ConvDims' strides (the sums themselves are the same in both).
+struct Coord {
+  int a, b, h, w;
+};
+__device__ __forceinline__ Coord coord_of(int64_t i, int bdim, int hdim, int wdim, bool nhwc) {
+  Coord c;
+  if (nhwc) {
+    c.b = static_cast<int>(i % bdim), i /= bdim;
+    c.w = static_cast<int>(i % wdim), i /= wdim;
+    c.h = static_cast<int>(i % hdim), c.a = static_cast<int>(i / hdim);
+  } else {
+    c.w = static_cast<int>(i % wdim), i /= wdim;
+    c.h = static_cast<int>(i % hdim), i /= hdim;
+    c.b = static_cast<int>(i % bdim), c.a = static_cast<int>(i / bdim);
+  }
+  return c;
+}
+
+// Element (a, b, h, w) of a tensor with strides st.
+__device__ __forceinline__ int at(const Strides& st, int a, int b, int h, int w) {
+  return a * st.n + b * st.c + h * st.h + w * st.w;
+}
+
 // One thread per y[n][k][p][q] (grid-stride): y = b[k] + sum over (c, r, s).
 template <typename T>
 __global__ void conv2d_forward_direct_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                              const T* __restrict__ b, T* __restrict__ y,
-                                             ConvDims d) {
+                                             ConvDims d, bool y_nhwc) {
   const int64_t total = static_cast<int64_t>(d.n) * d.k * d.pq;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int q = static_cast<int>(i % d.q), p = static_cast<int>(i / d.q % d.p);
-    const int k = static_cast<int>(i / d.pq % d.k), n = static_cast<int>(i / (int64_t(d.pq) * d.k));
+    const Coord o = coord_of(i, d.k, d.p, d.q, y_nhwc);
+    const int n = o.a, k = o.b, p = o.h, q = o.w;
     T acc = 0;
     for (int c = 0; c < d.c; ++c)
       for (int r = 0; r < d.r; ++r) {
@@ -118,7 +152,7 @@ __global__ void conv2d_forward_direct_kernel(const T* __restrict__ x, const T* _
         for (int s = 0; s < d.s; ++s) {
           const int iw = q * d.stride - d.pad + s;
           if (iw < 0 || iw >= d.w) continue;
-          acc += w[((k * d.c + c) * d.r + r) * d.s + s] * x[(n * d.c + c) * d.hw + ih * d.w + iw];
+          acc += w[at(d.ws, k, c, r, s)] * x[at(d.xs, n, c, ih, iw)];
         }
       }
     y[i] = acc + (b ? b[k] : T(0));
@@ -131,12 +165,12 @@ __global__ void conv2d_forward_direct_kernel(const T* __restrict__ x, const T* _
 template <typename T>
 __global__ void conv2d_backward_data_direct_kernel(const T* __restrict__ dy,
                                                    const T* __restrict__ w, T* __restrict__ dx,
-                                                   ConvDims d) {
+                                                   ConvDims d, bool x_nhwc) {
   const int64_t total = static_cast<int64_t>(d.n) * d.chw;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int iw = static_cast<int>(i % d.w), ih = static_cast<int>(i / d.w % d.h);
-    const int c = static_cast<int>(i / d.hw % d.c), n = static_cast<int>(i / d.chw);
+    const Coord o = coord_of(i, d.c, d.h, d.w, x_nhwc);
+    const int n = o.a, c = o.b, ih = o.h, iw = o.w;
     T acc = 0;
     for (int k = 0; k < d.k; ++k)
       for (int r = 0; r < d.r; ++r) {
@@ -146,8 +180,7 @@ __global__ void conv2d_backward_data_direct_kernel(const T* __restrict__ dy,
         for (int s = 0; s < d.s; ++s) {
           const int qn = iw + d.pad - s;
           if (qn < 0 || qn % d.stride != 0 || qn / d.stride >= d.q) continue;
-          acc += w[((k * d.c + c) * d.r + r) * d.s + s] *
-                 dy[(n * d.k + k) * d.pq + p * d.q + qn / d.stride];
+          acc += w[at(d.ws, k, c, r, s)] * dy[at(d.ys, n, k, p, qn / d.stride)];
         }
       }
     dx[i] = acc;
@@ -158,10 +191,11 @@ __global__ void conv2d_backward_data_direct_kernel(const T* __restrict__ dy,
 template <typename T>
 __global__ void conv2d_backward_weight_direct_kernel(const T* __restrict__ x,
                                                      const T* __restrict__ dy,
-                                                     T* __restrict__ dw, ConvDims d) {
+                                                     T* __restrict__ dw, ConvDims d, bool w_nhwc) {
   const int total = d.k * d.crs;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-    const int s = i % d.s, r = i / d.s % d.r, c = i / d.rs % d.c, k = i / d.crs;
+    const Coord o = coord_of(i, d.c, d.r, d.s, w_nhwc);
+    const int k = o.a, c = o.b, r = o.h, s = o.w;
     T acc = 0;
     for (int n = 0; n < d.n; ++n)
       for (int p = 0; p < d.p; ++p) {
@@ -170,7 +204,7 @@ __global__ void conv2d_backward_weight_direct_kernel(const T* __restrict__ x,
         for (int q = 0; q < d.q; ++q) {
           const int iw = q * d.stride - d.pad + s;
           if (iw < 0 || iw >= d.w) continue;
-          acc += dy[(n * d.k + k) * d.pq + p * d.q + q] * x[(n * d.c + c) * d.hw + ih * d.w + iw];
+          acc += dy[at(d.ys, n, k, p, q)] * x[at(d.xs, n, c, ih, iw)];
         }
       }
     dw[i] = acc;
@@ -181,8 +215,8 @@ __global__ void conv2d_backward_weight_direct_kernel(const T* __restrict__ x,
 
 constexpr int kBiasThreads = 256;
 
-// grid = K blocks: db[k] = sum of dy[n][k][p][q] over (n, p, q). The block's threads walk the
-// N*P*Q values as one flat range (consecutive threads, consecutive pixels), then block_sum
+// NCHW. grid = K blocks: db[k] = sum of dy[n][k][p][q] over (n, p, q). The block's threads walk
+// the N*P*Q values as one flat range (consecutive threads, consecutive pixels), then block_sum
 // combines their partial sums in a fixed tree (warp shuffles, then one value per warp).
 template <typename T>
 __global__ void __launch_bounds__(kBiasThreads)
@@ -197,6 +231,31 @@ __global__ void __launch_bounds__(kBiasThreads)
   }
   sum = block_sum(sum, scratch);
   if (threadIdx.x == 0) db[k] = sum;
+}
+
+// Channels-last: dy is N*P*Q rows of K channels, and a channel's values are K apart, so the
+// NCHW kernel's threads would each touch their own cache line. As the channels-last BatchNorm
+// sums (layers/batchnorm2d_rows_cuda.cu): block (32, 8) takes 32 neighbouring channels
+// (threadIdx.x: a warp reads 32 neighbours of one row, one coalesced line) and 8 row groups
+// (threadIdx.y, rows y, y + 8, ...); thread y = 0 then adds the 8 groups' sums in order. A
+// fixed order that depends on the shape only.
+constexpr int kBiasCols = 32, kBiasRows = 8;
+template <typename T>
+__global__ void __launch_bounds__(kBiasCols* kBiasRows)
+    conv2d_bias_grad_nhwc_kernel(const T* __restrict__ dy, T* __restrict__ db, ConvDims d) {
+  KILN_SHARED(T, part, [kBiasRows][kBiasCols]);
+  const int k = blockIdx.x * kBiasCols + threadIdx.x;
+  const int rows = d.n * d.pq;
+  T sum = 0;
+  if (k < d.k)
+    for (int j = threadIdx.y; j < rows; j += kBiasRows) sum += dy[j * d.k + k];
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && k < d.k) {
+    T total = part[0][threadIdx.x];
+    for (int y = 1; y < kBiasRows; ++y) total += part[y][threadIdx.x];
+    db[k] = total;
+  }
 }
 
 // ---- Host side -------------------------------------------------------------------------------
@@ -256,6 +315,21 @@ void launch_implicit_gemm(const Problem& pb, int splits, ConvTile forced) {
   launch(conv_implicit_gemm_kernel<T, 64, 64, Problem>, cfg, pb);
 }
 
+// The problem in NCHW or channels-last order (g.x_nhwc: y_nhwc is the same for these kernels),
+// filled by `fill` and launched.
+template <typename T, template <typename, bool> class Problem, class Fill>
+void launch_problem(bool nhwc, int splits, ConvTile forced, Fill fill) {
+  if (nhwc) {
+    Problem<T, true> pb;
+    fill(pb);
+    launch_implicit_gemm<T>(pb, splits, forced);
+  } else {
+    Problem<T, false> pb;
+    fill(pb);
+    launch_implicit_gemm<T>(pb, splits, forced);
+  }
+}
+
 // One thread per element for `total` elements, grid-stride beyond 65535 blocks.
 LaunchConfig elementwise_config(int64_t total) {
   return grid_stride_config_1d(total, kDirectThreads, 65535u, current_stream());
@@ -300,13 +374,13 @@ void conv2d_forward(Backend, const T* x, const T* w, const T* b, T* y, const Con
   const ConvCudaOptions opt = conv2d_cuda_options();
   if (opt.kernel == ConvKernel::Direct) {
     const int64_t total = static_cast<int64_t>(d.n) * d.k * d.pq;
-    launch(conv2d_forward_direct_kernel<T>, elementwise_config(total), x, w, b, y, d);
+    launch(conv2d_forward_direct_kernel<T>, elementwise_config(total), x, w, b, y, d, g.y_nhwc);
     return;
   }
-  ForwardProblem<T> pb;
-  pb.m = d.k, pb.n = d.n * d.pq, pb.kred = d.crs, pb.chunk = d.crs;
-  pb.x = x, pb.w = w, pb.b = b, pb.y = y, pb.d = d;
-  launch_implicit_gemm<T>(pb, 1, opt.tile);
+  launch_problem<T, ForwardProblem>(g.x_nhwc, 1, opt.tile, [&](auto& pb) {
+    pb.m = d.k, pb.n = d.n * d.pq, pb.kred = d.crs, pb.chunk = d.crs;
+    pb.x = x, pb.w = w, pb.b = b, pb.y = y, pb.d = d;
+  });
 }
 
 template <typename T>
@@ -316,13 +390,14 @@ void conv2d_backward_data(Backend, const T* dy, const T* w, T* dx, const ConvGeo
   const ConvCudaOptions opt = conv2d_cuda_options();
   if (opt.kernel == ConvKernel::Direct) {
     const int64_t total = static_cast<int64_t>(d.n) * d.chw;
-    launch(conv2d_backward_data_direct_kernel<T>, elementwise_config(total), dy, w, dx, d);
+    launch(conv2d_backward_data_direct_kernel<T>, elementwise_config(total), dy, w, dx, d,
+           g.x_nhwc);
     return;
   }
-  BackwardDataProblem<T> pb;
-  pb.m = d.c, pb.n = d.n * d.hw, pb.kred = d.krs, pb.chunk = d.krs;
-  pb.dy = dy, pb.w = w, pb.dx = dx, pb.d = d;
-  launch_implicit_gemm<T>(pb, 1, opt.tile);
+  launch_problem<T, BackwardDataProblem>(g.x_nhwc, 1, opt.tile, [&](auto& pb) {
+    pb.m = d.c, pb.n = d.n * d.hw, pb.kred = d.krs, pb.chunk = d.krs;
+    pb.dy = dy, pb.w = w, pb.dx = dx, pb.d = d;
+  });
 }
 
 template <typename T>
@@ -332,7 +407,7 @@ void conv2d_backward_weight(Backend, const T* x, const T* dy, T* dw, T* db, cons
   if (dw) {
     if (opt.kernel == ConvKernel::Direct) {
       launch(conv2d_backward_weight_direct_kernel<T>,
-             elementwise_config(static_cast<int64_t>(d.k) * d.crs), x, dy, dw, d);
+             elementwise_config(static_cast<int64_t>(d.k) * d.crs), x, dy, dw, d, g.w_nhwc);
     } else {
       // Split the N*P*Q sum into `splits` ranges of `chunk` terms (a multiple of the slice).
       const int length = d.n * d.pq;
@@ -351,10 +426,10 @@ void conv2d_backward_weight(Backend, const T* x, const T* dy, T* dw, T* db, cons
                                 Device(DeviceType::CUDA, current_device()));
         out = partial.data<T>();
       }
-      BackwardWeightProblem<T> pb;
-      pb.m = d.k, pb.n = d.crs, pb.kred = length, pb.chunk = chunk;
-      pb.x = x, pb.dy = dy, pb.out = out, pb.d = d;
-      launch_implicit_gemm<T>(pb, splits, opt.tile);
+      launch_problem<T, BackwardWeightProblem>(g.x_nhwc, splits, opt.tile, [&](auto& pb) {
+        pb.m = d.k, pb.n = d.crs, pb.kred = length, pb.chunk = chunk;
+        pb.x = x, pb.dy = dy, pb.out = out, pb.d = d;
+      });
       if (splits > 1)
         launch(conv2d_sum_splits_kernel<T>, elementwise_config(count), partial.data<T>(), dw,
                count, splits);
@@ -364,6 +439,10 @@ void conv2d_backward_weight(Backend, const T* x, const T* dy, T* dw, T* db, cons
     if (d.n == 0) {
       KILN_CUDA_CHECK(cudaMemsetAsync(db, 0, sizeof(T) * static_cast<size_t>(d.k),
                                       current_stream()));
+    } else if (g.y_nhwc) {
+      const LaunchConfig cfg{dim3(static_cast<unsigned>(blocks_for(d.k, kBiasCols))),
+                             dim3(kBiasCols, kBiasRows), 0, current_stream()};
+      launch(conv2d_bias_grad_nhwc_kernel<T>, cfg, dy, db, d);
     } else {
       const LaunchConfig cfg{dim3(static_cast<unsigned>(d.k)), dim3(kBiasThreads), 0,
                              current_stream()};

@@ -16,14 +16,29 @@
 
 namespace kiln::cuda::conv_detail {
 
+// Where the element of logical coordinates (a, b, h, w) of a 4-d tensor lives: a*n + b*c +
+// h*h + w*w (b is the channel: C of x, K of y, C of w). NCHW: (B*H*W, H*W, W, 1); channels-last
+// NHWC: (H*W*B, 1, W*B, B). For the weight (K, C, R, S): KCRS (C*R*S, R*S, S, 1) or KRSC
+// (R*S*C, 1, S*C, C). In both orders of an activation a pixel (h, w) is h*H-stride + w*w, and
+// h's stride is W times w's: a flat pixel index hw = h*W + w sits at hw*w.
+struct Strides {
+  int n, c, h, w;
+};
+
+inline Strides strides_of(int b, int h, int w, bool channels_last) {
+  return channels_last ? Strides{h * w * b, 1, w * b, b} : Strides{b * h * w, h * w, w, 1};
+}
+
 // The geometry in 32-bit integers (the host checked every tensor has < 2^31 elements), with
-// the products the kernels use over and over.
+// the products the kernels use over and over, and the strides of x (and dx), y (and dy) and w
+// (and dw) in the formats ConvGeometry gives (x_nhwc, y_nhwc, w_nhwc).
 struct ConvDims {
   int n, c, h, w;  // input (N, C, H, W)
   int k, r, s;     // weights (K, C, R, S)
   int stride, pad;
   int p, q;        // output (P, Q)
   int rs, hw, pq, chw, crs, krs;
+  Strides xs, ys, ws;
 };
 
 inline ConvDims conv_dims(const ConvGeometry& g) {
@@ -40,6 +55,9 @@ inline ConvDims conv_dims(const ConvGeometry& g) {
   d.pad = static_cast<int>(g.pad), d.p = static_cast<int>(g.p), d.q = static_cast<int>(g.q);
   d.rs = d.r * d.s, d.hw = d.h * d.w, d.pq = d.p * d.q, d.chw = d.c * d.hw;
   d.crs = d.c * d.rs, d.krs = d.k * d.rs;
+  d.xs = strides_of(d.c, d.h, d.w, g.x_nhwc);
+  d.ys = strides_of(d.k, d.p, d.q, g.y_nhwc);
+  d.ws = strides_of(d.c, d.r, d.s, g.w_nhwc);
   return d;
 }
 
@@ -57,13 +75,46 @@ constexpr int kOutside = -(1 << 29);  // a coordinate that fails every bounds ch
 //   load_b(col, step)    B(kk, j), 0 outside the image
 //   a_step(kk), load_a(i, step)   the same for A(i, kk) (the kernel checks i and kk)
 //   store(i, j, v)       where result element (i, j) goes
+// and kBRowsFast, which of B's two loader roles the kernel takes (see the kernel).
+//
+// Channels-last (kNhwc: x, dx, y, dy in NHWC). Every address goes through the strides of
+// ConvDims, so the same problem reads either format and a KCRS or KRSC weight; what kNhwc
+// changes is the ORDER of the filter taps along the reduction (forward, backward-data) or the
+// columns (backward-weight), tap_of below: (c, r, s) with s fastest for NCHW, (r, s, c) with c
+// fastest for NHWC. In NCHW a channel is a plane, and the neighbours along a row of x are
+// neighbouring pixels; in NHWC a pixel's C channels are neighbours in memory. Taking c fastest
+// makes consecutive reduction indices consecutive addresses of x (and of dy: (r, s, k) in
+// backward-data), so the 8 indices of a slice a warp loads for one pixel are one 32-byte
+// sector, and consecutive indices of a KRSC weight are consecutive too. With NCHW's order
+// (c, r, s) the same slice would hop C apart in NHWC memory, one sector per element. The order
+// of the sum changes with it, so NHWC results differ from NCHW ones in the last bits (forward,
+// backward-data); the weight order never changes the order, only the addresses.
 struct GemmSizes {
   int m, n, kred, chunk;
 };
 
+// A filter tap: channel (c of x, or k of dy in backward-data), row r, column s.
+struct Tap {
+  int c, r, s;
+};
+
+// Tap i of the reduction (or of backward-weight's columns) over `ch` channels of an s-wide,
+// rs-tap filter: (c, r, s) with s fastest, or in NHWC (r, s, c) with c fastest.
+template <bool kNhwc>
+__device__ __forceinline__ Tap tap_of(int i, int ch, int s, int rs) {
+  if constexpr (kNhwc) {
+    const int pix = i / ch, r = pix / s;
+    return {i - pix * ch, r, pix - r * s};
+  } else {
+    const int c = i / rs, t = i - c * rs, r = t / s;
+    return {c, r, t - r * s};
+  }
+}
+
 // forward: A = w (K, CRS), B = col (CRS, N*PQ), C -> y (N, K, PQ) + bias.
-template <typename T>
+template <typename T, bool kNhwc>
 struct ForwardProblem : GemmSizes {
+  static constexpr bool kBRowsFast = kNhwc;  // B's rows are x's channels in NHWC
   const T* x;
   const T* w;
   const T* b;
@@ -73,19 +124,19 @@ struct ForwardProblem : GemmSizes {
   struct Column {  // output pixel j = (n, p, q): its window's corner in the input
     int base, ih0, iw0;
   };
-  struct Step {  // reduction index kk = (c, r, s): the tap
+  struct Step {  // reduction index kk = the tap (c, r, s)
     int off, r, s;
   };
   __device__ Column column(int j) const {
     if (j >= n) return {0, kOutside, kOutside};
     const int img = j / d.pq, pq = j - img * d.pq, p = pq / d.q, q = pq - p * d.q;
     const int ih0 = p * d.stride - d.pad, iw0 = q * d.stride - d.pad;
-    return {img * d.chw + ih0 * d.w + iw0, ih0, iw0};
+    return {img * d.xs.n + ih0 * d.xs.h + iw0 * d.xs.w, ih0, iw0};
   }
   __device__ Step b_step(int kk, bool valid) const {
     if (!valid) return {0, kOutside, kOutside};
-    const int c = kk / d.rs, rs = kk - c * d.rs, r = rs / d.s, s = rs - r * d.s;
-    return {c * d.hw + r * d.w + s, r, s};
+    const Tap t = tap_of<kNhwc>(kk, d.c, d.s, d.rs);
+    return {t.c * d.xs.c + t.r * d.xs.h + t.s * d.xs.w, t.r, t.s};
   }
   __device__ T load_b(const Column& col, const Step& st) const {
     const int ih = col.ih0 + st.r, iw = col.iw0 + st.s;
@@ -94,17 +145,21 @@ struct ForwardProblem : GemmSizes {
                ? x[col.base + st.off]
                : T(0);
   }
-  __device__ int a_step(int kk) const { return kk; }
-  __device__ T load_a(int i, int kk) const { return w[i * d.crs + kk]; }
+  __device__ int a_step(int kk) const {  // the tap's offset in a filter
+    const Tap t = tap_of<kNhwc>(kk, d.c, d.s, d.rs);
+    return t.c * d.ws.c + t.r * d.ws.h + t.s * d.ws.w;
+  }
+  __device__ T load_a(int i, int off) const { return w[i * d.ws.n + off]; }
   __device__ void store(int i, int j, T v) const {
     const int img = j / d.pq;
-    y[(img * d.k + i) * d.pq + (j - img * d.pq)] = v + (b ? b[i] : T(0));
+    y[img * d.ys.n + i * d.ys.c + (j - img * d.pq) * d.ys.w] = v + (b ? b[i] : T(0));
   }
 };
 
 // backward-data: A(c, krs) = w[k][c][r][s], B(krs, nhw) = dy gathered, C -> dx (N, C, HW).
-template <typename T>
+template <typename T, bool kNhwc>
 struct BackwardDataProblem : GemmSizes {
+  static constexpr bool kBRowsFast = kNhwc;  // B's rows are dy's channels in NHWC
   const T* dy;
   const T* w;
   T* dx;
@@ -113,21 +168,18 @@ struct BackwardDataProblem : GemmSizes {
   struct Column {  // input pixel j = (n, h, w), shifted by the padding
     int base, hp, wp;
   };
-  struct Step {  // reduction index kk = (k, r, s)
+  struct Step {  // reduction index kk = the tap (k, r, s)
     int off, r, s;
-  };
-  struct AStep {
-    int k, rs;
   };
   __device__ Column column(int j) const {
     if (j >= n) return {0, kOutside, kOutside};
     const int img = j / d.hw, hw = j - img * d.hw, h = hw / d.w, wi = hw - h * d.w;
-    return {img * d.k * d.pq, h + d.pad, wi + d.pad};
+    return {img * d.ys.n, h + d.pad, wi + d.pad};
   }
   __device__ Step b_step(int kk, bool valid) const {
     if (!valid) return {0, -kOutside, -kOutside};  // makes p, q negative below
-    const int k = kk / d.rs, rs = kk - k * d.rs, r = rs / d.s, s = rs - r * d.s;
-    return {k * d.pq, r, s};
+    const Tap t = tap_of<kNhwc>(kk, d.k, d.s, d.rs);
+    return {t.c * d.ys.c, t.r, t.s};
   }
   __device__ T load_b(const Column& col, const Step& st) const {
     int p = col.hp - st.r, q = col.wp - st.s;  // p*stride, q*stride if the tap hits the pixel
@@ -138,26 +190,27 @@ struct BackwardDataProblem : GemmSizes {
     }
     return static_cast<unsigned>(p) < static_cast<unsigned>(d.p) &&
                    static_cast<unsigned>(q) < static_cast<unsigned>(d.q)
-               ? dy[col.base + st.off + p * d.q + q]
+               ? dy[col.base + st.off + p * d.ys.h + q * d.ys.w]
                : T(0);
   }
-  __device__ AStep a_step(int kk) const {
-    const int k = kk / d.rs;
-    return {k, kk - k * d.rs};
+  __device__ int a_step(int kk) const {  // filter k's tap (r, s), channel 0
+    const Tap t = tap_of<kNhwc>(kk, d.k, d.s, d.rs);
+    return t.c * d.ws.n + t.r * d.ws.h + t.s * d.ws.w;
   }
-  __device__ T load_a(int i, const AStep& st) const {
-    return w[(st.k * d.c + i) * d.rs + st.rs];
-  }
+  __device__ T load_a(int i, int off) const { return w[off + i * d.ws.c]; }
   __device__ void store(int i, int j, T v) const {
     const int img = j / d.hw;
-    dx[(img * d.c + i) * d.hw + (j - img * d.hw)] = v;
+    dx[img * d.xs.n + i * d.xs.c + (j - img * d.hw) * d.xs.w] = v;
   }
 };
 
 // backward-weight: A(k, npq) = dy[n][k][pq], B(npq, crs) = col, C -> out + split * K*CRS
-// (dw itself when there is one split, else that split's partial).
-template <typename T>
+// (dw itself when there is one split, else that split's partial, in dw's order).
+template <typename T, bool kNhwc>
 struct BackwardWeightProblem : GemmSizes {
+  // B's columns are taps: in NHWC c is the fastest, so neighbouring columns are neighbouring
+  // channels of x and the column-fast role reads them together.
+  static constexpr bool kBRowsFast = false;
   const T* x;
   const T* dy;
   T* out;
@@ -169,19 +222,16 @@ struct BackwardWeightProblem : GemmSizes {
   struct Step {  // reduction index kk = (n, p, q): the window's corner
     int base, ih0, iw0;
   };
-  struct AStep {
-    int img, pq;
-  };
   __device__ Column column(int j) const {
     if (j >= n) return {0, kOutside, kOutside};
-    const int c = j / d.rs, rs = j - c * d.rs, r = rs / d.s, s = rs - r * d.s;
-    return {c * d.hw + r * d.w + s, r, s};
+    const Tap t = tap_of<kNhwc>(j, d.c, d.s, d.rs);
+    return {t.c * d.xs.c + t.r * d.xs.h + t.s * d.xs.w, t.r, t.s};
   }
   __device__ Step b_step(int kk, bool valid) const {
     if (!valid) return {0, kOutside, kOutside};
     const int img = kk / d.pq, pq = kk - img * d.pq, p = pq / d.q, q = pq - p * d.q;
     const int ih0 = p * d.stride - d.pad, iw0 = q * d.stride - d.pad;
-    return {img * d.chw + ih0 * d.w + iw0, ih0, iw0};
+    return {img * d.xs.n + ih0 * d.xs.h + iw0 * d.xs.w, ih0, iw0};
   }
   __device__ T load_b(const Column& col, const Step& st) const {
     const int ih = st.ih0 + col.r, iw = st.iw0 + col.s;
@@ -190,25 +240,26 @@ struct BackwardWeightProblem : GemmSizes {
                ? x[st.base + col.off]
                : T(0);
   }
-  __device__ AStep a_step(int kk) const {
+  __device__ int a_step(int kk) const {  // output pixel kk = (n, pq) of dy, channel 0
     const int img = kk / d.pq;
-    return {img, kk - img * d.pq};
+    return img * d.ys.n + (kk - img * d.pq) * d.ys.w;
   }
-  __device__ T load_a(int i, const AStep& st) const {
-    return dy[(st.img * d.k + i) * d.pq + st.pq];
-  }
+  __device__ T load_a(int i, int off) const { return dy[off + i * d.ys.c]; }
   __device__ void store(int i, int j, T v) const {
-    out[static_cast<int64_t>(blockIdx.z) * d.k * d.crs + i * d.crs + j] = v;
+    const Tap t = tap_of<kNhwc>(j, d.c, d.s, d.rs);
+    out[static_cast<int64_t>(blockIdx.z) * d.k * d.crs + i * d.ws.n + t.c * d.ws.c +
+        t.r * d.ws.h + t.s * d.ws.w] = v;
   }
 };
 
 // The shared-memory slices, double-buffered. A is stored k-major (a[kk][i]) like B, so a
 // thread's rows are contiguous; its rows are padded by kApad: the loaders store a column of A
 // at a time, and the padding spreads those stores over the banks (rows stay 16-byte aligned).
-template <typename T, int BM, int BN>
+// B is padded the same way when its loaders store a column at a time (kBRowsFast).
+template <typename T, int BM, int BN, bool kBRowsFast>
 struct alignas(16) GemmTiles {
   T a[2][kBK][BM + kApad];
-  T b[2][kBK][BN];
+  T b[2][kBK][BN + (kBRowsFast ? kApad : 0)];
 };
 
 // Four consecutive values from shared memory; one 16-byte load on the GPU (p is 16-byte aligned).
@@ -235,7 +286,7 @@ __global__ void __launch_bounds__(kGemmThreads) conv_implicit_gemm_kernel(Proble
   constexpr int TM = BM / 16, TN = BN / 16;   // the thread's micro-tile
   constexpr int kALoads = BM * kBK / kGemmThreads;  // A elements a thread loads per slice
   constexpr int kBLoads = BN * kBK / kGemmThreads;
-  using Tiles = GemmTiles<T, BM, BN>;
+  using Tiles = GemmTiles<T, BM, BN, Problem::kBRowsFast>;
   KILN_SHARED(Tiles, tiles);
 
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -245,9 +296,12 @@ __global__ void __launch_bounds__(kGemmThreads) conv_implicit_gemm_kernel(Proble
 
   // Loader roles. A: column a_k of the slice, rows a_m + 32i (8 threads read 8 consecutive
   // reduction indices of a row). B: row b_k of the slice, columns b_n + 32j (a warp reads 32
-  // consecutive columns). The columns never change, so their decoding happens once, here.
+  // consecutive columns: neighbouring pixels in NCHW), or with kBRowsFast (channels-last) the
+  // role of A (a warp reads 8 consecutive reduction indices, neighbouring channels, of each of
+  // 4 columns). The columns never change, so their decoding happens once, here.
   const int a_k = tid % kBK, a_m = tid / kBK;
-  const int b_k = tid / 32, b_n = tid % 32;
+  const int b_k = Problem::kBRowsFast ? tid % kBK : tid / 32;
+  const int b_n = Problem::kBRowsFast ? tid / kBK : tid % 32;
   typename Problem::Column cols[kBLoads];
   KILN_UNROLL
   for (int j = 0; j < kBLoads; ++j) cols[j] = pb.column(n0 + b_n + 32 * j);

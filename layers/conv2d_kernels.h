@@ -33,9 +33,11 @@ struct ConvGeometry {
   // others).
   bool x_blocked = false, y_blocked = false;
   // x (and dx) and y (and dy) channels-last: logical (N, C, H, W), bytes in (N, H, W, C) order
-  // (MemoryFormat, engine/tensor.h). The vendor kernels only: oneDNN and cuDNN (f32, f64).
+  // (MemoryFormat, engine/tensor.h). Honoured by oneDNN (CPU), cuDNN and the CUDA hand kernels
+  // (f32, f64; with y_nhwc == x_nhwc); the CPU hand kernels read NCHW (conv2d.cpp converts).
   bool x_nhwc = false, y_nhwc = false;
-  // w (and dw) channels-last, KRSC: cuDNN only, with x_nhwc (conv2d_cudnn.cu).
+  // w (and dw) channels-last, KRSC: honoured by cuDNN (conv2d_cudnn.cu) and the CUDA hand
+  // kernels, with NCHW or NHWC activations; conv2d.cpp sets it on CUDA with x_nhwc.
   bool w_nhwc = false;
   // The _lowp_ kernels only (autocast with AutocastOutputs::LowPrecision, engine/autocast.h): y
   // and dx in the inputs' 16-bit dtype, each element rounded once from its f32 sum, instead of
@@ -127,6 +129,8 @@ bool conv2d_backward_lowp_vendor(Backend, DType in,
 namespace kiln::cuda {
 
 // ---- hand kernels (conv2d_cuda.cu): implicit GEMM, float and double ---------------------------
+// x, dx, y, dy may be channels-last (g.x_nhwc, with g.y_nhwc the same), w and dw KRSC
+// (g.w_nhwc), in any combination.
 template <typename T>
 void conv2d_forward(Backend,
                     const T* x,  // x is (N, C, H, W)
