@@ -77,6 +77,8 @@ MUTANTS = [
      "implicit-GEMM convolution: the barrier after the first slice is stashed removed"),
     ("conv-barrier", "layers/conv2d_implicit_gemm.cuh", "__syncthreads();", 2, "",
      "implicit-GEMM convolution: the barrier of the main loop removed"),
+    ("conv-bias-nhwc-barrier", "layers/conv2d_cuda.cu", "__syncthreads();", 1, "",
+     "channels-last conv bias gradient: the barrier before adding the row groups' sums removed"),
     # Memory: past the end, unwritten.
     ("elementwise-past-end", "engine/cuda/kernels/elementwise.cu",
      "threadIdx.x; i < n; i += stride) {\n    const T bv", 1,
