@@ -83,6 +83,8 @@ std::vector<Variant> conv_cuda_variants(bool with_default) {
   return out;
 }
 
+void conv2d_channels_last_rows(std::vector<Case>& rows);
+
 void conv2d_rows(std::vector<Case>& rows) {
   // CPU vs CUDA and hand vs cuDNN: stride 1, 2 and 3; padding 0, 1, 2; 1x1, 2x2, 3x3 and 5x5
   // kernels; batch 1; 1x1 images; a kernel as large as the padded image (1x1 output); channel
@@ -137,6 +139,58 @@ void conv2d_rows(std::vector<Case>& rows) {
   for (int64_t stride : {1, 2})
     rows.push_back(conv_case("gradcheck_cuda_conv2d_s" + n(stride),
                              {2, 2, 5, 4, 3, 3, 3, stride, 1, true}, Grads::All)
+                       .variants(conv_cuda_variants(false))
+                       .suites(kGradcheckCuda));
+  conv2d_channels_last_rows(rows);
+}
+
+// The same op on a channels-last input (docs/memory_format.md): every kernel (hand and vendor,
+// CPU and CUDA) reads and writes NHWC itself, so these rows run the NHWC kernels, compared in
+// NCHW order against the other device, the vendor and finite differences.
+void conv2d_channels_last_rows(std::vector<Case>& rows) {
+  auto cl_case = [](const std::string& name, const Conv& t, Grads g) {
+    Case c = conv_case(name, t, g);
+    const int64_t stride = t.stride, pad = t.pad;
+    c.fn([=](const Inputs& v) {
+      return one(conv2d(v[0].to(MemoryFormat::ChannelsLast), v[1], v[2], stride, pad)
+                     .contiguous());
+    });
+    return c;
+  };
+  // 3x3 stride 1 and 2, a ResNet downsample (1x1 stride 2), 5x5 with padding 2, a 1x1 image,
+  // channels above the GEMM tiles (70 > 64).
+  const Conv device[] = {
+      {2, 3, 7, 7, 4, 3, 3, 1, 1, true},  {1, 2, 9, 8, 5, 3, 3, 2, 0, true},
+      {2, 6, 7, 6, 5, 1, 1, 2, 0, false}, {2, 3, 11, 9, 3, 5, 5, 2, 2, true},
+      {2, 3, 1, 1, 2, 3, 3, 1, 1, true},  {2, 9, 13, 12, 70, 3, 3, 1, 1, true},
+  };
+  uint32_t seed = 700;
+  for (const Conv& t : device) {
+    const std::pair<Grads, const char*> gs[] = {{Grads::All, ""},
+                                                {Grads::FrozenWeight, "_frozen_weight"},
+                                                {Grads::NoInputGrad, "_no_input_grad"}};
+    for (const auto& [g, suffix] : gs) {
+      Case c = cl_case("conv2d_channels_last_" + t.name() + suffix, t, g);
+      c.tol(DTol::rel(5e-5, 1e-11)).vendor(DTol::rel(5e-5, 1e-11)).with_seed(seed += 10);
+      c.variants(conv_cuda_variants(true));
+      c.suites(g == Grads::All ? kDevice | kVendorCuda | kAutocastCuda : unsigned{kDevice});
+      rows.push_back(c);
+    }
+  }
+  // Finite differences in double (the hand kernels: oneDNN has no f64) and hand vs oneDNN.
+  const Conv gradcheck[] = {
+      {2, 3, 7, 5, 4, 3, 3, 1, 0, true},
+      {1, 2, 6, 7, 3, 3, 3, 2, 1, true},
+      {2, 3, 5, 4, 2, 1, 1, 2, 1, false},
+      {1, 3, 9, 7, 5, 3, 2, 3, 2, true},
+  };
+  for (const Conv& t : gradcheck)
+    rows.push_back(cl_case("gradcheck_conv2d_channels_last_" + t.name(), t, Grads::All)
+                       .vendor(DTol::abs(1e-3, 1e-3))
+                       .suites(kGradcheck | kVendorCpu));
+  for (int64_t stride : {1, 2})
+    rows.push_back(cl_case("gradcheck_cuda_conv2d_channels_last_s" + n(stride),
+                           {2, 2, 5, 4, 3, 3, 3, stride, 1, true}, Grads::All)
                        .variants(conv_cuda_variants(false))
                        .suites(kGradcheckCuda));
 }
