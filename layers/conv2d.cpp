@@ -57,6 +57,13 @@ T* data_or_null(const Tensor& t) {
   return t.defined() ? t.template data_any_format<T>() : nullptr;
 }
 
+// The weight for the hand kernels, in the order g says (g.w_nhwc: KRSC); a channels-last weight
+// that g does not announce is refused (data<T>()), not misread.
+template <typename T>
+const T* hand_weight(const Tensor& w, const ConvGeometry& g) {
+  return g.w_nhwc || !w.defined() ? data_or_null<T>(w) : w.template data<T>();
+}
+
 // Whether backend B has a vendor convolution of T: cuDNN has float and double, oneDNN float
 // only (conv_impl never asks for it with double: engine/impl.cpp).
 template <typename B, typename T>
@@ -89,7 +96,7 @@ void run_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
         return;
       }
     }
-    conv2d_forward(backend, data_or_null<T>(x), data_or_null<T>(w), bp, data_or_null<T>(y), g);
+    conv2d_forward(backend, data_or_null<T>(x), hand_weight<T>(w, g), bp, data_or_null<T>(y), g);
   });
 }
 
@@ -106,7 +113,7 @@ void run_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx
       }
     }
     const T* dyp = data_or_null<T>(dy);
-    if (dxp) conv2d_backward_data(backend, dyp, wp, dxp, g);
+    if (dxp) conv2d_backward_data(backend, dyp, hand_weight<T>(w, g), dxp, g);
     if (dwp || dbp) conv2d_backward_weight(backend, xp, dyp, dwp, dbp, g);
   });
 }
@@ -207,11 +214,14 @@ namespace {
 
 // Whether the kernels for x read and write channels-last activations themselves: on CUDA every
 // one, cuDNN and the hand implicit GEMM (f32 and f64, and under autocast, whose hand path widens
-// to f32 keeping the format); on the CPU oneDNN (f32, and under autocast bf16/f16).
-bool vendor_reads_channels_last(const Tensor& x) {
+// to f32 keeping the format); on the CPU the hand im2col + GEMM (f32 and f64, and autocast's
+// hand path, the same way) and oneDNN (f32, and under autocast bf16/f16).
+bool kernels_read_channels_last(const Tensor& x) {
   if (x.device().type == DeviceType::CUDA)
     return is_low_precision(x.dtype()) ? autocast_applies(x)
                                        : x.dtype() == DType::F32 || x.dtype() == DType::F64;
+  if (conv_impl(x.device(), autocast_applies(x) ? autocast_dtype() : x.dtype()) == Impl::Hand)
+    return true;
   // A 16-bit activation (autocast with AutocastOutputs::LowPrecision): the 16-bit kernels.
   if (is_low_precision(x.dtype()))
     return autocast_applies(x) && conv_impl(x.device(), autocast_dtype()) == Impl::Vendor;
@@ -226,11 +236,12 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
               int64_t padding, std::optional<Layout> out_layout) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: the input or the weight is undefined");
   if (x.is_channels_last()) {
-    // oneDNN, cuDNN and the CUDA hand kernels read and write channels-last themselves; every
-    // other kernel gets NCHW and its result is converted back (two counted conversions).
+    // Where the kernels read and write channels-last themselves (kernels_read_channels_last), x
+    // goes to them as it is; any other kernel gets NCHW and its result is converted back (two
+    // counted conversions).
     if (out_layout && *out_layout != Layout::NHWC)
       return as_layout(conv2d(x, w, b, stride, padding), *out_layout);
-    if (!vendor_reads_channels_last(x))
+    if (!kernels_read_channels_last(x))
       return conv2d(x.contiguous(), w, b, stride, padding).to(MemoryFormat::ChannelsLast);
   } else if (out_layout == Layout::NHWC) {
     return as_layout(conv2d(x, w, b, stride, padding), Layout::NHWC);

@@ -19,7 +19,8 @@
 //   conv2d_dispatch.h          what conv2d.cpp and conv2d_lowp.cpp share (conv_detail)
 //   conv2d_kernels.h           the kernels' declarations and contracts, ConvGeometry: twins
 //                              cpu::/cuda::conv2d_forward (hand), conv2d_forward_vendor, ...
-//   conv2d_cpu.cpp             CPU hand: im2col + OpenBLAS GEMM, float and double
+//   conv2d_cpu.cpp             CPU hand: im2col + OpenBLAS GEMM, float and double, NCHW and
+//                              channels-last
 //   conv2d_dnnl.cpp            CPU vendor: oneDNN, float (the primitives and their cache)
 //   conv2d_dnnl_lowp.cpp       CPU vendor, bf16/f16 inputs with f32 outputs (mixed precision)
 //   conv2d_dnnl_primitives.h   the oneDNN machinery the two files above share

@@ -33,11 +33,12 @@ struct ConvGeometry {
   // others).
   bool x_blocked = false, y_blocked = false;
   // x (and dx) and y (and dy) channels-last: logical (N, C, H, W), bytes in (N, H, W, C) order
-  // (MemoryFormat, engine/tensor.h). Honoured by oneDNN (CPU), cuDNN and the CUDA hand kernels
-  // (f32, f64; with y_nhwc == x_nhwc); the CPU hand kernels read NCHW (conv2d.cpp converts).
+  // (MemoryFormat, engine/tensor.h). Honoured by the hand kernels (CPU and CUDA), oneDNN (CPU)
+  // and cuDNN (f32, f64; with y_nhwc == x_nhwc).
   bool x_nhwc = false, y_nhwc = false;
-  // w (and dw) channels-last, KRSC: honoured by cuDNN (conv2d_cudnn.cu) and the CUDA hand
-  // kernels, with NCHW or NHWC activations; conv2d.cpp sets it on CUDA with x_nhwc.
+  // w (and dw) channels-last, KRSC: honoured by the hand kernels (CPU and CUDA; the CPU ones
+  // repack a weight in the other order than they want, conv2d_cpu.cpp) and cuDNN
+  // (conv2d_cudnn.cu), with NCHW or NHWC activations; conv2d.cpp sets it on CUDA with x_nhwc.
   bool w_nhwc = false;
   // The _lowp_ kernels only (autocast with AutocastOutputs::LowPrecision, engine/autocast.h): y
   // and dx in the inputs' 16-bit dtype, each element rounded once from its f32 sum, instead of
@@ -50,6 +51,8 @@ struct ConvGeometry {
 namespace kiln::cpu {
 
 // ---- hand kernels (conv2d_cpu.cpp): im2col + GEMM (OpenBLAS), float and double ---------------
+// x, dx, y, dy may be channels-last (g.x_nhwc, g.y_nhwc, which must be equal) and w, dw KRSC
+// (g.w_nhwc), in any combination: the shapes below are logical, the byte orders g's.
 // y = conv(x, w) + b. b may be null (no bias). y is written, never read.
 template <typename T>
 void conv2d_forward(Backend,

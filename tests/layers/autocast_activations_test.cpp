@@ -145,8 +145,8 @@ TEST_P(AutocastActivations, MatmulTakesASixteenBitActivation) {
   EXPECT_EQ(b.grad().dtype(), DType::F32);
 }
 
-// With oneDNN's convolutions, which read and write channels-last themselves (the hand ones
-// convert, counted; the sanitizer trees run with KILN_KERNELS=hand).
+// With oneDNN's convolutions, which read and write channels-last themselves (the sanitizer
+// trees run with KILN_KERNELS=hand; the hand ones read it too: channels_last_test.cpp).
 TEST_P(AutocastActivations, AResNetTrainsWithSixteenBitActivations) {
   KernelsGuard vendor(Impl::Vendor);
   testing::check_resnet_with_16bit_activations(GetParam(), Device());

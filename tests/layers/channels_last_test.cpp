@@ -1,8 +1,8 @@
 // channels_last_test.cpp: the layers on channels-last activations (MemoryFormat, engine/tensor.h;
 // Layout::NHWC, layers/layout.h). Each computes what it computes on NCHW, forward and backward,
 // keeps the format, and converts nothing where it has a channels-last kernel:
-//   - Conv2d: oneDNN's nhwc convolution (CPU, f32) against its NCHW one; the other kernels
-//     convert and say so in the counter;
+//   - Conv2d: oneDNN's nhwc convolution (CPU, f32) and the hand im2col + GEMM kernels (f32,
+//     f64, and under autocast) against their NCHW ones, without a conversion;
 //   - BatchNorm2d: the same kernels on the (N * H * W, C) view, no copy;
 //   - a whole ResNet moved with Module::to(MemoryFormat): one conversion per training step (the
 //     image, at the entry) and the loss and gradients of the NCHW model, in f32 and under
@@ -46,19 +46,19 @@ Tensor with_grad(Tensor t) {
 
 
 // conv2d on a channels-last input against the NCHW op; `conversions` is how many reorderings
-// forward and backward may make (0 where the kernels read channels-last).
+// forward and backward may make (0 where the kernels read channels-last). c input channels.
 void check_conv(Impl impl, int64_t stride, int64_t pad, int64_t k, bool bias,
-                int64_t conversions) {
+                int64_t conversions, DType dtype = DType::F32, int64_t c = 24) {
   KernelsGuard guard(impl);
-  Tensor x = random_tensor({3, 24, 9, 7}, 10, -1, 1, DType::F32);
-  Tensor w = random_tensor({40, 24, k, k}, 11, -0.2, 0.2, DType::F32);
-  Tensor b = bias ? random_tensor({40}, 12, -1, 1, DType::F32) : Tensor();
+  Tensor x = random_tensor({3, c, 9, 7}, 10, -1, 1, dtype);
+  Tensor w = random_tensor({40, c, k, k}, 11, -0.2, 0.2, dtype);
+  Tensor b = bias ? random_tensor({40}, 12, -1, 1, dtype) : Tensor();
   Tensor xr = with_grad(x.clone()), wr = with_grad(w.clone());
   Tensor br = bias ? with_grad(b.clone()) : Tensor();
   Tensor xc = with_grad(x.to(kCl)), wc = with_grad(w.clone());
   Tensor bc = bias ? with_grad(b.clone()) : Tensor();
   Tensor yr = conv2d(xr, wr, br, stride, pad);
-  Tensor g = random_tensor(yr.shape(), 13, -1, 1, DType::F32);
+  Tensor g = random_tensor(yr.shape(), 13, -1, 1, dtype);
   Tensor gc = g.to(kCl);
   const int64_t before = memory_format_conversions();
   Tensor yc = conv2d(xc, wc, bc, stride, pad);
@@ -67,12 +67,13 @@ void check_conv(Impl impl, int64_t stride, int64_t pad, int64_t k, bool bias,
   ASSERT_TRUE(yc.is_channels_last());
   ASSERT_TRUE(xc.grad().is_channels_last());
   backward(yr, g);
-  // Both are f32 sums of c * k * k products in another order: a few roundings apart.
-  EXPECT_LT(rel_diff(yc, yr), 1e-5);
-  EXPECT_LT(rel_diff(xc.grad(), xr.grad()), 1e-5);
-  EXPECT_LT(rel_diff(wc.grad(), wr.grad()), 1e-5);
+  // Both are sums of at most a few hundred products in another order: a few roundings apart.
+  const double tol = dtype == DType::F64 ? 1e-13 : 1e-5;
+  EXPECT_LT(rel_diff(yc, yr), tol);
+  EXPECT_LT(rel_diff(xc.grad(), xr.grad()), tol);
+  EXPECT_LT(rel_diff(wc.grad(), wr.grad()), tol);
   if (bias) {
-    EXPECT_LT(rel_diff(bc.grad(), br.grad()), 1e-5);
+    EXPECT_LT(rel_diff(bc.grad(), br.grad()), tol);
   }
 }
 
@@ -82,9 +83,63 @@ TEST(ChannelsLast, ConvReadsAndWritesNhwcWithOneDnn) {
   check_conv(Impl::Vendor, 2, 0, 1, false, 0);  // a ResNet downsample
 }
 
-TEST(ChannelsLast, ConvWithoutAChannelsLastKernelConvertsAndCountsIt) {
-  // The hand im2col convolution reads NCHW: x in and y out, and their gradients back.
-  check_conv(Impl::Hand, 2, 1, 3, true, 4);
+// The hand im2col + GEMM kernels read and write NHWC themselves (layers/conv2d_cpu.cpp).
+TEST(ChannelsLast, ConvReadsAndWritesNhwcWithTheHandKernels) {
+  check_conv(Impl::Hand, 2, 1, 3, true, 0);
+  check_conv(Impl::Hand, 1, 1, 3, false, 0);
+  check_conv(Impl::Hand, 2, 0, 1, false, 0);                 // a ResNet downsample
+  check_conv(Impl::Hand, 2, 3, 7, false, 0, DType::F32, 3);  // a stem
+  check_conv(Impl::Hand, 1, 1, 3, true, 0, DType::F64);
+  check_conv(Impl::Hand, 2, 3, 7, true, 0, DType::F64, 3);
+}
+
+TEST(ChannelsLast, ConvGradcheckWithTheHandKernels) {
+  // gradcheck perturbs its inputs in NCHW order: the input goes channels-last inside.
+  KernelsGuard hand(Impl::Hand);
+  for (int64_t k : {1, 3}) {
+    SCOPED_TRACE(k);
+    Tensor x = with_grad(random_tensor({2, 3, 5, 4}, 80, -1, 1));
+    Tensor w = with_grad(random_tensor({4, 3, k, k}, 81, -1, 1));
+    Tensor b = with_grad(random_tensor({4}, 82, -1, 1));
+    EXPECT_TRUE(gradcheck(
+        [k](const std::vector<Tensor>& in) {
+          Tensor y = conv2d(in[0].to(kCl), in[1], in[2], 2, k / 2);
+          EXPECT_TRUE(y.is_channels_last());
+          return y;
+        },
+        {x, w, b}));
+  }
+}
+
+// Autocast's hand path widens the rounded operands to f32 in their format: no conversion.
+TEST(ChannelsLast, AutocastConvWithTheHandKernelsKeepsTheFormat) {
+  KernelsGuard hand(Impl::Hand);
+  Tensor x = random_tensor({2, 16, 8, 6}, 90, -1, 1, DType::F32);
+  Tensor w = random_tensor({32, 16, 3, 3}, 91, -0.2, 0.2, DType::F32);
+  Tensor xr = with_grad(x.clone()), wr = with_grad(w.clone());
+  Tensor xc = with_grad(x.to(kCl)), wc = with_grad(w.clone());
+  Tensor yr, yc;
+  int64_t conversions = 0;
+  {
+    AutocastGuard autocast(DType::BF16);
+    yr = conv2d(xr, wr, Tensor(), 2, 1);
+    const int64_t before = memory_format_conversions();
+    yc = conv2d(xc, wc, Tensor(), 2, 1);
+    conversions = memory_format_conversions() - before;
+  }
+  Tensor g = random_tensor(yr.shape(), 92, -1, 1, DType::F32);
+  Tensor gc = g.to(kCl);
+  const int64_t before = memory_format_conversions();
+  backward(yc, gc);
+  conversions += memory_format_conversions() - before;
+  backward(yr, g);
+  EXPECT_EQ(conversions, 0);
+  ASSERT_TRUE(yc.is_channels_last());
+  ASSERT_TRUE(xc.grad().is_channels_last());
+  // The same rounded operands, products exact in f32, summed in another order.
+  EXPECT_LT(rel_diff(yc, yr), 1e-5);
+  EXPECT_LT(rel_diff(xc.grad(), xr.grad()), 1e-5);
+  EXPECT_LT(rel_diff(wc.grad(), wr.grad()), 1e-5);
 }
 
 // Under autocast the 16-bit convolution reads the channels-last input too: oneDNN's bf16 kernels
