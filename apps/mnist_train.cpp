@@ -274,7 +274,10 @@ int train_rank(Options o, const CLI::App& app, Device device, const apps::TrainC
   // set the learning rate before each step, then backward and the update, alone or with the
   // other ranks, or the whole step as a CUDA graph (--cuda-graph).
   const Precision precision = apps::setup_precision(o.precision, device);
-  const DType autocast = autocast_dtype_of(precision);
+  // --activations: 16-bit between the layers by default for resnet18 (check_model_flags has
+  // refused 16bit for the others).
+  const AutocastPolicy autocast{autocast_dtype_of(precision),
+                                apps::parse_activations(activations_of(o))};
   // The model FLOPs of training on one image (apps/common/step_flops.h), for the epoch line.
   const apps::StepFlops image_flops =
       print ? apps::step_flops(*state.model, {1, 1, 28, 28}, true, device, precision) : apps::StepFlops{};
@@ -492,6 +495,7 @@ int run(Options& o, const CLI::App& app) {
   if (d.threads) check_world(o, d.ranks);
   check_output_flags(o);
   check_checkpoint_flags(o);
+  check_model_flags(o, app);
   // nccl: each rank trains on its own GPU (train_rank takes it from the transport).
   const Device device = d.kind == "nccl" ? Device() : resolve_device(o.device);
   check_device_flags(o, app, d, device);

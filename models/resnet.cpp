@@ -201,8 +201,10 @@ Bottleneck::Bottleneck(int64_t inplanes, int64_t planes, int64_t stride, bool do
 
 ResNet::ResNet(const ResNetConfig& config) : config_(config) {
   const ResNetConfig& c = config;
-  KILN_CHECK_INPUT(c.num_classes >= 1 && c.base_planes >= 1 && c.width_per_group >= 1,
-                   "ResNet: num_classes, base_planes and width_per_group must be >= 1");
+  KILN_CHECK_INPUT(c.num_classes >= 1 && c.base_planes >= 1 && c.width_per_group >= 1 &&
+                       c.in_channels >= 1,
+                   "ResNet: num_classes, base_planes, width_per_group and in_channels must be "
+                   ">= 1");
   for (int64_t n : c.layers)
     KILN_CHECK_INPUT(n >= 1, "ResNet: every stage needs at least one block");
   KILN_CHECK_INPUT(c.block != ResNetBlock::Bottleneck || c.base_planes * c.width_per_group >= 64,
@@ -212,7 +214,7 @@ ResNet::ResNet(const ResNetConfig& config) : config_(config) {
   const bool bottleneck = c.block == ResNetBlock::Bottleneck;
   const int64_t expansion = bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
 
-  stem_ = make_conv_bn(3, c.base_planes, 7, 2, 3);
+  stem_ = make_conv_bn(c.in_channels, c.base_planes, 7, 2, 3);
   register_module("conv1", stem_.conv);
   register_module("bn1", stem_.bn);
   auto maxpool = std::make_shared<MaxPool2d>(3, 2, 1);
@@ -247,10 +249,9 @@ ResNet::ResNet(const ResNetConfig& config) : config_(config) {
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  KILN_CHECK(x.defined() && x.dim() == 4 && x.size(1) == 3, "ResNet: expected images as ",
-             "(N, 3, H, W), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
-  KILN_CHECK(x.size(2) >= 32 && x.size(3) >= 32, "ResNet: images must be at least 32x32 (five ",
-             "halvings), got ", shape_str(x.shape()));
+  const int64_t c = config_.in_channels;
+  KILN_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c, "ResNet: expected images as (N, ", c,
+             ", H, W), got ", x.defined() ? shape_str(x.shape()) : "an undefined tensor");
   KILN_CHECK(!folded_ || !is_training(), "ResNet: this model's BatchNorms were folded for ",
              "inference; it cannot train (call eval(), or build a fresh model)");
   // The one conversion of a channels-last model: its input, at the entry (Module::to).

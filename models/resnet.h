@@ -2,7 +2,7 @@
 // Recognition", CVPR 2016, https://arxiv.org/abs/1512.03385), laid out exactly like
 // torchvision/models/resnet.py, so a torchvision state_dict loads key for key.
 //
-//   x (N, 3, H, W)                                    H, W >= 32
+//   x (N, 3, H, W)                     (in_channels: 3; MNIST's 1 channel: ResNetConfig)
 //   stem:   conv1 7x7/2 (3 -> 64), bn1, relu, maxpool 3x3/2 pad 1       -> (N, 64, H/4, W/4)
 //   layer1: blocks at 64 planes, stride 1                              -> (N, 64 e, H/4, W/4)
 //   layer2: 128 planes, first block stride 2                           -> (N, 128 e, H/8, W/8)
@@ -10,6 +10,9 @@
 //   layer4: 512 planes, stride 2                                       -> (N, 512 e, H/32, W/32)
 //   head:   avgpool (adaptive, 1x1), flatten, fc (512 e -> classes)    -> logits (N, classes)
 // e is the block's expansion: 1 for BasicBlock (ResNet-18/34), 4 for Bottleneck (50/101/152).
+// Every stride-2 layer pads, so each halving rounds up (ceil(H / 2)): any H, W >= 1 reaches
+// layer4 at >= 1x1. 224x224 ends at 7x7; 28x28 (MNIST) goes 14, 7 (after the max-pool), 4, 2,
+// 1, the torchvision layout unchanged.
 //
 // Blocks (each ends in ReLU(residual + identity)):
 //   BasicBlock:  conv 3x3/s -> bn -> relu -> conv 3x3 -> bn                 (+ identity)
@@ -52,6 +55,9 @@ struct ResNetConfig {
   ResNetBlock block = ResNetBlock::Basic;
   std::array<int64_t, 4> layers{2, 2, 2, 2};  // blocks per stage
   int64_t num_classes = 1000;
+  // Channels of the input images, the stem convolution's input: 3 (RGB, every torchvision
+  // net), 1 for greyscale (MNIST).
+  int64_t in_channels = 3;
   // Channels of the 3x3 convolutions of a Bottleneck at 64 planes (torchvision's
   // width_per_group; 64 is the standard net). Smaller values make narrow nets for tests.
   int64_t width_per_group = 64;

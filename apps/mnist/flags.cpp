@@ -27,8 +27,10 @@ namespace {
 void add_flags(CLI::App& app, Options& o) {
   app.add_option("--device", o.device, "auto | cpu | cpu:N | cuda | cuda:N (auto: a GPU if this "
                  "build has a CUDA backend and one is present, else the CPU)")->capture_default_str();
-  app.add_option("--model", o.model, "cnn (the MNIST CNN, 1.2 M parameters) | mlp (784-512-256-10)")
-      ->check(apps::one_of({"cnn", "mlp"}))->capture_default_str();
+  app.add_option("--model", o.model, "cnn (the MNIST CNN, 1.2 M parameters) | mlp (784-512-256-10) "
+                 "| resnet18 (torchvision's ResNet-18 on 1-channel images, 10 classes, 11.2 M "
+                 "parameters; default recipe SGD + one-cycle to 0.05, 2 epochs)")
+      ->check(apps::one_of({"cnn", "mlp", "resnet18"}))->capture_default_str();
   app.add_option("--epochs", o.epochs, "total number of epochs (a resumed run continues up to it)")
       ->check(apps::at_least(1))->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "training batch size")
@@ -69,6 +71,14 @@ void add_flags(CLI::App& app, Options& o) {
       ->check(apps::one_of({"adadelta", "sgd", "adam"}))->capture_default_str();
   app.add_option("--precision", o.precision, apps::kPrecisionHelp)
       ->check(apps::one_of({"fp32", "tf32", "bf16", "fp16"}))->capture_default_str();
+  app.add_option("--memory-format", o.memory_format, "resnet18: images and activations "
+                 "contiguous (NCHW; channel-blocked on the CPU where that is faster) | "
+                 "channels_last (NHWC)")
+      ->check(apps::one_of({"contiguous", "channels_last"}))->capture_default_str();
+  app.add_option("--activations", o.activations,
+                 std::string(apps::kActivationsHelp) + " (default: 16bit for resnet18; cnn and "
+                 "mlp take f32 only: the CNN's dropout does)")
+      ->check(apps::one_of({"16bit", "f32"}));
   o.threads = hardware_threads();
   app.add_option("--threads", o.threads, "CPU threads (OpenMP, BLAS and oneDNN share them; default: "
                  "the cores this process may use; with --dist, divided by the ranks on this host)")
@@ -159,6 +169,24 @@ void add_flags(CLI::App& app, Options& o) {
                  "hand (our kernels: im2col + GEMM) | vendor (oneDNN on "
                  "the CPU, cuBLAS/cuDNN on a GPU); default: $KILN_KERNELS or vendor")
       ->check(apps::one_of({"hand", "vendor"}));
+}
+
+void check_model_flags(const Options& o, const CLI::App& app) {
+  if (o.model == "resnet18") return;
+  if (app.count("--memory-format") > 0) {
+    throw Error("--memory-format applies to --model resnet18 (the " + o.model + "'s "
+                "activations are NCHW): drop it or pass --model resnet18", ErrorKind::Usage);
+  }
+  if (o.activations == "16bit") {
+    throw Error("--activations 16bit applies to --model resnet18 (the " + o.model + " takes f32 "
+                "activations: the CNN's dropout takes f32 only): drop it or pass --model "
+                "resnet18", ErrorKind::Usage);
+  }
+}
+
+std::string activations_of(const Options& o) {
+  if (!o.activations.empty()) return o.activations;
+  return o.model == "resnet18" ? "16bit" : "f32";
 }
 
 void check_output_flags(const Options& o) {

@@ -19,6 +19,13 @@ namespace kiln::apps::mnist {
 // Every flag of mnist_train, bound to the fields of `o`.
 void add_flags(CLI::App& app, Options& o);
 
+// --memory-format and --activations 16bit belong to --model resnet18: with cnn or mlp they are
+// usage errors.
+void check_model_flags(const Options& o, const CLI::App& app);
+
+// --activations as given, else the model's default: 16bit for resnet18, f32 for the others.
+std::string activations_of(const Options& o);
+
 // Fails now, not after an hour of training, when an output (--json, --checkpoint, --trace)
 // cannot be written or would replace something else: a device, a FIFO, a directory, another
 // output, the data or --resume (which --checkpoint may name: a run continued in place). See

@@ -2,12 +2,14 @@
 #include "apps/mnist/model_state.h"
 
 #include "engine/cuda/sync_debug.h"
+#include "engine/tensor.h"
 #include "engine/optim/adadelta.h"
 #include "engine/optim/adam.h"
 #include "engine/optim/sgd.h"
 #include "engine/philox.h"
 #include "models/mlp.h"
 #include "models/mnist_cnn.h"
+#include "models/resnet.h"
 
 namespace kiln::apps::mnist {
 
@@ -17,14 +19,30 @@ std::unique_ptr<Optimizer> make_optimizer(const Options& o, const std::vector<Te
   return std::make_unique<Adadelta>(params, o.lr);
 }
 
+namespace {
+
+// --model: the MNIST CNN, the MLP, or torchvision's ResNet-18 with a 1-channel stem.
+std::shared_ptr<Module> make_model(const Options& o) {
+  if (o.model == "resnet18") {
+    ResNetConfig config = resnet_config("resnet18", /*num_classes=*/10);
+    config.in_channels = 1;
+    return make_resnet(config);
+  }
+  if (o.model == "mlp") return make_mlp();
+  return make_mnist_cnn();
+}
+
+}  // namespace
+
 ModelState build_model_state(const Options& o, Device device, const TrainCheckpoint& resumed) {
   // Initialised on the host, uploaded once (and a checkpoint read once).
   cuda::AllowSync allow("mnist_train setup: the model is uploaded, a checkpoint restored");
   ModelState s;
   manual_seed(o.seed);  // before the model: initialisation draws from the generator
-  s.model = o.model == "cnn" ? std::shared_ptr<Module>(make_mnist_cnn())
-                             : std::shared_ptr<Module>(make_mlp());
+  s.model = make_model(o);
   s.model->to(device);
+  // Before the optimizer, which keeps the parameters as they are from here.
+  if (o.memory_format == "channels_last") s.model->to(MemoryFormat::ChannelsLast);
   s.opt = make_optimizer(o, s.model->parameters());
   if (o.precision == "fp16") s.scaler = std::make_unique<GradScaler>();
   if (!o.resume.empty()) {

@@ -55,6 +55,11 @@ struct Options {
   std::string recipe = "default";   // default | fast (apps/mnist/schedule.h)
   std::string optimizer = "adadelta";
   std::string precision = "fp32";  // fp32 | tf32 | bf16 | fp16 (apps/common/mixed_precision.h)
+  // resnet18 only: images and activations contiguous (NCHW) | channels_last (NHWC), and what
+  // flows between layers under bf16 / fp16: 16bit | f32 (empty: 16bit for resnet18, f32 for
+  // the others, whose dropout takes f32 only).
+  std::string memory_format = "contiguous";
+  std::string activations;
   int threads = 1;
   uint64_t seed = 1;
   std::string data;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "apps/mnist/flags.h"
 #include "engine/impl.h"
 
 namespace kiln::apps::mnist {
@@ -49,6 +50,8 @@ std::vector<comm::Setting> flags_every_rank_shares(const Options& o,
       {"--warmup-epochs", number(o.warmup_epochs)},
       {"--eval-batch-size", std::to_string(o.eval_batch_size)},
       {"--precision", o.precision},
+      {"--memory-format", o.memory_format},
+      {"--activations", activations_of(o)},
       {"--seed", std::to_string(o.seed)},
       {"--kernels", impl_name(default_impl())},
       {"--allreduce", o.allreduce},

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "apps/common/flag_checks.h"  // human_bytes
 #include "apps/common/mixed_precision.h"
 #include "apps/common/progress.h"
 #include "apps/mnist/device.h"
+#include "apps/mnist/flags.h"
 #include "apps/mnist/schedule.h"
 #include "engine/allocator.h"
 #include "engine/build_config.h"
@@ -97,6 +99,18 @@ void add_data_parallel_fields(const Options& o, const RunPlan& plan, const CommS
 
 }  // namespace
 
+namespace {
+
+// "bf16", or for resnet18 "bf16, channels_last, 16bit activations".
+std::string precision_description(const Options& o) {
+  if (o.model != "resnet18") return o.precision;
+  std::string s = o.precision + ", " + o.memory_format;
+  if (o.precision == "bf16" || o.precision == "fp16") s += ", " + activations_of(o) + " activations";
+  return s;
+}
+
+}  // namespace
+
 void print_run_header(const Options& o, const RunPlan& plan, const Module& model,
                       const Datasets& data) {
   const Device device = plan.device;
@@ -105,7 +119,7 @@ void print_run_header(const Options& o, const RunPlan& plan, const Module& model
               o.model.c_str(), static_cast<long long>(model.num_parameters()),
               (device.str() + (cuda::kSimulated && device.is_cuda() ? " (SIMULATED)" : "")).c_str(),
               count_of(o.threads, "thread").c_str(), plan.ranks.dist ? " per rank" : "", impl_name(impl_for(device)),
-              o.precision.c_str(),
+              precision_description(o).c_str(),
               o.optimizer.c_str(),
               o.lr, describe_schedule(o).c_str(), static_cast<long long>(o.batch_size),
               static_cast<long long>(data.train->size()), static_cast<long long>(data.test->size()),
@@ -156,6 +170,9 @@ nlohmann::json summary_json(const Options& o, const RunPlan& plan, const Dataset
                             const GradScaler* scaler, int64_t graph_replays) {
   nlohmann::json j;
   j["precision"] = o.precision;
+  j["memory_format"] = o.memory_format;
+  // What flowed between the layers: 16-bit only under a 16-bit autocast.
+  j["activations"] = o.precision == "bf16" || o.precision == "fp16" ? activations_of(o) : "f32";
   if (scaler != nullptr) j["loss_scale"] = loss_scale_json(*scaler);
   std::vector<double> acc, loss, test_loss, ips, secs;
   std::vector<int64_t> examples;

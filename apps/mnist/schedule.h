@@ -41,8 +41,19 @@ struct FastRecipe {
 };
 extern const FastRecipe kFastRecipe;
 
-// --recipe: fills the recipe's values into the flags the user did not give.
+// --recipe: fills the recipe's values into the flags the user did not give. With --recipe
+// default and --model resnet18, the ResNet's recipe (kResNetRecipe) instead of the CNN's
+// Adadelta defaults.
 void apply_recipe(Options& o, const CLI::App& app);
+
+// --model resnet18's defaults: SGD (momentum 0.9) on a one-cycle schedule, measured in
+// schedule.cpp.
+struct ResNetRecipe {
+  const char* optimizer;
+  double lr;  // the peak of the one-cycle schedule
+  int epochs;
+};
+extern const ResNetRecipe kResNetRecipe;
 
 // Usage errors (exit 2) for flags that belong to another schedule, --gamma without step,
 // --lr-schedule with --batch-per-rank, --base-lr above --lr. Call after apply_recipe and once

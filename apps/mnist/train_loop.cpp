@@ -51,7 +51,8 @@ std::vector<double> read_all(const std::vector<Tensor>& parts) {
 
 void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
-                 DType autocast, const EpochProgress& start, const MidEpochSave* mid_epoch) {
+                 const AutocastPolicy& autocast, const EpochProgress& start,
+                 const MidEpochSave* mid_epoch) {
   model.train();
   source.start_epoch_at(epoch, start.position);
   const int64_t batches = source.epoch_batches();  // left in this epoch
@@ -68,7 +69,7 @@ void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Devic
   auto forward_and_update = [&](const Tensor& x, const Tensor& y, const trace::Ids& ids) {
     Tensor loss;
     {
-      AutocastGuard mixed(autocast);
+      AutocastGuard mixed(autocast.dtype, true, autocast.outputs);
       loss = cross_entropy(model(x), y);
     }
     how.update(loss, ids);
@@ -130,7 +131,7 @@ void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Devic
     if (!graphed) {
       {
         trace::Scope forward("forward", trace::Phase::Forward, device, ids);
-        AutocastGuard mixed(autocast);
+        AutocastGuard mixed(autocast.dtype, true, autocast.outputs);
         loss = cross_entropy(model(x), y);
       }
       how.update(loss, ids);
@@ -176,10 +177,10 @@ void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Devic
 // make the host wait for every batch before queueing the next). The sums are the same, taken in
 // the same order.
 void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
-              DType autocast) {
+              const AutocastPolicy& autocast) {
   release_cached(device);
   NoGradGuard no_grad;
-  AutocastGuard mixed(autocast);
+  AutocastGuard mixed(autocast.dtype, true, autocast.outputs);
   model.eval();
   source.start_epoch(0);
   const auto start = Clock::now();

@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "data/batch_iterator.h"
+#include "engine/autocast.h"
 #include "engine/device.h"
 #include "engine/step_graph.h"
 #include "engine/tensor.h"
@@ -19,6 +20,13 @@
 #include "layers/module.h"
 
 namespace kiln::apps::mnist {
+
+// The run's autocast (--precision, --activations): the 16-bit dtype (F32: off) and what flows
+// between layers under it (engine/autocast.h).
+struct AutocastPolicy {
+  DType dtype = DType::F32;
+  AutocastOutputs outputs = AutocastOutputs::F32;
+};
 
 struct EpochResult {
   double train_loss = 0;      // mean over the epoch's training examples
@@ -82,14 +90,14 @@ struct TrainStep {
 // When tracing is on it records the loader waits and each step's forward pass (with a graph,
 // one "step" span per step: TrainStep), with
 // ids.step = epoch * batches per epoch + batch and ids.replica = `replica` (-1: not
-// data-parallel). With autocast BF16 or F16 each forward runs under an AutocastGuard of that
-// dtype (engine/autocast.h; mixed precision); F32 leaves it off.
+// data-parallel). With autocast.dtype BF16 or F16 each forward runs under an AutocastGuard of
+// that dtype and autocast.outputs (engine/autocast.h; mixed precision); F32 leaves it off.
 // `start`: where the epoch begins (a resumed checkpoint's progress; zeros: the beginning): the
 // source starts at start.position without reading what came before, and the sums continue
 // from start's. `mid_epoch`: optional mid-epoch checkpoints (null: none).
 void train_epoch(Module& model, const TrainStep& how, BatchSource& source, Device device,
                  int epoch, int epochs, bool progress, int replica, EpochResult& r,
-                 DType autocast = DType::F32, const EpochProgress& start = {},
+                 const AutocastPolicy& autocast = {}, const EpochProgress& start = {},
                  const MidEpochSave* mid_epoch = nullptr);
 
 // Where host-timed spans of training on `device` go: the device itself for a CPU, the host
@@ -99,6 +107,6 @@ inline Device host_side(Device device) { return device.is_cuda() ? Device() : de
 // Accuracy and mean loss over the batches of `source`, in eval mode (dropout off), recording
 // nothing, under autocast as train_epoch. Fills the test fields of `r`.
 void evaluate(Module& model, BatchSource& source, Device device, EpochResult& r,
-              DType autocast = DType::F32);
+              const AutocastPolicy& autocast = {});
 
 }  // namespace kiln::apps::mnist

@@ -28,7 +28,7 @@ RunResult run_mnist_train(const std::vector<std::string>& args) {
 
 std::string mnist_dir() { return std::string(KILN_SOURCE_DIR) + "/datasets/mnist"; }
 
-bool have_mnist() {
+[[maybe_unused]] bool have_mnist() {
   for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
     if (!fs::exists(mnist_dir() + "/" + f)) return false;

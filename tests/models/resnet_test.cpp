@@ -53,6 +53,7 @@
 #include "engine/optim/sgd.h"
 #include "engine/serialize.h"
 #include "layers/batchnorm2d.h"
+#include "layers/layout.h"
 #include "layers/loss.h"
 #include "models/resnet.h"
 #include "support/fixture.h"
@@ -703,6 +704,33 @@ TEST(ResNetDepths, EveryDepthTrainsAndEvaluates) {
       for (double v : logits.to_vector<double>()) ASSERT_TRUE(std::isfinite(v));
     }
   }
+}
+
+// MNIST's ResNet-18 (mnist_train --model resnet18): a 1-channel stem and 28x28 images, which
+// every stride-2 layer rounds up: 14 after the stem's convolution, then 7, 4, 2, 1. The stem's
+// weight is (64, 1, 7, 7), so the net has torchvision's count less 2 x 64 x 49 stem weights and
+// the 990 x 513 of the 990 classes it lacks; a 3-channel batch is refused.
+TEST(ResNetInChannels, OneChannel28x28ReachesLayer4At1x1) {
+  ResNetConfig config = resnet_config("resnet18", 10);
+  config.in_channels = 1;
+  auto model = make_resnet(config);
+  EXPECT_EQ(model->num_parameters(), 11689512 - 2 * 64 * 49 - 990 * 513);
+  model->eval();
+  NoGradGuard no_grad;
+  Tensor y = testing::random_tensor({2, 1, 28, 28}, 91, -1, 1, DType::F32);
+  std::vector<int64_t> sides;
+  for (const ResNetPiece& piece : model->pieces()) {
+    y = piece.module->forward(y);
+    // Between pieces the CPU's vendor kernels keep activations channel-blocked (5-D).
+    const Tensor plain = is_channel_blocked(y) ? from_channel_blocks(y) : y;
+    if (plain.dim() == 4) sides.push_back(plain.size(2));
+  }
+  // The stem (after its max-pool), then the eight blocks of layer1..layer4.
+  EXPECT_EQ(sides, (std::vector<int64_t>{7, 7, 7, 4, 4, 2, 2, 1, 1}));
+  ASSERT_EQ(y.shape(), Shape({2, 10}));
+  for (double v : y.to_vector<double>()) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_THROW(model->forward(testing::random_tensor({2, 3, 28, 28}, 92, -1, 1, DType::F32)),
+               Error);
 }
 
 }  // namespace
