@@ -26,10 +26,16 @@ double since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-// A tensor of `shape` that views `flat`'s storage from element `offset` on.
-Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape) {
-  return Tensor::from_storage(flat.impl()->storage, shape, flat.dtype(),
-                              flat.impl()->offset + offset);
+// A tensor of `shape` and `format` that views `flat`'s storage from element `offset` on. A
+// bucket holds each gradient's bytes in its parameter's memory format (KRSC for a channels-last
+// conv weight, Module::to(MemoryFormat)): the same bytes on every rank, whose models are built
+// and moved alike, and no reordering on the way in or out.
+Tensor view_of(const Tensor& flat, int64_t offset, const Shape& shape,
+               MemoryFormat format = MemoryFormat::Contiguous) {
+  Tensor v = Tensor::from_storage(flat.impl()->storage, shape, flat.dtype(),
+                                  flat.impl()->offset + offset);
+  v.impl()->memory_format = format;
+  return v;
 }
 
 }  // namespace
@@ -105,7 +111,7 @@ DataParallel::DataParallel(std::shared_ptr<Communicator> comm, std::vector<Tenso
       for (size_t s = 0; s < b.params.size(); ++s) {
         Tensor& p = params_[b.params[s]];
         if (!(p.device() == dev)) continue;
-        grad_view_[b.params[s]] = view_of(b.flat, b.offset[s], p.shape());
+        grad_view_[b.params[s]] = view_of(b.flat, b.offset[s], p.shape(), p.memory_format());
         p.set_grad_buffer(grad_view_[b.params[s]]);
       }
     }
@@ -168,7 +174,8 @@ void DataParallel::broadcast_parameters() {
   };
   NoGradGuard no_grad;
   for (Tensor& p : params_) {
-    Tensor d = p.detach();
+    // The bytes as they lie (a channels-last weight's KRSC order, the same on every rank).
+    Tensor d = p.storage_order_view();
     bcast(d);
   }
   for (Tensor& b : buffers_) bcast(b);
@@ -199,8 +206,9 @@ void DataParallel::pack(size_t k, const Tensor* grad) {
   Bucket& b = buckets_[bucket_of_[k]];
   size_t slot = 0;
   while (b.params[slot] != k) ++slot;
-  const int64_t off = b.offset[slot], n = params_[k].numel();
-  Tensor view = view_of(b.wire.defined() ? b.wire : b.flat, off, {n});
+  const Tensor& p = params_[k];
+  Tensor view = view_of(b.wire.defined() ? b.wire : b.flat, b.offset[slot], p.shape(),
+                        p.memory_format());
   if (grad == nullptr) {
     view.zero_();
   } else {
@@ -323,10 +331,10 @@ void DataParallel::synchronize() {
         if (!p.grad().same(bucket_view)) p.set_grad(bucket_view);
         continue;
       }
-      const Tensor view = view_of(b.flat, b.offset[s], p.shape());
+      const Tensor view = view_of(b.flat, b.offset[s], p.shape(), p.memory_format());
       Tensor g = p.grad();
       if (!g.defined()) {
-        p.set_grad(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+        p.set_grad(Tensor::empty(p.shape(), p.dtype(), p.device(), p.memory_format()));
         g = p.grad();
       }
       g.copy_(view);

@@ -169,7 +169,11 @@ void write_checkpoint(const std::string& path, const std::map<std::string, Tenso
     KILN_CHECK(t.defined(), "write_checkpoint: tensor '", name, "' is undefined");
     KILN_CHECK(t.dim() <= kMaxDims, "write_checkpoint: tensor '", name, "' has ", t.dim(),
                " dims (limit ", int(kMaxDims), ")");
-    host.emplace_back(name, t.device().is_cpu() ? t : t.detach().to(Device()));
+    // In logical order: a channels-last tensor (a weight after Module::to(MemoryFormat)) is
+    // saved as its contiguous copy, so that files do not depend on the format, and
+    // load_state_dict reorders into whatever format the model it loads into has.
+    Tensor h = t.device().is_cpu() ? t : t.detach().to(Device());
+    host.emplace_back(name, h.is_channels_last() ? h.detach().contiguous() : h);
   }
   for (const auto& [k, v] : meta)
     KILN_CHECK(!k.empty() && k.size() <= kMaxNameBytes && v.size() <= kMaxValueBytes,

@@ -230,6 +230,15 @@ bool kernels_read_channels_last(const Tensor& x) {
   return x.dtype() == DType::F32;
 }
 
+// The order the kernels take the weight in. On CUDA the activations': cuDNN wants the filter
+// in x's format (conv2d_cudnn.cu says why), and the hand implicit GEMM, which reads either,
+// coalesces its weight loads when the filter's taps run in x's order (docs/memory_format.md).
+// On the CPU the weight's own: oneDNN (an `ohwi` weight, conv2d_dnnl.cpp) and the hand kernels
+// (conv2d_cpu.cpp) read either.
+MemoryFormat weight_order(const Tensor& x, const Tensor& w) {
+  return x.device().type == DeviceType::CUDA ? x.memory_format() : w.memory_format();
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
@@ -307,13 +316,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride,
   // Multiply-adds x 2 (layers/flop_counter.h); the bias add is not counted.
   FlopCounter::add(2 * g.n * g.k * g.p * g.q * g.c * g.r * g.s);
 
-  // cuDNN on channels-last activations takes the filter channels-last too, KRSC
-  // (conv2d_cudnn.cu says why): a differentiable copy of the weight (counted, none for a 1x1
-  // filter, whose two orders are the same bytes), its gradient brought back to KCRS.
-  g.w_nhwc = g.x_nhwc && x.device().type == DeviceType::CUDA;
-  const Tensor w_op = g.w_nhwc ? w.to(MemoryFormat::ChannelsLast) : w;
-  if (autocast_applies(x)) return conv2d_autocast(x, w_op, b, g);
-  const Impl impl = conv_impl(x.device(), x.dtype());
+  // The weight in the order it has (KRSC, g.w_nhwc, after Module::to(ChannelsLast)) where the
+  // kernel reads it, else a differentiable copy in the order the kernel needs (counted; none for
+  // a 1x1 filter, whose two orders are the same bytes), its gradient brought back the same way.
+  const bool autocast = autocast_applies(x);
+  const Impl impl = conv_impl(x.device(), autocast ? autocast_dtype() : x.dtype());
+  const Tensor w_op = w.to(weight_order(x, w));
+  g.w_nhwc = w_op.is_channels_last();
+  if (autocast) return conv2d_autocast(x, w_op, b, g);
   Tensor y = Tensor::empty(activation_shape(g.n, g.k, g.p, g.q, g.y_blocked), x.dtype(),
                            x.device(), x.memory_format());
   if (g.n > 0) conv_detail::run_forward(x, w_op, b, y, g, impl);

@@ -35,10 +35,11 @@
 // transforms the operands itself before calling them ("padding, folding, and NCHW-to-NHWC
 // transformations", Legacy API, Tensor Core "Data and Filter Formats":
 // https://docs.nvidia.com/deeplearning/cudnn/latest/developer/legacy-api.html), once per call.
-// So conv2d.cpp hands the cuDNN path a KRSC copy of the weight (w.to(MemoryFormat::ChannelsLast),
-// small, counted; none for 1x1 filters, whose two orders coincide) and brings dw back to KCRS,
-// as PyTorch gives cuDNN its weight in the input's memory format. With an NHWC filter cuDNN runs
-// only its implicit-GEMM algorithms; the search below picks among them.
+// So the cuDNN path gets the weight in x's format, as PyTorch gives cuDNN its weight in the
+// input's memory format: a model moved with Module::to(MemoryFormat::ChannelsLast) has KRSC
+// weights already; otherwise conv2d.cpp hands over a copy (w.to(x's format), small, counted;
+// none for 1x1 filters, whose two orders coincide) and brings dw back. With an NHWC filter
+// cuDNN runs only its implicit-GEMM algorithms; the search below picks among them.
 //
 // Mixed precision (conv2d_forward_lowp_vendor, conv2d_backward_lowp_vendor): x, w and dy in bf16
 // or f16, summed in float on the tensor cores: cuDNN's PSEUDO_HALF_CONFIG and

@@ -43,8 +43,8 @@ Shape activation_shape(int64_t n, int64_t c, int64_t h, int64_t w, bool blocked)
 }  // namespace conv_detail
 
 // conv2d under autocast (engine/autocast.h): w, b f32 and checked, x f32 or a 16-bit
-// activation of the guard's dtype, g computed; x NCHW or channels-last, w KCRS or, for cuDNN
-// on channels-last (g.w_nhwc), its KRSC copy. y is autocast_output_dtype().
+// activation of the guard's dtype, g computed; x NCHW or channels-last, w KCRS or KRSC
+// (g.w_nhwc) in the order the kernels take (conv2d.cpp). y is autocast_output_dtype().
 Tensor conv2d_autocast(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeometry& g);
 
 }  // namespace kiln

@@ -10,14 +10,15 @@
 // the primitive (this JIT-compiles its kernel, ~milliseconds) and execute it on memory
 // objects. We create each primitive once per shape and keep it in a cache.
 //
-// Layouts. Our tensors are plain NCHW (weights OIHW). oneDNN's fastest kernels want blocked
-// layouts (nChw16c: channels in blocks of 16, so one AVX-512 register holds 16 channels of a
-// pixel). We let oneDNN choose (format_tag::any); where it chose our layout we hand it our
-// buffers directly, and where it did not we reorder into a staging buffer of its layout (and
-// back for outputs). That is what PyTorch's mkldnn path does too. For the MNIST CNN oneDNN
-// picks its AVX-512 direct kernels on nChw16c: the reorders cost ~10% of the time and the
-// kernels run ~2x faster than our im2col + OpenBLAS on nchw. In backward, dy is reordered
-// once for both gradients.
+// Layouts. Our tensors are plain NCHW (weights OIHW), or channels-last: activations nhwc and
+// weights ohwi (KRSC, after Module::to(MemoryFormat::ChannelsLast)). oneDNN's fastest kernels
+// want blocked layouts (nChw16c: channels in blocks of 16, so one AVX-512 register holds 16
+// channels of a pixel). We let oneDNN choose (format_tag::any); where it chose our layout we
+// hand it our buffers directly, and where it did not we reorder into a staging buffer of its
+// layout (and back for outputs). That is what PyTorch's mkldnn path does too. For the MNIST
+// CNN oneDNN picks its AVX-512 direct kernels on nChw16c: the reorders cost ~10% of the time
+// and the kernels run ~2x faster than our im2col + OpenBLAS on nchw. In backward, dy is
+// reordered once for both gradients.
 //
 // Data types. x, w and dy are f32, or bf16 / f16 for the low-precision entry points; dw and
 // the bias are f32 in every case, y and dx too unless g.y_lowp asks for them in the 16-bit
@@ -71,7 +72,7 @@ dnnl::algorithm conv_algorithm(const ConvGeometry& g) {
 // blocks, and they count in the memory statistics. (Keeping them in the cache entry would pin
 // ~100 MB per batch size: a test pass with a larger batch would never give its share back.)
 struct Operand {
-  memory::desc user_md;  // our layout (nchw / oihw / x)
+  memory::desc user_md;  // our layout (nchw / nhwc / oihw / ohwi / x)
   memory::desc prim_md;  // the layout the primitive wants
   dnnl::reorder to_prim, to_user;
 
@@ -167,8 +168,11 @@ struct ConvPrimitives {
     const auto out = g.y_lowp ? lowp : f32;
     x_md = memory::desc(x_dims, lowp, x_tag);
     dx_md = memory::desc(x_dims, out, x_tag);
-    w_md = memory::desc(w_dims, lowp, tag::oihw);
-    dw_md = memory::desc(w_dims, f32, tag::oihw);
+    // The weight and dw as they lie: KCRS (oihw) or channels-last KRSC (ohwi, g.w_nhwc). Both
+    // are user layouts oneDNN reorders into its own where the kernel wants another.
+    const tag w_tag = g.w_nhwc ? tag::ohwi : tag::oihw;
+    w_md = memory::desc(w_dims, lowp, w_tag);
+    dw_md = memory::desc(w_dims, f32, w_tag);
     b_md = memory::desc({g.k}, f32, tag::x);
     y_md = memory::desc(y_dims, out, y_tag);
     dy_md = memory::desc(y_dims, lowp, y_tag);
@@ -242,7 +246,7 @@ ConvPrimitives* conv_primitives(const ConvGeometry& g, bool bias, DType in) {
   using Key = std::array<int64_t, 15>;
   thread_local std::map<Key, std::unique_ptr<ConvPrimitives>> cache;
   const Key key{g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.stride, g.pad, bias, omp_get_max_threads(),
-                g.x_blocked * 8 + g.y_blocked * 4 + g.x_nhwc * 2 + g.y_nhwc,
+                g.w_nhwc * 16 + g.x_blocked * 8 + g.y_blocked * 4 + g.x_nhwc * 2 + g.y_nhwc,
                 static_cast<int64_t>(conv_algorithm(g)),
                 static_cast<int64_t>(in), g.y_lowp};
   auto it = cache.find(key);

@@ -36,9 +36,11 @@ struct ConvGeometry {
   // (MemoryFormat, engine/tensor.h). Honoured by the hand kernels (CPU and CUDA), oneDNN (CPU)
   // and cuDNN (f32, f64; with y_nhwc == x_nhwc).
   bool x_nhwc = false, y_nhwc = false;
-  // w (and dw) channels-last, KRSC: honoured by the hand kernels (CPU and CUDA; the CPU ones
-  // repack a weight in the other order than they want, conv2d_cpu.cpp) and cuDNN
-  // (conv2d_cudnn.cu), with NCHW or NHWC activations; conv2d.cpp sets it on CUDA with x_nhwc.
+  // w (and dw) channels-last, KRSC (a weight moved with Module::to(MemoryFormat::ChannelsLast)):
+  // honoured by the hand kernels (CPU and CUDA; the CPU ones repack a weight in the other order
+  // than they want, conv2d_cpu.cpp), oneDNN and cuDNN (conv2d_cudnn.cu), with NCHW or NHWC
+  // activations; conv2d.cpp hands the CUDA kernels the filter in x's order, the CPU ones the
+  // weight as it is.
   bool w_nhwc = false;
   // The _lowp_ kernels only (autocast with AutocastOutputs::LowPrecision, engine/autocast.h): y
   // and dx in the inputs' 16-bit dtype, each element rounded once from its f32 sum, instead of

@@ -84,6 +84,9 @@ void Module::train(bool on) {
 
 void Module::to(MemoryFormat format) {
   memory_format_ = format;
+  NoGradGuard no_grad;  // a reorder of the leaf's storage, not an op of the graph
+  for (auto& [name, t] : params_)
+    if (t.dim() == 4 && t.memory_format() != format) t.set_data(t.to(format));
   for (auto& [name, child] : children_) child->to(format);
 }
 

@@ -44,8 +44,10 @@ class Module {
   void to(Device device);  // moves parameters and buffers in place
   // The memory format this module and its children want their activations in (engine/tensor.h).
   // Channels-last: a model that reads it (ResNet) converts its input once, at the entry, and
-  // its layers keep the format from there on. Parameters keep theirs: the convolutions read
-  // contiguous weights in either format.
+  // its layers keep the format from there on. Every 4-D parameter (a convolution's weight) is
+  // reordered into `format` in place (set_data, as to(Device)): the same tensor, so optimizers
+  // keep seeing it, its gradients come back in that format, and cuDNN gets the filter in its
+  // activations' format without a copy per step (docs/memory_format.md). Buffers are 1-D.
   void to(MemoryFormat format);
   MemoryFormat memory_format() const { return memory_format_; }
   void zero_grad();        // drops the .grad of every parameter

@@ -124,7 +124,10 @@ void ConvBn::fold() {
   const Device device = conv->weight.device();
   const DType dtype = conv->weight.dtype();
   auto host = [](const Tensor& t) { return t.to(Device()).to(DType::F64); };
-  Tensor w = host(conv->weight), mean = host(bn->running_mean()), var = host(bn->running_var());
+  const MemoryFormat format = conv->weight.memory_format();
+  // In the shape's order for the loop below; back in the weight's own format after.
+  Tensor w = host(conv->weight).contiguous();
+  Tensor mean = host(bn->running_mean()), var = host(bn->running_var());
   Tensor gamma = bn->weight().defined() ? host(bn->weight()) : Tensor::ones(mean.shape(), DType::F64);
   Tensor beta = bn->bias().defined() ? host(bn->bias()) : Tensor::zeros(mean.shape(), DType::F64);
   const int64_t k = w.size(0), per_k = w.numel() / k;
@@ -135,7 +138,7 @@ void ConvBn::fold() {
     for (int64_t i = 0; i < per_k; ++i) wp[o * per_k + i] *= scale;
     b.data<double>()[o] = beta.data<double>()[o] - mean.data<double>()[o] * scale;
   }
-  conv->weight.set_data(w.to(dtype).to(device));
+  conv->weight.set_data(w.to(dtype).to(device).to(format));
   conv->set_bias(b.to(dtype).to(device));
   bn.reset();
 }

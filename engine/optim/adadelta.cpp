@@ -50,7 +50,8 @@ void Adadelta::update(size_t i, const Tensor& g, const int32_t* skip) {
   const double* lr = lr_on(p.device());
   run_kernel("Adadelta", p.device(), p.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    adadelta_step(backend, p.data<T>(), g.data<T>(), s.data<T>(), a.data<T>(), p.numel(), lr,
+    adadelta_step(backend, p.data_any_format<T>(), g.data_any_format<T>(),
+                  s.data_any_format<T>(), a.data_any_format<T>(), p.numel(), lr,
                   skip, T(rho_), T(eps_), T(weight_decay_));
     count_step(backend, step_of(i), skip);
   });

@@ -79,7 +79,8 @@ void Adam::update(size_t i, const Tensor& g, const int32_t* skip) {
   const double wd_l2 = decoupled ? 0.0 : weight_decay_;
   run_kernel(name(), p.device(), p.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    adam_step(backend, p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(), p.numel(),
+    adam_step(backend, p.data_any_format<T>(), g.data_any_format<T>(),
+              m.data_any_format<T>(), v.data_any_format<T>(), p.numel(),
               coefs.data<double>(), skip, T(beta1_), T(beta2_), T(eps_), T(wd_l2));
   });
 }
@@ -96,11 +97,12 @@ bool Adam::update_all(const std::vector<size_t>& indices, const std::vector<Tens
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t i = indices[k];
     Tensor& p = params_[i];
-    void* m = buffer(i, "exp_avg").raw_data();
-    void* v = buffer(i, "exp_avg_sq").raw_data();
+    void* m = buffer(i, "exp_avg").raw_data_any_format();
+    void* v = buffer(i, "exp_avg_sq").raw_data_any_format();
     double* coefs = coefficients(i, kAdamCoefs).data<double>();
     prepare.push_back({step_of(i), coefs});
-    tensors.push_back({p.raw_data(), grads[k].raw_data(), m, v, coefs, p.numel()});
+    tensors.push_back({p.raw_data_any_format(), grads[k].raw_data_any_format(), m, v, coefs,
+                       p.numel()});
   }
   const double* lr = lr_on(first.device());
   const double wd_l2 = decoupled ? 0.0 : weight_decay_;

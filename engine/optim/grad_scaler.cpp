@@ -85,7 +85,7 @@ bool GradScaler::unscale_(const std::vector<Tensor>& params) {
     OnDevice& o = on(g.device());
     run_kernel("GradScaler::unscale_", g.device(), g.dtype(), [&](auto backend, auto tag) {
       using T = typename decltype(tag)::type;
-      unscale_and_check(backend, g.data<T>(), g.numel(), o.scale.data<float>(),
+      unscale_and_check(backend, g.data_any_format<T>(), g.numel(), o.scale.data<float>(),
                         o.flag.data<int32_t>());
     });
   }
@@ -151,8 +151,8 @@ void GradScaler::unscale_on_device(const std::vector<Tensor>& params) {
                i, " is on ", g.device().str(), " but the scaler's state is on ", device_.str());
     run_kernel("GradScaler::unscale_on_device", g.device(), g.dtype(), [&](auto backend, auto tag) {
       using T = typename decltype(tag)::type;
-      unscale_and_check(backend, g.data<T>(), g.numel(), dev_.scale.data<float>(),
-                        dev_.found_inf.data<int32_t>());
+      unscale_and_check(backend, g.data_any_format<T>(), g.numel(),
+                        dev_.scale.data<float>(), dev_.found_inf.data<int32_t>());
     });
   }
 }

@@ -136,6 +136,9 @@ Tensor Optimizer::grad_of(size_t i) const {
              " has a gradient of shape ", shape_str(g.shape()));
   KILN_CHECK(g.dtype() == p.dtype() && g.device() == p.device(), name(), ": parameter ", i, " (",
              p.str(), ") has a gradient of another dtype or device: ", g.str());
+  // The kernels walk parameter and gradient in storage order: one format for both. Backward
+  // gives a parameter's gradient its format; one set otherwise is reordered (counted).
+  if (g.memory_format() != p.memory_format()) g = g.to(p.memory_format());
   return g;
 }
 
@@ -143,9 +146,16 @@ Tensor& Optimizer::buffer(size_t i, const std::string& buf_name, bool* created) 
   auto& bufs = state_[i].buffers;
   auto it = bufs.find(buf_name);
   if (created) *created = (it == bufs.end());
+  const Tensor& p = params_[i];
   if (it == bufs.end()) {
-    const Tensor& p = params_[i];
-    it = bufs.emplace(buf_name, Tensor::zeros(p.shape(), p.dtype(), p.device())).first;
+    // In the parameter's memory format: the update rules are element-wise over the bytes of
+    // parameter, gradient and buffers, which must therefore lie in one order.
+    Tensor zeros = Tensor::empty(p.shape(), p.dtype(), p.device(), p.memory_format());
+    zeros.zero_();
+    it = bufs.emplace(buf_name, zeros).first;
+  } else if (it->second.memory_format() != p.memory_format()) {
+    // The parameter was reordered since (Module::to(MemoryFormat)), as `on` follows a move.
+    it->second = it->second.to(p.memory_format());
   }
   return it->second;
 }
@@ -158,7 +168,10 @@ std::map<std::string, Tensor> Optimizer::state_dict() const {
     const std::string prefix = "param." + std::to_string(i) + ".";
     out[prefix + "step"] =
         Tensor::from_vector(std::vector<int64_t>{read_count(state_[i].step)}, {1});
-    for (const auto& [buf_name, t] : state_[i].buffers) out[prefix + buf_name] = t.clone();
+    // In logical (contiguous) order whatever the parameter's format, so that a file does not
+    // depend on it: a copy either way.
+    for (const auto& [buf_name, t] : state_[i].buffers)
+      out[prefix + buf_name] = t.is_channels_last() ? t.contiguous() : t.clone();
   }
   return out;
 }
@@ -205,8 +218,8 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state) {
     const Tensor& p = params_[i];
     KILN_CHECK_INPUT(t.shape() == p.shape(), name(), " state entry '", key, "' has shape ",
                      shape_str(t.shape()), " but parameter ", i, " has shape ", shape_str(p.shape()));
-    Tensor b = Tensor::empty(p.shape(), p.dtype(), p.device());
-    b.copy_(t);
+    Tensor b = Tensor::empty(p.shape(), p.dtype(), p.device(), p.memory_format());
+    b.copy_(t);  // saved in logical order: reordered into the parameter's format
     fresh[i].buffers[field] = b;
   }
   set_lr(lr);

@@ -75,7 +75,7 @@ class Optimizer {
   struct ParamState {
     Tensor step;                            // i64 [1] on the parameter's device: its updates
     Tensor coefs;                           // f64 scratch of the *_prepare kernels
-    std::map<std::string, Tensor> buffers;  // same shape, dtype and device as the parameter
+    std::map<std::string, Tensor> buffers;  // the parameter's shape, dtype, device, format
   };
   // Updates parameter i, whose gradient g is defined; skip is null or a device flag (see
   // step(skip)). The subclass's rule.

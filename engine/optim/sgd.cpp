@@ -72,7 +72,8 @@ void SGD::update(size_t i, const Tensor& g, const int32_t* skip) {
   });
   run_kernel("SGD", p.device(), p.dtype(), [&](auto backend, auto tag) {
     using T = typename decltype(tag)::type;
-    sgd_step(backend, p.data<T>(), g.data<T>(), buf.defined() ? buf.data<T>() : nullptr,
+    sgd_step(backend, p.data_any_format<T>(), g.data_any_format<T>(),
+             buf.defined() ? buf.data_any_format<T>() : nullptr,
              p.numel(), coefs.data<double>(), skip, T(momentum_), T(dampening_), T(weight_decay_),
              nesterov_);
   });
@@ -89,10 +90,12 @@ bool SGD::update_all(const std::vector<size_t>& indices, const std::vector<Tenso
   for (size_t k = 0; k < indices.size(); ++k) {
     const size_t i = indices[k];
     Tensor& p = params_[i];
-    void* buf = momentum_ != 0 ? buffer(i, "momentum_buffer").raw_data() : nullptr;
+    void* buf =
+        momentum_ != 0 ? buffer(i, "momentum_buffer").raw_data_any_format() : nullptr;
     double* coefs = coefficients(i, kSgdCoefs).data<double>();
     prepare.push_back({step_of(i), coefs});
-    tensors.push_back({p.raw_data(), grads[k].raw_data(), buf, nullptr, coefs, p.numel()});
+    tensors.push_back({p.raw_data_any_format(), grads[k].raw_data_any_format(), buf, nullptr,
+                       coefs, p.numel()});
   }
   const double* lr = lr_on(first.device());
   run_kernel("SGD", first.device(), first.dtype(), [&](auto backend, auto tag) {

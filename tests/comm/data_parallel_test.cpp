@@ -100,14 +100,23 @@ struct Data {
 
 constexpr double kLr = 0.05, kMomentum = 0.9;
 
+// The model (and the CNN's input) in `format`: Module::to(MemoryFormat) makes the conv
+// weights, and so their gradients in the buckets, channels-last.
+void to_format(Module& model, Tensor& x, MemoryFormat format) {
+  model.to(format);
+  if (x.dim() == 4) x = x.to(format);
+}
+
 // One rank, batch B, k steps: the reference.
-std::vector<float> train_single(Net net, const Data& data, int64_t batch, int steps) {
+std::vector<float> train_single(Net net, const Data& data, int64_t batch, int steps,
+                                MemoryFormat format = MemoryFormat::Contiguous) {
   Generator gen(7);
   GeneratorScope scope(gen);
   auto model = make_net(net);
   SGD opt(model->parameters(), kLr, kMomentum);
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = data.slice(s * batch, batch);
+    to_format(*model, x, format);
     Tensor loss = cross_entropy((*model)(x), y);
     opt.zero_grad();
     loss.backward();
@@ -126,7 +135,8 @@ struct DistResult {
 // N worker ranks (plus `servers` dedicated parameter-server ranks), each initialised from its
 // own seed, each training on its B/N slice of every global batch.
 DistResult train_dist(Net net, const Data& data, int64_t batch, int steps, int n,
-                      DataParallelOptions opts, int servers = 0) {
+                      DataParallelOptions opts, int servers = 0,
+                      MemoryFormat format = MemoryFormat::Contiguous) {
   DistResult r;
   r.weights.resize(n);
   r.stats.resize(n);
@@ -146,6 +156,7 @@ DistResult train_dist(Net net, const Data& data, int64_t batch, int steps, int n
     Generator gen(rank == 0 ? 7 : 1000 + 17 * static_cast<uint64_t>(rank));
     GeneratorScope scope(gen);
     auto model = make_net(net);
+    model->to(format);
     AlgorithmOptions ao;
     ao.ps_servers = servers;
     auto comm = std::make_shared<Communicator>(t, n, ao);
@@ -155,6 +166,7 @@ DistResult train_dist(Net net, const Data& data, int64_t batch, int steps, int n
       const int64_t local = batch / n;
       for (int s = 0; s < steps; ++s) {
         auto [x, y] = data.slice(s * batch + rank * local, local);
+        to_format(*model, x, format);
         Tensor loss = cross_entropy((*model)(x), y);
         opt.zero_grad();
         loss.backward();
@@ -270,6 +282,30 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Net::Cnn, Algorithm::BinaryBlocks, 256, 0},
                       Case{Net::Cnn, Algorithm::ParameterServer, 256, 0}),
     case_name);
+
+// Channels-last conv weights (Module::to(MemoryFormat)): the broadcast and the buckets carry
+// each parameter's bytes as they lie, the same order on every rank, and the gradients come back
+// into the parameters' format, as views or copies: the NCHW single-rank weights, every rank
+// bit-identical to rank 0.
+TEST(DataParallel, ChannelsLastWeightsAverageAsNchwOnes) {
+  constexpr int64_t kBatch = 12;
+  constexpr int kSteps = 3;
+  const Data data(Net::Cnn, kBatch * kSteps);
+  const std::vector<float> reference = train_single(Net::Cnn, data, kBatch, kSteps);
+  const std::vector<float> single_cl =
+      train_single(Net::Cnn, data, kBatch, kSteps, MemoryFormat::ChannelsLast);
+  expect_close(single_cl, reference, 2e-6, "1 rank, channels-last");
+  for (const bool as_view : {true, false}) {
+    DataParallelOptions opts;
+    opts.bucket_bytes = 256;  // several buckets
+    opts.grad_as_bucket_view = as_view;
+    const DistResult r =
+        train_dist(Net::Cnn, data, kBatch, kSteps, 2, opts, 0, MemoryFormat::ChannelsLast);
+    const std::string what = as_view ? "bucket views" : "copies";
+    expect_close(r.weights[0], reference, 2e-6, what + ", rank 0 vs 1 rank NCHW");
+    EXPECT_TRUE(bit_equal(r.weights[1], r.weights[0])) << what << ": rank 1 differs from rank 0";
+  }
+}
 
 TEST(DataParallel, BroadcastMakesDifferentlyInitialisedRanksEqual) {
   constexpr int n = 3;

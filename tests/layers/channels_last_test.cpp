@@ -290,7 +290,12 @@ Step train_step(MemoryFormat format, Impl impl, DType autocast = DType::F32) {
   loss.backward();
   s.conversions = memory_format_conversions() - before;
   s.loss = loss.item();
-  for (auto& [name, p] : model->named_parameters()) s.grads[name] = p.grad();
+  for (auto& [name, p] : model->named_parameters()) {
+    // Conv weights moved with the model, their gradients in their format (oneDNN's `ohwi`).
+    EXPECT_EQ(p.is_channels_last(), p.dim() == 4 && format == kCl) << name;
+    EXPECT_EQ(p.grad().memory_format(), p.memory_format()) << name;
+    s.grads[name] = p.grad();
+  }
   return s;
 }
 
