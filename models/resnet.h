@@ -55,9 +55,6 @@ struct ResNetConfig {
   ResNetBlock block = ResNetBlock::Basic;
   std::array<int64_t, 4> layers{2, 2, 2, 2};  // blocks per stage
   int64_t num_classes = 1000;
-  // Channels of the input images, the stem convolution's input: 3 (RGB, every torchvision
-  // net), 1 for greyscale (MNIST).
-  int64_t in_channels = 3;
   // Channels of the 3x3 convolutions of a Bottleneck at 64 planes (torchvision's
   // width_per_group; 64 is the standard net). Smaller values make narrow nets for tests.
   int64_t width_per_group = 64;
@@ -65,6 +62,10 @@ struct ResNetConfig {
   // with a smaller width_per_group, give small nets of the same depth for tests and the
   // simulator; only 64 loads torchvision weights.
   int64_t base_planes = 64;
+  // Channels of the input images, the stem convolution's input: 3 (RGB, every torchvision
+  // net), 1 for greyscale (MNIST). Last, so that brace-initialised configurations written
+  // before it keep their meaning.
+  int64_t in_channels = 3;
 };
 
 // "resnet18" | "resnet34" | "resnet50" | "resnet101" | "resnet152" -> its configuration.

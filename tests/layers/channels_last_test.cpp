@@ -276,7 +276,7 @@ Step train_step(MemoryFormat format, Impl impl, DType autocast = DType::F32) {
   KernelsGuard guard(impl);
   Generator gen(5);
   GeneratorScope scope(gen);
-  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {2, 2, 2, 2}, 10, 3, 16, 16});
+  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {2, 2, 2, 2}, 10, 16, 16});
   model->to(format);
   Tensor x = random_tensor({4, 3, 32, 32}, 60, -1, 1, DType::F32);
   Tensor y = Tensor::from_vector(std::vector<int64_t>{1, 7, 3, 9}, {4});

@@ -50,7 +50,7 @@ constexpr MemoryFormat kNchw = MemoryFormat::Contiguous;
 std::shared_ptr<ResNet> small_resnet(uint64_t seed) {
   Generator gen(seed);
   GeneratorScope scope(gen);
-  return make_resnet(ResNetConfig{ResNetBlock::Basic, {1, 1, 1, 1}, 10, 3, 16, 16});
+  return make_resnet(ResNetConfig{ResNetBlock::Basic, {1, 1, 1, 1}, 10, 16, 16});
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {

@@ -56,7 +56,7 @@ TEST(ModelFlops, MnistCnnMatchesItsLayers) {
 }
 
 TEST(ModelFlops, EvalModeIsRestoredAndStateUntouched) {
-  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {1, 1, 1, 1}, 10, 3, 16, 16});
+  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {1, 1, 1, 1}, 10, 16, 16});
   model->eval();
   const std::vector<float> mean = model->state_dict().at("bn1.running_mean").to_vector<float>();
   model->train();

@@ -41,7 +41,7 @@ inline AutocastResNetStep autocast_resnet_step(Device device, MemoryFormat forma
                                                AutocastOutputs outputs) {
   Generator gen(5);
   GeneratorScope scope(gen);
-  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {2, 2, 2, 2}, 10, 3, 16, 16});
+  auto model = make_resnet(ResNetConfig{ResNetBlock::Basic, {2, 2, 2, 2}, 10, 16, 16});
   model->to(device);
   model->to(format);
   const Tensor x = random_tensor({4, 3, 64, 64}, 60, -1, 1, DType::F32).to(device);
