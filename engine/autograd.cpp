@@ -146,4 +146,32 @@ void backward(const Tensor& root, const Tensor& grad) {
   }
 }
 
+// ---- Split backward ----------------------------------------------------------------------------
+
+struct WeightGradients::State {
+  bool ran = false;
+  int deferred = 0;
+  std::vector<std::string> whole;
+};
+
+WeightGradients::WeightGradients() : state_(std::make_unique<State>()) {}
+WeightGradients::~WeightGradients() = default;
+WeightGradients::WeightGradients(WeightGradients&&) noexcept = default;
+WeightGradients& WeightGradients::operator=(WeightGradients&&) noexcept = default;
+
+void WeightGradients::run() {
+  KILN_CHECK(state_ && !state_->ran, "WeightGradients::run() a second time");
+  state_->ran = true;
+}
+bool WeightGradients::pending() const { return state_ && !state_->ran && state_->deferred > 0; }
+int WeightGradients::deferred_nodes() const { return state_ ? state_->deferred : 0; }
+const std::vector<std::string>& WeightGradients::ran_whole() const { return state_->whole; }
+
+WeightGradients backward_input_grads(const Tensor& root, const Tensor& grad,
+                                     const std::vector<Tensor>& inputs) {
+  (void)inputs;
+  backward(root, grad);  // placeholder: the whole backward now, nothing deferred
+  return WeightGradients();
+}
+
 }  // namespace kiln

@@ -88,4 +88,37 @@ void set_history(Tensor& output, const std::shared_ptr<Node>& node,
 // Runs the backward pass from `root` seeded with `grad` (same shape as root).
 void backward(const Tensor& root, const Tensor& grad);
 
+// ---- The backward pass in two halves (zero-bubble pipelines) ---------------------------------
+// The weight-gradient half of a split backward: the work backward_input_grads() deferred, each
+// item holding what it needs (the node's saved input, the output gradient it received). run()
+// computes the weights' gradients and accumulates them into their .grad (the grad-ready hooks
+// fire then). The two halves together equal backward() bit for bit.
+class WeightGradients {
+ public:
+  WeightGradients();
+  ~WeightGradients();
+  WeightGradients(WeightGradients&&) noexcept;
+  WeightGradients& operator=(WeightGradients&&) noexcept;
+
+  void run();  // once; an error the second time
+  bool pending() const;  // false once run, or when there was nothing to defer
+  // How many nodes deferred their weight gradients, and the names of those that could not
+  // split and ran whole in the input half (their gradients wait here, already computed).
+  int deferred_nodes() const;
+  const std::vector<std::string>& ran_whole() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+  friend WeightGradients backward_input_grads(const Tensor&, const Tensor&,
+                                              const std::vector<Tensor>&);
+};
+
+// The input-gradient half B: the backward pass from `root` that computes the gradient of every
+// activation and of the leaves in `inputs` (their .grad), and defers the gradients of every
+// other leaf (the weights) to the returned WeightGradients (W).
+WeightGradients backward_input_grads(const Tensor& root, const Tensor& grad,
+                                     const std::vector<Tensor>& inputs);
+
 }  // namespace kiln

@@ -81,6 +81,7 @@ const char* phase_name(Phase p) {
     case Phase::HostToDevice: return "h2d";
     case Phase::Allreduce: return "allreduce";
     case Phase::Other: return "other";
+    case Phase::Weight: return "weight";
   }
   return "other";
 }
@@ -337,7 +338,8 @@ Scope::~Scope() {
 namespace {
 
 bool is_work(Phase p) {
-  return p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute;
+  return p == Phase::Forward || p == Phase::Backward || p == Phase::Recompute ||
+         p == Phase::Weight;
 }
 
 // Length of the union of intervals.

@@ -32,10 +32,13 @@
 namespace kiln::trace {
 
 enum class Phase : uint8_t {
-  Forward, Backward, Recompute, Send, Receive, Optimizer, LoaderWait, HostToDevice, Allreduce, Other
+  Forward, Backward, Recompute, Send, Receive, Optimizer, LoaderWait, HostToDevice, Allreduce, Other,
+  // The weight-gradient half of a split backward (zero-bubble pipelines: models/pipeline/schedule.h);
+  // Backward is then the input-gradient half.
+  Weight
 };
 // "forward", "backward", "recompute", "send", "receive", "optimizer", "loader_wait", "h2d",
-// "allreduce", "other"
+// "allreduce", "other", "weight"
 const char* phase_name(Phase p);
 
 struct Ids {  // what a span belongs to; -1 = not applicable

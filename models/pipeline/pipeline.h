@@ -74,6 +74,9 @@ class DataParallel;
 struct PipelineOptions {
   Schedule schedule = Schedule::GPipe;
   int64_t split_size = 0;  // rows per micro-batch (the last may be smaller); 0 or Naive: whole batch
+  // Model chunks per device (Interleaved only): the partition then has stages x chunks pieces,
+  // piece c * stages + d on device d.
+  int chunks = 1;
   bool recompute = false;  // re-materialisation: keep only stage inputs, recompute in backward
   int threads_per_stage = 0;  // CPU stages' thread budget; 0: max(1, cores / stages)
   // Hybrid: one transport per stage (empty: a single pipeline, no gradient averaging).

@@ -12,6 +12,9 @@ const char* schedule_name(Schedule s) {
     case Schedule::Naive: return "naive";
     case Schedule::GPipe: return "gpipe";
     case Schedule::OneFOneB: return "1f1b";
+    case Schedule::ZeroBubbleH1: return "zb-h1";
+    case Schedule::ZeroBubbleH2: return "zb-h2";
+    case Schedule::Interleaved: return "interleaved";
   }
   return "?";
 }
@@ -20,12 +23,24 @@ Schedule parse_schedule(const std::string& name) {
   if (name == "naive") return Schedule::Naive;
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
-  throw Error("unknown pipeline schedule '" + name + "': use naive, gpipe or 1f1b",
+  if (name == "zb-h1") return Schedule::ZeroBubbleH1;
+  if (name == "zb-h2") return Schedule::ZeroBubbleH2;
+  if (name == "interleaved") return Schedule::Interleaved;
+  throw Error("unknown pipeline schedule '" + name +
+                  "': use naive, gpipe, 1f1b, zb-h1, zb-h2 or interleaved",
               ErrorKind::Usage);
 }
 
+bool splits_backward(Schedule s) {
+  return s == Schedule::ZeroBubbleH1 || s == Schedule::ZeroBubbleH2;
+}
+
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages,
-                                          int micro_batches) {
+                                          int micro_batches, int chunks) {
+  KILN_CHECK(chunks == 1, "pipeline: chunks > 1 needs the interleaved schedule");
+  KILN_CHECK(schedule == Schedule::Naive || schedule == Schedule::GPipe ||
+                 schedule == Schedule::OneFOneB,
+             "pipeline: schedule ", schedule_name(schedule), " is not built yet");
   KILN_CHECK(stages >= 1 && stage >= 0 && stage < stages, "stage ", stage, " of ", stages);
   KILN_CHECK(micro_batches >= 1, "a step needs at least one micro-batch");
   KILN_CHECK(schedule != Schedule::Naive || micro_batches == 1,

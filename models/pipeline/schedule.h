@@ -18,7 +18,18 @@
 //           bubble as GPipe, but a micro-batch's backward starts as soon as it can, so stage s
 //           holds at most p - s micro-batches' activations instead of m.
 //
-// Both end the step with every gradient accumulated over all m micro-batches, then one
+//   ZB-H1   1F1B with each backward split in two (Qi et al., "Zero Bubble Pipeline
+//   ZB-H2   Parallelism", ICLR 2024, https://arxiv.org/abs/2401.10241): B i, the gradient of the
+//           stage's input, which stage s-1 waits for, and W i, the gradient of the stage's
+//           weights, which nobody waits for. The W's fill the bubbles. ZB-H1 keeps 1F1B's
+//           in-flight limit on stage 0; ZB-H2 runs more forwards first and reaches no bubble
+//           with up to 2p - 1 micro-batches in flight.
+//   Interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+//           Clusters Using Megatron-LM", SC 2021, https://arxiv.org/abs/2104.04473): each device
+//           holds v chunks of the model (chunk c of device d is the model's (c p + d)-th piece),
+//           so the fill and drain last 1/v as long: bubble (p - 1) / (v m + p - 1).
+//
+// All end the step with every gradient accumulated over all m micro-batches, then one
 // optimizer step: the same update as training on the whole batch (synchronous pipelining).
 #pragma once
 
@@ -27,27 +38,36 @@
 
 namespace kiln {
 
-enum class Schedule { Naive, GPipe, OneFOneB };
+enum class Schedule { Naive, GPipe, OneFOneB, ZeroBubbleH1, ZeroBubbleH2, Interleaved };
 
-const char* schedule_name(Schedule s);        // "naive", "gpipe", "1f1b"
+// "naive", "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved"
+const char* schedule_name(Schedule s);
 Schedule parse_schedule(const std::string& name);  // an Error (Usage) lists the names
+// Whether the schedule runs each backward as B then W (the zero-bubble ones).
+bool splits_backward(Schedule s);
 
 struct PipelineAction {
-  enum Kind { Forward, Backward } kind;
+  // Backward: the whole backward, or, in a schedule that splits it, the input-gradient half B;
+  // Weight: the weight-gradient half W.
+  enum Kind { Forward, Backward, Weight } kind;
   int micro_batch;
+  int chunk = 0;  // which of the device's model chunks (interleaved; else 0)
   bool operator==(const PipelineAction& o) const {
-    return kind == o.kind && micro_batch == o.micro_batch;
+    return kind == o.kind && micro_batch == o.micro_batch && chunk == o.chunk;
   }
 };
 
-// The actions of `stage` (0-based) of `stages` for `micro_batches` micro-batches (Naive
-// requires micro_batches == 1). Every micro-batch's forward comes before its backward, and
-// every stage runs its backwards in the same order (so gradients can flow through FIFO queues).
+// The actions of device `stage` (0-based) of `stages` for `micro_batches` micro-batches and
+// `chunks` model chunks per device (chunks > 1 only for Interleaved; Naive requires
+// micro_batches == 1). Every micro-batch's forward comes before its backward (and its backward
+// before its weight pass), and every stage runs the backwards of a chunk in the same order (so
+// gradients can flow through FIFO queues).
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages,
-                                          int micro_batches);
+                                          int micro_batches, int chunks = 1);
 
-// The largest number of micro-batches whose forward has run and backward has not, at any point
-// of the action list: the activations a stage must hold at once.
+// The largest number of (micro-batch, chunk) pairs whose forward has run and whose backward
+// (whose weight pass, in a split schedule) has not, at any point of the action list: the
+// activations a stage must hold at once.
 int peak_in_flight(const std::vector<PipelineAction>& actions);
 
 }  // namespace kiln
