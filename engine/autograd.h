@@ -27,6 +27,21 @@
 
 namespace kiln {
 
+// How a node takes part in a split backward (backward_input_grads, below), when some of its
+// inputs are weights (their gradients deferred) and others activations (needed now).
+enum class SplitMode {
+  // apply() computes the gradient of input i only when next[i] is set: the input half runs it
+  // with the weight edges cut, the weight half runs it again with the other edges cut (it keeps
+  // its saved tensors and the output gradient in between). Conv2d, matmul (Linear), bias add.
+  ByEdges,
+  // The weights' gradients fall out of the input gradient's computation (BatchNorm: d gamma and
+  // d beta are the per-channel sums its input gradient needs anyway): the input half computes
+  // everything, and only the accumulation into the weights waits.
+  WeightsWithInput,
+  // Cannot split: runs whole in the input half (WeightGradients::ran_whole() names it).
+  Unsupported
+};
+
 struct Node {
   Node();
   virtual ~Node() = default;
@@ -36,6 +51,7 @@ struct Node {
   virtual const char* name() const = 0;
   // Frees what backward needed. Nodes with extra members override and call the base.
   virtual void release_saved() { saved.clear(); released = true; }
+  virtual SplitMode split_mode() const { return SplitMode::Unsupported; }
 
   std::vector<std::shared_ptr<Node>> next;  // one per input; null if the input needs no grad
   // The dtype of each input (set_history): the gradient returned for input i must have it
@@ -117,7 +133,16 @@ class WeightGradients {
 
 // The input-gradient half B: the backward pass from `root` that computes the gradient of every
 // activation and of the leaves in `inputs` (their .grad), and defers the gradients of every
-// other leaf (the weights) to the returned WeightGradients (W).
+// other leaf (the weights) to the returned WeightGradients (W). An undefined `grad` means ones
+// (a one-element root, like Tensor::backward()).
+//
+// Which nodes are whose: a node is on the weights' side when every input of its op is a weight
+// or computed from weights only (a weight's autocast copy, a transpose of it): all of its edges
+// lead to weights'. Every other node is an activation's (even when, like the first
+// convolution of a network, only its weight needs a gradient: it still runs in the input half,
+// with nothing to compute there). An edge from an activation's node to a weights'-side node is
+// deferred; the weight half runs those edges, then the weights'-side nodes, in the order
+// backward() would (latest created first), so every sum is formed in the same order.
 WeightGradients backward_input_grads(const Tensor& root, const Tensor& grad,
                                      const std::vector<Tensor>& inputs);
 

@@ -73,6 +73,8 @@ struct BinaryBackward : Node {
   Broadcast kind;
   BinaryBackward(BinaryOp o, Broadcast k) : op(o), kind(k) {}
   const char* name() const override { return "BinaryBackward"; }
+  // b's gradient (a bias's: a sum over rows) only when its edge is set.
+  SplitMode split_mode() const override { return SplitMode::ByEdges; }
   std::vector<Tensor> apply(const Tensor& g) override {
     // saved = {a, b} (only for mul and div).
     Tensor ga, gb;

@@ -51,6 +51,7 @@ struct MatmulBackward : Node {
   bool ta, tb;
   MatmulBackward(bool a, bool b) : ta(a), tb(b) {}
   const char* name() const override { return "MatmulBackward"; }
+  SplitMode split_mode() const override { return SplitMode::ByEdges; }  // one GEMM per edge
   std::vector<Tensor> apply(const Tensor& g) override {
     const Tensor& a = saved[0];
     const Tensor& b = saved[1];

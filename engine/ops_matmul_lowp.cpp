@@ -47,6 +47,7 @@ struct MatmulAutocastBackward : Node {
   bool ta, tb;
   MatmulAutocastBackward(bool a, bool b) : ta(a), tb(b) {}
   const char* name() const override { return "MatmulAutocastBackward"; }
+  SplitMode split_mode() const override { return SplitMode::ByEdges; }  // one GEMM per edge
   std::vector<Tensor> apply(const Tensor& g32) override {
     const Tensor& a = saved[0];  // low precision
     const Tensor& b = saved[1];

@@ -51,6 +51,10 @@ struct BatchNorm2dBackward : Node {
   bool blocked = false;  // x in the channel-blocked layout (CPU only)
   bool relu = false;     // the forward had a fused ReLU
   const char* name() const override { return "BatchNorm2dBackward"; }
+  // d gamma and d beta are the per-channel sums of dy * x_hat and dy that the input gradient
+  // needs in training mode: one reduction serves all three, so a split backward computes them
+  // with the input gradient and defers only their accumulation (autograd.h).
+  SplitMode split_mode() const override { return SplitMode::WeightsWithInput; }
   std::vector<Tensor> apply(const Tensor& grad_out) override {
     const Tensor& x = saved[0];       // (N, C, H, W)
     const Tensor& mean = saved[1];    // (C)

@@ -184,6 +184,10 @@ struct Conv2dBackward : Node {
   const char* name() const override {
     return autocast ? "Conv2dAutocastBackward" : "Conv2dBackward";
   }
+  // dx, dw and db are computed only for the edges that are set (backward data and backward
+  // weights are separate kernels, or separate vendor calls): a split backward runs dx first and
+  // dw, db later (autograd.h).
+  SplitMode split_mode() const override { return SplitMode::ByEdges; }
 };
 
 }  // namespace

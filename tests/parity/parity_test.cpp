@@ -26,6 +26,7 @@
 #include "engine/impl.h"
 #include "parity/parity_cases.h"
 #include "parity/parity_harness.h"
+#include "parity/parity_leaves.h"
 #include "support/gradcheck.h"
 #if KILN_PARITY_CUDA
 #include "support/cuda_skip.h"
@@ -43,10 +44,6 @@ using testing::kCuda;
 using testing::leaf_on;
 using testing::matches;
 using testing::random_tensor;
-
-bool is_float(const Tensor& t) {
-  return t.defined() && (t.dtype() == DType::F32 || t.dtype() == DType::F64);
-}
 
 std::string test_name(const ::testing::TestParamInfo<Case>& info) {
   std::string out;
@@ -68,26 +65,6 @@ void for_each_variant(const Case& c, Run run) {
     run();
     if (v.leave) v.leave();
   }
-}
-
-// Fresh leaves on `device` (inputs that require grad per the row); undefined stay undefined.
-Inputs leaves(const Case& c, const Inputs& x, Device device, bool in_f64 = false) {
-  Inputs out;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!x[i].defined()) {
-      out.emplace_back();
-      continue;
-    }
-    const Tensor v = in_f64 && is_float(x[i]) ? x[i].to(DType::F64) : x[i];
-    out.push_back(leaf_on(v, device, c.requires_grad(i) && is_float(v)));
-  }
-  return out;
-}
-
-bool any_grad(const Case& c, const Inputs& x) {
-  for (size_t i = 0; i < x.size(); ++i)
-    if (x[i].defined() && c.requires_grad(i) && is_float(x[i])) return true;
-  return false;
 }
 
 // ---- (a) finite differences in double, on the CPU (and through cuda:0) -------------------
