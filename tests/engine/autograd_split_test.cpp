@@ -4,6 +4,8 @@
 // backward in the parity table (tests/parity/parity_split_test.cpp).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
