@@ -9,13 +9,15 @@
 //   resnet_bench                                    # defaults: about 6 minutes on 2 cores
 //   resnet_bench --image-size 128 --repeats 10 --steps 3 --balance tutorial  # the tutorial's run
 //   resnet_bench --devices cuda:0,cuda:1 --schedule 1f1b
+//   resnet_bench --modes pipeline --schedule gpipe,1f1b,zb-h1,zb-h2,interleaved --chunks 2
 //   resnet_bench --dp 2 --modes pipeline --split-sizes 8            # 2 replicas x 2 stages
 //   mpirun -np 2 resnet_bench --modes pipeline --split-sizes 8       # one pipeline per process
 //
 // Timing: every setup is built first (a fresh model from the same seed each) and warmed up by
 // one step; then each repeat times --steps steps of every setup in turn, so all setups see the
-// same machine noise. A repeat's figure is its mean step time; printed: mean +- std over the
-// repeats, images/s and the speedup over the single-device setup.
+// same machine noise (with several --schedule, each split size runs every schedule in turn). A
+// repeat's figure is its mean step time; printed: mean +- std over the repeats, images/s and
+// the speedup over the single-device setup.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -43,7 +45,10 @@
 #include "apps/common/output_paths.h"
 #include "apps/common/progress.h"
 #include "apps/common/step_flops.h"
+#include "apps/resnet_bench/pipeline_report.h"
+#include "apps/resnet_bench/plan.h"
 #include "apps/resnet_bench/runs.h"
+#include "apps/resnet_bench/schedules.h"
 #include "comm/local_transport.h"
 #include "comm/mpi_transport.h"
 #include "engine/allocator.h"
@@ -61,7 +66,8 @@ struct Options {
   Workload workload;
   std::string modes = "single,model-parallel,pipeline";
   std::string devices;  // default: cuda:0,cuda:1 when two GPUs exist, else cpu:0,cpu:1
-  std::string schedule = "gpipe";
+  std::string schedule = "gpipe";  // a comma list (apps/resnet_bench/schedules.h)
+  int chunks = 2;                  // model chunks per device of the interleaved schedule
   bool recompute = false;
   bool cuda_graph = false;  // single mode on a GPU: also the step as one CUDA graph
   std::string split_sizes = "1,3,5,8,10,12,20,40,60";
@@ -139,54 +145,6 @@ double time_steps(Run& run, const Batch& batch, int steps) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
 }
 
-// Profiles the blocks of a fresh model on the first device and picks the partition.
-struct Plan {
-  Partition partition;
-  std::vector<double> block_ms;
-  std::string text;
-  std::string cut;  // the first block of every stage but the first, e.g. "layer4.0"
-};
-
-// Micro-batches of `rows` rows: a block's share of the time depends on it (a small batch
-// leaves layer4's small images and large weights less efficient than layer1's), so each split
-// size gets the cut measured at its own size.
-Plan make_plan(const Options& o, const std::vector<Device>& devices, int threads_per_stage,
-               int64_t rows) {
-  cuda::AllowSync allow("resnet_bench setup: a model is uploaded and its blocks timed");
-  auto model = make_model(o.workload);
-  std::vector<Block> blocks = resnet_blocks(*model);
-  model->to(devices[0]);
-  Workload sample_w = o.workload;
-  sample_w.batch = rows;
-  Batch sample = random_batch(sample_w, 7);
-  const int previous = num_threads();
-  set_num_threads(threads_per_stage);
-  Plan plan;
-  plan.block_ms = block_times_ms(blocks, sample.x, devices[0], /*repeats=*/2);
-  set_num_threads(previous);
-  const int p = static_cast<int>(devices.size());
-  if (o.balance == "tutorial") {
-    KILN_CHECK_INPUT(p == 2, "--balance tutorial cuts the model in two: give two devices");
-    plan.partition = tutorial_partition(blocks);
-  } else if (o.balance == "params") {
-    plan.partition = balance(parameter_costs(blocks), p);
-  } else {
-    plan.partition = balance(plan.block_ms, p);
-  }
-  plan.text = describe(plan.partition, blocks, devices, plan.block_ms);
-  for (int s = 1; s < p; ++s) {
-    if (s > 1) plan.cut += ", ";
-    plan.cut += blocks[plan.partition.first(s)].name;
-  }
-  return plan;
-}
-
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 // What the MPI processes of a hybrid run must share: a process started with another model,
 // batch or number of steps would send messages no other process receives (a hang).
 std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages) {
@@ -198,6 +156,7 @@ std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages)
           {"--activations", w.activations_flag},
           {"--modes", o.modes},
           {"stages (--devices)", std::to_string(stages)}, {"--schedule", o.schedule},
+          {"--chunks", std::to_string(o.chunks)},
           {"--recompute", o.recompute ? "yes" : "no"}, {"--split-sizes", o.split_sizes},
           {"--balance", o.balance}, {"--steps", std::to_string(o.steps)},
           {"--repeats", std::to_string(o.repeats)}};
@@ -205,12 +164,15 @@ std::vector<comm::Setting> flags_every_rank_shares(const Options& o, int stages)
 
 // Hybrid data x pipeline parallelism: N replicas of the pipeline, each stage averaging its
 // gradients with the same stage of the other replicas. Local threads (--dp N) or MPI processes.
-int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads_per_stage) {
+int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads_per_stage,
+               const SweepSchedule& schedule) {
   const bool mpi = launched_by_mpi();
   const int p = static_cast<int>(devices.size());
   std::vector<int64_t> sizes = parse_split_sizes(o.split_sizes, o.workload.batch);
   const int64_t split = sizes.front();
-  Plan plan = make_plan(o, devices, threads_per_stage, split);
+  Plan plan = make_plan(o.workload, o.balance, devices,
+                        profile_blocks(o.workload, devices, threads_per_stage, split),
+                        schedule.pieces(p));
   std::printf("\nstage plan at the split size (--balance %s):\n%s", o.balance.c_str(),
               plan.text.c_str());
   struct ReplicaResult {
@@ -224,7 +186,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
     Workload w = o.workload;
     w.batch = o.workload.batch / replicas;
     PipelineOptions po;
-    po.schedule = parse_schedule(o.schedule);
+    po.schedule = schedule.schedule;
+    po.chunks = schedule.chunks;
     po.split_size = split;
     po.recompute = o.recompute;
     po.threads_per_stage = threads;
@@ -313,7 +276,7 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
   std::printf("hybrid: %s x %s (%s), global batch %lld, split %lld, %s\n",
               count_of(replicas, "replica").c_str(), count_of(p, "stage").c_str(), mpi ? "MPI processes" : "threads",
               static_cast<long long>(o.workload.batch), static_cast<long long>(split),
-              o.schedule.c_str());
+              schedule.name.c_str());
   std::printf("  step %.3f +- %.3f s   %.1f images/s%s\n", m, sd,
               static_cast<double>(o.workload.batch) / m,
               any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "");
@@ -325,8 +288,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
   if (!o.json.empty()) {
     nlohmann::json j = {{"mode", "hybrid"}, {"replicas", replicas}, {"stages", p},
                         {"transport", mpi ? "mpi" : "local"}, {"batch", o.workload.batch},
-                        {"split_size", split}, {"schedule", o.schedule},
-                        {"step_s", r0.step_s}, {"step_s_mean", m}, {"step_s_std", sd},
+                        {"split_size", split}, {"schedule", schedule.name},
+                        {"chunks", schedule.chunks}, {"step_s", r0.step_s}, {"step_s_mean", m}, {"step_s_std", sd},
                         {"overlap_fraction", r0.overlap}, {"replicas_equal", equal}};
     write_output_file("--json", o.json, j.dump(2) + "\n");
   }
@@ -338,8 +301,17 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
 }
 
 int run(Options& o) {
-  // The outputs are written at the end of the benchmark: refused now, not after it.
-  check_output_paths({{"--csv", o.csv}, {"--json", o.json}, {"--trace", o.trace}});
+  const std::vector<SweepSchedule> schedules = parse_schedules(o.schedule, o.chunks);
+  const bool several = schedules.size() > 1;
+  KILN_CHECK_INPUT(!several || (o.dp == 1 && !launched_by_mpi()), "--dp and mpirun run one "
+                   "pipeline schedule: give one --schedule (got ", o.schedule, ")");
+  // The outputs are written at the end of the benchmark: refused now, not after it. With
+  // several schedules, --trace names one file per schedule.
+  std::vector<OutputPath> outputs = {{"--csv", o.csv}, {"--json", o.json}};
+  for (const SweepSchedule& sc : schedules) {
+    outputs.push_back({"--trace", o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several)});
+  }
+  check_output_paths(outputs);
   if (o.devices.empty()) {
     o.devices = cuda::device_count() >= 2 ? "cuda:0,cuda:1" : "cpu:0,cpu:1";
   }
@@ -364,9 +336,6 @@ int run(Options& o) {
                        static_cast<double>(w.batch) * 3 * w.image * w.image * sizeof(float),
                        detail::str("one batch of 3x", w.image, "x", w.image,
                                    " f32 images (--image-size ", w.image, ")"));
-  const Schedule schedule = parse_schedule(o.schedule);
-  KILN_CHECK_INPUT(schedule != Schedule::Naive, "--schedule: the pipeline runs gpipe or 1f1b "
-                   "(the naive schedule is --modes model-parallel)");
   const bool cpu_devices = !any_cuda(devices);
   const Precision precision = setup_precision(o.workload.precision, devices[0]);
   for (const Device& d : devices)  // tf32 is a switch per device: all of them, or none
@@ -386,6 +355,10 @@ int run(Options& o) {
   o.workload.memory_format = o.workload.memory_format_flag == "channels_last"
                                  ? MemoryFormat::ChannelsLast
                                  : MemoryFormat::Contiguous;
+  if (has_mode("pipeline") || o.dp > 1 || launched_by_mpi()) {
+    const int blocks = static_cast<int>(resnet_blocks(*make_model(o.workload)).size());
+    for (const SweepSchedule& sc : schedules) check_pieces(o.workload, blocks, sc.pieces(p));
+  }
   const int hw = hardware_threads();
   const int threads = o.threads_per_stage > 0 ? o.threads_per_stage : std::max(1, hw / p);
   const char* sim = any_cuda(devices) && cuda::kSimulated ? "   SIMULATED" : "";
@@ -410,20 +383,36 @@ int run(Options& o) {
     std::printf("parallel check: two CPU stages at once take %.2fx the time of one alone "
                 "(1.0: truly parallel; 2.0: they share the cores)\n", slowdown);
   }
-  if (o.dp > 1 || launched_by_mpi()) return run_hybrid(o, devices, threads);
+  if (o.dp > 1 || launched_by_mpi()) return run_hybrid(o, devices, threads, schedules[0]);
 
-  // The cut of the whole batch (naive model parallelism), and one per split size.
-  Plan plan = make_plan(o, devices, threads, o.workload.batch);
+  // The cut of the whole batch (naive model parallelism), and one per split size and number
+  // of pieces (devices, or devices x chunks for interleaved), each measured at its split size.
+  Plan plan = make_plan(o.workload, o.balance, devices,
+                        profile_blocks(o.workload, devices, threads, o.workload.batch), p);
   std::printf("\nstage plan for the whole batch (--balance %s; ms measured on %s):\n%s",
               o.balance.c_str(), devices[0].str().c_str(), plan.text.c_str());
-  std::map<int64_t, Plan> split_plans;
+  std::map<int64_t, std::vector<double>> split_ms;
+  std::map<std::pair<int64_t, int>, Plan> split_plans;
+  auto plan_for = [&](int64_t split, int pieces) -> const Plan& {
+    auto it = split_plans.find({split, pieces});
+    if (it != split_plans.end()) return it->second;
+    if (!split_ms.count(split)) split_ms[split] = profile_blocks(o.workload, devices, threads, split);
+    return split_plans[{split, pieces}] = make_plan(o.workload, o.balance, devices,
+                                                    split_ms[split], pieces);
+  };
   if (has_mode("pipeline")) {
-    std::printf("cut per split size:");
-    for (int64_t split : sizes) {
-      split_plans[split] = make_plan(o, devices, threads, split);
-      std::printf(" %lld: %s;", static_cast<long long>(split), split_plans[split].cut.c_str());
+    std::vector<int> piece_counts;
+    for (const SweepSchedule& sc : schedules) {
+      if (std::find(piece_counts.begin(), piece_counts.end(), sc.pieces(p)) == piece_counts.end())
+        piece_counts.push_back(sc.pieces(p));
     }
-    std::printf("\n");
+    for (int pieces : piece_counts) {
+      std::printf("cut into %d pieces per split size:", pieces);
+      for (int64_t split : sizes) {
+        std::printf(" %lld: %s;", static_cast<long long>(split), plan_for(split, pieces).cut.c_str());
+      }
+      std::printf("\n");
+    }
   }
 
   // Build every setup, then warm each up.
@@ -451,15 +440,20 @@ int run(Options& o) {
   }
   if (has_mode("pipeline")) {
     for (int64_t split : sizes) {
-      PipelineOptions po;
-      po.schedule = schedule;
-      po.split_size = split;
-      po.recompute = o.recompute;
-      po.threads_per_stage = threads;
-      auto r = std::make_unique<PipelineRun>(o.workload, split_plans[split].partition, devices, po);
-      r->mode = "pipeline";
-      r->label = detail::str("pipeline ", o.schedule, " split ", split);
-      runs.push_back(std::move(r));
+      for (const SweepSchedule& sc : schedules) {  // the schedules side by side at each split
+        PipelineOptions po;
+        po.schedule = sc.schedule;
+        po.chunks = sc.chunks;
+        po.split_size = split;
+        po.recompute = o.recompute;
+        po.threads_per_stage = threads;
+        auto r = std::make_unique<PipelineRun>(o.workload, plan_for(split, sc.pieces(p)).partition,
+                                               devices, po);
+        r->mode = "pipeline";
+        r->label = detail::str("pipeline ", sc.name, sc.chunks > 1 ? detail::str(" v", sc.chunks) : "",
+                               " split ", split);
+        runs.push_back(std::move(r));
+      }
     }
   }
   const Batch batch = for_devices(random_batch(o.workload, 42), devices);
@@ -479,11 +473,12 @@ int run(Options& o) {
   // The table.
   const double base = runs.empty() ? 0 : mean_of(runs[0]->step_seconds);
   CsvOut csv(o.csv, false,
-             "model,image,batch,mode,label,schedule,split_size,micro_batches,repeats,steps,"
+             "model,image,batch,mode,label,schedule,chunks,split_size,micro_batches,repeats,steps,"
              "step_s_mean,step_s_std,images_per_s,speedup_vs_first,simulated");
   std::printf("\n%-34s %14s %10s %9s\n", "setup", "step s", "images/s", "vs first");
   nlohmann::json jruns = nlohmann::json::array();
   Run* best = nullptr;
+  std::map<std::string, Run*> best_of;  // per schedule name: its fastest split
   for (auto& r : runs) {
     const double m = mean_of(r->step_seconds), sd = std_of(r->step_seconds);
     const double ips = static_cast<double>(o.workload.batch) / m;
@@ -491,16 +486,23 @@ int run(Options& o) {
     std::printf("%-34s %7.3f+-%5.3f %10.1f %8.2fx%s%s\n", r->label.c_str(), m, sd, ips, base / m,
                 single ? flops.suffix(m).c_str() : "", sim);
     csv.row(detail::str(o.workload.model, ",", o.workload.image, ",", o.workload.batch, ",",
-                        r->mode, ",", r->label, ",", r->mode == "pipeline" ? o.schedule : "", ",",
-                        r->split, ",", r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
+                        r->mode, ",", r->label, ",", r->schedule, ",",
+                        r->chunks > 0 ? std::to_string(r->chunks) : "", ",", r->split, ",", r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
                         ",", sd, ",", ips, ",", base / m, ",", *sim ? 1 : 0));
     jruns.push_back({{"mode", r->mode}, {"label", r->label}, {"split_size", r->split},
                      {"micro_batches", r->micro_batches}, {"step_s", r->step_seconds},
                      {"step_s_mean", m}, {"step_s_std", sd}, {"images_per_s", ips},
                      {"speedup_vs_first", base / m}});
+    if (!r->schedule.empty()) {
+      jruns.back()["schedule"] = r->schedule;
+      jruns.back()["chunks"] = r->chunks;
+    }
     if (single) jruns.back().update(flops.json(m));  // model_flops_per_step, achieved_tflops, mfu
     if (r->scaler()) jruns.back()["loss_scale"] = loss_scale_json(*r->scaler());
-    if (r->mode == "pipeline" && (!best || m < mean_of(best->step_seconds))) best = r.get();
+    if (r->mode != "pipeline") continue;
+    if (!best || m < mean_of(best->step_seconds)) best = r.get();
+    Run*& b = best_of[r->schedule];
+    if (!b || m < mean_of(b->step_seconds)) b = r.get();
   }
   nlohmann::json report = {
       {"model", o.workload.model}, {"image", o.workload.image}, {"batch", o.workload.batch},
@@ -508,68 +510,57 @@ int run(Options& o) {
       {"memory_format", memory_format_name(o.workload.memory_format)}, {"devices", o.devices},
       {"activations", is_low_precision(o.workload.autocast) ? o.workload.activations_flag : "f32"},
       {"threads_per_stage", threads},
-      {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule},
+      {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule}, {"chunks", o.chunks},
       {"recompute", o.recompute}, {"repeats", o.repeats}, {"steps", o.steps},
       {"simulated", *sim != 0}, {"plan", plan.text}, {"block_ms", plan.block_ms},
       {"partition", plan.partition.bounds}, {"runs", jruns}};
   if (cpu_devices) report["parallel_slowdown"] = slowdown;
 
   if (best) {
-    // The best split once more, traced: the measured bubble next to the theoretical one.
-    auto* pr = static_cast<PipelineRun*>(best);
-    trace::Tracer& tracer = trace::Tracer::global();
-    tracer.clear();
-    tracer.enable();
-    pr->step(batch);
-    tracer.enable(false);
-    std::vector<trace::Span> spans = tracer.spans();
-    trace::StageUtilisation u = trace::stage_utilisation(spans, p);
-    const double theory = trace::theoretical_bubble(p, pr->micro_batches);
-    std::printf("\nbest split %lld (%d micro-batches): bubble measured %.1f%%, theoretical "
-                "(p-1)/(m+p-1) %.1f%%; busy per stage:", static_cast<long long>(pr->split),
-                pr->micro_batches, 100 * u.bubble_fraction, 100 * theory);
-    for (double b : u.busy_us) std::printf(" %.0f ms", b / 1000);
-    std::printf(" of %.0f ms\n", u.window_us / 1000);
-    if (!o.trace.empty()) {
-      tracer.write_chrome_json(o.trace, "--trace");
-      std::printf("trace of that step: %s (open in https://ui.perfetto.dev; tools/plot.py "
-                  "--trace draws its Gantt chart)\n", o.trace.c_str());
-    }
-    tracer.clear();
-    std::printf("its stage plan:\n%s", split_plans[pr->split].text.c_str());
-    report["best"] = {{"split_size", pr->split}, {"micro_batches", pr->micro_batches},
-                      {"plan", split_plans[pr->split].text},
-                      {"bubble_measured", u.bubble_fraction}, {"bubble_theoretical", theory},
-                      {"busy_us", u.busy_us}, {"window_us", u.window_us}};
-
-    // Activation memory per stage at that split: GPipe, 1F1B, GPipe with re-materialisation.
-    std::printf("\npeak activation memory per stage at split %lld (MiB; allocator peak above "
-                "the step's start):\n", static_cast<long long>(pr->split));
-    nlohmann::json jmem = nlohmann::json::array();
-    const int64_t best_split = pr->split;
-    runs.clear();  // free the timed setups first (pr with them)
-    struct MemCase { const char* name; Schedule schedule; bool recompute; };
-    for (MemCase c : {MemCase{"gpipe", Schedule::GPipe, false}, MemCase{"1f1b", Schedule::OneFOneB, false},
-                      MemCase{"gpipe+recompute", Schedule::GPipe, true}}) {
-      PipelineOptions po;
-      po.schedule = c.schedule;
-      po.recompute = c.recompute;
-      po.split_size = best_split;
-      po.threads_per_stage = threads;
-      PipelineRun mr(o.workload, split_plans[best_split].partition, devices, po);
-      mr.step(batch);
-      mr.step(batch);
-      const PipelineStepStats& st = mr.pipeline().last_step();
-      std::printf("  %-16s", c.name);
-      for (int s = 0; s < p; ++s) {
-        std::printf("  stage %d: %8s MiB (%d micro-batches held)", s,
-                    mib(st.peak_activation_bytes[s]).c_str(), st.peak_live_micro_batches[s]);
+    // Each schedule's best split once more, traced: the measured bubble beside the ideal one.
+    std::printf("\neach schedule's best split, traced once more: the bubble measured (idle share "
+                "of stage time)\nbeside the ideal one (equal stages, unit F/B/W times, free "
+                "copies):\n");
+    nlohmann::json jbest = nlohmann::json::array();
+    for (const SweepSchedule& sc : schedules) {
+      auto* pr = static_cast<PipelineRun*>(best_of.at(sc.name));
+      const std::string path = o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several);
+      const trace::StageUtilisation u = traced_step(*pr, batch, p, path);
+      const double ideal = formula_bubble(sc, p, pr->micro_batches);
+      const std::string name = sc.chunks > 1 ? detail::str(sc.name, " v", sc.chunks) : sc.name;
+      std::printf("  %-16s split %3lld (%3d micro-batches): bubble measured %5.1f%%, ideal "
+                  "%5.1f%%; busy per stage:", name.c_str(),
+                  static_cast<long long>(pr->split), pr->micro_batches, 100 * u.bubble_fraction,
+                  100 * ideal);
+      for (double b : u.busy_us) std::printf(" %.0f", b / 1000);
+      std::printf(" of %.0f ms%s\n", u.window_us / 1000, pr == best ? "   (fastest)" : "");
+      jbest.push_back({{"schedule", sc.name}, {"chunks", sc.chunks}, {"split_size", pr->split},
+                       {"micro_batches", pr->micro_batches},
+                       {"step_s_mean", mean_of(pr->step_seconds)},
+                       {"bubble_measured", u.bubble_fraction}, {"bubble_ideal", ideal},
+                       {"busy_us", u.busy_us}, {"window_us", u.window_us}});
+      if (!path.empty()) jbest.back()["trace"] = path;
+      if (pr == best) {
+        report["best"] = jbest.back();
+        report["best"]["bubble_theoretical"] = ideal;  // the name older reports used
       }
-      std::printf("\n");
-      jmem.push_back({{"schedule", c.name}, {"peak_activation_bytes", st.peak_activation_bytes},
-                      {"peak_live_micro_batches", st.peak_live_micro_batches}});
     }
-    report["memory"] = jmem;
+    report["best_per_schedule"] = jbest;
+    if (!o.trace.empty()) {
+      std::printf("trace of each step: %s (open in https://ui.perfetto.dev; tools/plot.py "
+                  "--trace draws its Gantt chart)\n",
+                  several ? trace_path_for(o.trace, "<schedule>", true).c_str() : o.trace.c_str());
+    }
+    auto* pr = static_cast<PipelineRun*>(best);
+    const int64_t best_split = pr->split;
+    const Plan& best_plan = plan_for(best_split, pr->pipeline().partition().stages());
+    std::printf("the fastest (%s) stage plan:\n%s", pr->label.c_str(), best_plan.text.c_str());
+    report["best"]["plan"] = best_plan.text;
+
+    // Activation memory per stage at that split: gpipe, 1f1b, the swept schedules, recompute.
+    runs.clear();  // free the timed setups first (pr with them)
+    report["memory"] = memory_comparison(o.workload, devices, threads, best_split, schedules,
+                                         batch, [&](int pieces) { return plan_for(best_split, pieces); });
   }
   if (!o.json.empty()) write_output_file("--json", o.json, report.dump(2) + "\n");
   return 0;
@@ -606,8 +597,14 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--devices", o.devices,
                  "one device per stage: cuda:0,cuda:1 or cpu:0,cpu:1 (default: two GPUs when "
                  "present, else the CPU devices)");
-  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b")
-      ->check(one_of({"gpipe", "1f1b"}));
+  app.add_option("--schedule", o.schedule,
+                 "pipeline schedules, a comma list of gpipe, 1f1b, zb-h1, zb-h2 (zero bubble: "
+                 "backward split into input and weight gradients), interleaved (each device "
+                 "holds --chunks model pieces); the sweep times each at every split size");
+  app.add_option("--chunks", o.chunks,
+                 "interleaved schedule: model chunks per device (the model is cut into devices x "
+                 "chunks pieces); the other schedules keep one piece per device")
+      ->check(in_range(1, 64));
   app.add_flag("--recompute", o.recompute, "pipeline: re-materialise activations in backward");
   app.add_flag("--cuda-graph", o.cuda_graph,
                "single mode on a CUDA device: also time the step captured into one CUDA graph "
@@ -636,7 +633,7 @@ void add_flags(CLI::App& app, Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Kiln's model-parallel benchmark: one device vs naive model parallelism vs "
-               "pipelined micro-batches (GPipe / 1F1B) for a ResNet split over devices, the "
+               "pipelined micro-batches (GPipe, 1F1B, zero bubble, interleaved) for a ResNet split over devices, the "
                "split-size sweep, the measured bubble and activation memory, and hybrid data x "
                "pipeline parallelism. The defaults are the tutorial's (ResNet-50, batch 120, "
                "split sizes 1..60) at 64x64 images instead of 128x128, 2 steps x 3 repeats: "

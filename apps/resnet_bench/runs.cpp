@@ -175,6 +175,10 @@ PipelineRun::PipelineRun(const Workload& w, const Partition& partition,
                            : options.split_size;
   split = options.schedule == Schedule::Naive ? 0 : rows;
   micro_batches = static_cast<int>((w.batch + rows - 1) / rows);
+  if (options.schedule != Schedule::Naive) {
+    schedule = schedule_name(options.schedule);
+    chunks = options.chunks;
+  }
 }
 
 void PipelineRun::step(const Batch& batch) { pipeline_->train_step(batch.x, batch.y, steps_++); }

@@ -65,6 +65,8 @@ class Run {
   std::string label;      // printed name, e.g. "single (1 thread)"
   int64_t split = 0;      // pipeline rows per micro-batch (0: none)
   int micro_batches = 0;  // pipeline micro-batches per step
+  std::string schedule;   // pipeline schedule name ("" for the others)
+  int chunks = 0;         // pipeline model chunks per device (0 for the others)
   std::vector<double> step_seconds;  // one entry per repeat: mean step time of that repeat
 };
 

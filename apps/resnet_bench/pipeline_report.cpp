@@ -1,0 +1,77 @@
+// pipeline_report.cpp: resnet_bench's traced bubble and memory comparison.
+#include "apps/resnet_bench/pipeline_report.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "models/pipeline/pipeline.h"
+
+namespace kiln::apps {
+namespace {
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+trace::StageUtilisation traced_step(PipelineRun& run, const Batch& batch, int stages,
+                                    const std::string& path) {
+  trace::Tracer& tracer = trace::Tracer::global();
+  tracer.clear();
+  tracer.enable();
+  run.step(batch);
+  tracer.enable(false);
+  trace::StageUtilisation u = trace::stage_utilisation(tracer.spans(), stages);
+  if (!path.empty()) tracer.write_chrome_json(path, "--trace");
+  tracer.clear();
+  return u;
+}
+
+nlohmann::json memory_comparison(const Workload& w, const std::vector<Device>& devices,
+                                 int threads, int64_t split,
+                                 const std::vector<SweepSchedule>& schedules, const Batch& batch,
+                                 const std::function<Plan(int pieces)>& plan_for) {
+  const int p = static_cast<int>(devices.size());
+  struct MemCase { std::string name; Schedule schedule; int chunks; bool recompute; };
+  std::vector<MemCase> cases = {{"gpipe", Schedule::GPipe, 1, false},
+                                {"1f1b", Schedule::OneFOneB, 1, false}};
+  for (const SweepSchedule& sc : schedules) {
+    if (sc.schedule == Schedule::GPipe || sc.schedule == Schedule::OneFOneB) continue;
+    cases.push_back({sc.chunks > 1 ? detail::str(sc.name, " v", sc.chunks) : sc.name, sc.schedule,
+                     sc.chunks, false});
+  }
+  cases.push_back({"gpipe+recompute", Schedule::GPipe, 1, true});
+  std::printf("\npeak activation memory per stage at split %lld (MiB; allocator peak above "
+              "the step's start):\n", static_cast<long long>(split));
+  nlohmann::json jmem = nlohmann::json::array();
+  for (const MemCase& c : cases) {
+    PipelineOptions po;
+    po.schedule = c.schedule;
+    po.chunks = c.chunks;
+    po.recompute = c.recompute;
+    po.split_size = split;
+    po.threads_per_stage = threads;
+    PipelineRun mr(w, plan_for(p * c.chunks).partition, devices, po);
+    mr.step(batch);
+    mr.step(batch);
+    const PipelineStepStats& st = mr.pipeline().last_step();
+    std::printf("  %-16s", c.name.c_str());
+    for (int s = 0; s < p; ++s) {
+      std::printf("  stage %d: %7s MiB (%d micro-batches held)", s,
+                  mib(st.peak_activation_bytes[s]).c_str(), st.peak_live_micro_batches[s]);
+    }
+    std::printf("\n");
+    jmem.push_back({{"schedule", c.recompute ? c.name : schedule_name(c.schedule)},
+                    {"chunks", c.chunks},
+                    {"peak_activation_bytes", st.peak_activation_bytes},
+                    {"peak_live_micro_batches", st.peak_live_micro_batches}});
+  }
+  return jmem;
+}
+
+}  // namespace kiln::apps

@@ -1,0 +1,56 @@
+// schedules.cpp: resnet_bench's --schedule list and the bubble formulas.
+#include "apps/resnet_bench/schedules.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/trace.h"
+
+namespace kiln::apps {
+
+const char* const kScheduleNames = "gpipe, 1f1b, zb-h1, zb-h2, interleaved";
+
+std::vector<SweepSchedule> parse_schedules(const std::string& list, int chunks) {
+  std::vector<SweepSchedule> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const bool known = item == "gpipe" || item == "1f1b" || item == "zb-h1" || item == "zb-h2" ||
+                       item == "interleaved";
+    KILN_CHECK_INPUT(known, "--schedule: each must be one of ", kScheduleNames, " (got ", item,
+                     "; the naive schedule is --modes model-parallel)");
+    const Schedule s = parse_schedule(item);
+    if (std::any_of(out.begin(), out.end(), [&](const SweepSchedule& o) { return o.schedule == s; }))
+      continue;
+    out.push_back({s, s == Schedule::Interleaved ? chunks : 1, item});
+  }
+  KILN_CHECK_INPUT(!out.empty(), "--schedule \"", list, "\" names no schedule: give one or more "
+                   "of ", kScheduleNames, ", comma-separated");
+  return out;
+}
+
+double formula_bubble(const SweepSchedule& s, int stages, int micro_batches) {
+  const double p = stages, m = micro_batches, v = s.chunks;
+  switch (s.schedule) {
+    // Qi et al., "Zero Bubble Pipeline Parallelism" (https://arxiv.org/abs/2401.10241), with
+    // F = B = W: ZB-H1 leaves a third of 1F1B's idle time, ZB-H2 none.
+    case Schedule::ZeroBubbleH1: return (p - 1) / (3 * m + p - 1);
+    case Schedule::ZeroBubbleH2: return 0;
+    // Megatron-LM's interleaved 1F1B: the fill and drain last 1/v as long.
+    case Schedule::Interleaved: return (p - 1) / (v * m + p - 1);
+    default: return trace::theoretical_bubble(stages, micro_batches);  // (p - 1) / (m + p - 1)
+  }
+}
+
+std::string trace_path_for(const std::string& base, const std::string& name, bool several) {
+  if (!several) return base;
+  const size_t slash = base.find_last_of('/');
+  const size_t dot = base.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return has_ext ? base.substr(0, dot) + "_" + name + base.substr(dot) : base + "_" + name;
+}
+
+}  // namespace kiln::apps

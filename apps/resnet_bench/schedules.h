@@ -1,0 +1,33 @@
+// schedules.h: the pipeline schedules resnet_bench sweeps (--schedule gpipe,1f1b,zb-h1,...),
+// the bubble each would have with ideal stages, and where each one's trace goes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/pipeline/schedule.h"
+
+namespace kiln::apps {
+
+struct SweepSchedule {
+  Schedule schedule;
+  int chunks = 1;    // model chunks per device: --chunks for interleaved, 1 for the others
+  std::string name;  // schedule_name(): "gpipe", "zb-h1", ...
+  // The pieces the model is cut into on `devices` devices.
+  int pieces(int devices) const { return devices * chunks; }
+};
+
+// The names of --schedule: a comma list, in order, duplicates dropped. Anything else (naive
+// included: that is --modes model-parallel) is an Error (Usage) naming the valid ones.
+extern const char* const kScheduleNames;  // "gpipe, 1f1b, zb-h1, zb-h2, interleaved"
+std::vector<SweepSchedule> parse_schedules(const std::string& list, int chunks);
+
+// The bubble fraction of the schedule with unit forward, input-gradient and weight-gradient
+// times on `stages` devices: what the measured bubble is compared with.
+double formula_bubble(const SweepSchedule& s, int stages, int micro_batches);
+
+// Where the traced step of schedule `name` goes: `base` itself when the sweep runs one
+// schedule, else base with "_<name>" before its extension (trace.json -> trace_zb-h1.json).
+std::string trace_path_for(const std::string& base, const std::string& name, bool several);
+
+}  // namespace kiln::apps
