@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # tools/model_parallel_experiment.sh: the model-parallel experiment of docs/model_parallel.md
-# in one command (about 7 minutes on a quiet 2-core machine).
+# in one command (tens of minutes on a quiet 2-core machine: every split size runs each schedule).
 #
 # 1. builds resnet_bench (in $KILN_BUILD_DIR, default build/);
-# 2. resnet_bench with its defaults on cpu:0,cpu:1 (one core each): one device on one core and
-#    on both, naive model parallelism, GPipe at every split size, the measured bubble of the
-#    best split, and peak activation memory per stage (GPipe, 1F1B, re-materialisation)
+# 2. resnet_bench with its defaults (ResNet-50, 64x64 images, batch 120) on cpu:0,cpu:1 (one
+#    core each): one device on one core and on both, naive model parallelism, and every
+#    schedule of $MP_SCHEDULES (GPipe, 1F1B, zero bubble ZB-H1 and ZB-H2, interleaved 1F1B with
+#    2 chunks per device) at every split size, alternating within each repeat; per schedule the
+#    measured bubble of its best split beside the ideal one, and peak activation memory per
+#    stage (every schedule, and GPipe with re-materialisation)
 #                                               -> out/model_parallel/bench.{csv,json,log}
-#                                                  and trace.json (the best split's step)
-# 3. hybrid data x pipeline: 2 replicas x 2 stages as threads, then as `mpirun -np 2` processes
+#                                                  and trace_<schedule>.json (its best split's step)
+# 3. the same schedules over 4 stages, cpu:0..cpu:3, one thread each, at two split sizes. The
+#    machine has 2 cores, so the 4 stage threads share them: this run is about the measured
+#    bubble against the formula (and the schedules' shapes in the Gantt charts), not about speed
+#                                               -> out/model_parallel/bench4.{csv,json,log}
+#                                                  and trace4_<schedule>.json
+# 4. hybrid data x pipeline: 2 replicas x 2 stages as threads, then as `mpirun -np 2` processes
 #    (narrow nets, small: they show it works and its overlap, not speed)
 #                                               -> out/model_parallel/hybrid_{local,mpi}.json
-# 4. charts (tools/plot.py)                     -> out/model_parallel/*.png, copied to
+# 5. charts (tools/plot.py)                     -> out/model_parallel/*.png (bench, bench4,
+#    gantt_<schedule>, gantt4_<schedule>); bench.png and gantt_gpipe.png copied to
 #    docs/img/model_parallel_{bench,gantt}.png (MP_DOCS_IMG=0: not copied)
 #
 # Environment: KILN_BUILD_DIR, MP_OUT (default out/model_parallel), MP_ARGS (extra resnet_bench
-# flags, e.g. "--balance tutorial"), MP_DOCS_IMG (default 1).
+# flags, e.g. "--balance tutorial"), MP_SCHEDULES (default gpipe,1f1b,zb-h1,zb-h2,interleaved),
+# MP_DOCS_IMG (default 1).
 set -euo pipefail
 # No arguments: the settings are the environment variables above. -h/--help prints this header.
 if [[ $# -gt 0 ]]; then
@@ -39,10 +49,18 @@ cmake --build "$build" --target resnet_bench -j "$(nproc)" >/dev/null
 mkdir -p "$out"
 bench=$build/apps/resnet_bench
 
-echo "== resnet_bench (defaults; ${MP_ARGS:-no extra flags})"
+schedules=${MP_SCHEDULES:-gpipe,1f1b,zb-h1,zb-h2,interleaved}
+rm -f "$out"/trace*.json  # the charts below draw every trace there: none left from older runs
+echo "== resnet_bench (defaults, --schedule $schedules; ${MP_ARGS:-no extra flags})"
 # shellcheck disable=SC2086
-"$bench" --devices cpu:0,cpu:1 ${MP_ARGS:-} --csv "$out/bench.csv" --json "$out/bench.json" \
-  --trace "$out/trace.json" | tee "$out/bench.log"
+"$bench" --devices cpu:0,cpu:1 --schedule "$schedules" --chunks 2 ${MP_ARGS:-} \
+  --csv "$out/bench.csv" --json "$out/bench.json" --trace "$out/trace.json" | tee "$out/bench.log"
+
+echo "== resnet_bench: 4 stages on cpu:0..cpu:3 (2 cores: the bubble against the formula, not speed)"
+# shellcheck disable=SC2086
+"$bench" --devices cpu:0,cpu:1,cpu:2,cpu:3 --threads-per-stage 1 --modes pipeline \
+  --schedule "$schedules" --chunks 2 --split-sizes 8,20 --steps 1 --repeats 2 ${MP_ARGS:-} \
+  --csv "$out/bench4.csv" --json "$out/bench4.json" --trace "$out/trace4.json" | tee "$out/bench4.log"
 
 echo "== hybrid: 2 replicas x 2 stages, threads"
 tiny=(--model resnet50 --width 16 --image-size 64 --batch-size 16 --steps 2 --repeats 3
@@ -58,11 +76,23 @@ fi
 echo "== charts"
 if "$python" -c "import matplotlib" 2>/dev/null; then
   "$python" "$root/tools/plot.py" --csv "$out/bench.csv" --out "$out/bench.png"
-  "$python" "$root/tools/plot.py" --trace "$out/trace.json" --out "$out/gantt.png" \
-    --title "the best split's step: one row per stage"
+  "$python" "$root/tools/plot.py" --csv "$out/bench4.csv" --out "$out/bench4.png" \
+    --title "4 stages on 2 cores (cpu:0..cpu:3, one thread each): step time per schedule"
+  # One trace per schedule (a single schedule writes the --trace name itself).
+  for tag in "" 4; do
+    for trace in "$out/trace${tag}"_*.json "$out/trace${tag}.json"; do
+      [[ -f "$trace" ]] || continue
+      name=$(basename "$trace" .json)
+      name=${name#trace"${tag}"}
+      "$python" "$root/tools/plot.py" --trace "$trace" --out "$out/gantt${tag}${name}.png" \
+        --title "${name#_}${name:+: }the best split's step, one row per stage"
+    done
+  done
   if [[ "$docs_img" == 1 ]]; then
     cp "$out/bench.png" "$root/docs/img/model_parallel_bench.png"
-    cp "$out/gantt.png" "$root/docs/img/model_parallel_gantt.png"
+    gantt=$out/gantt_gpipe.png
+    [[ -f "$gantt" ]] || gantt=$out/gantt.png
+    cp "$gantt" "$root/docs/img/model_parallel_gantt.png"
   fi
 else
   echo "no matplotlib for $python: charts skipped (apt-get install python3-matplotlib)"

@@ -28,8 +28,10 @@ and comm_bench three:
               sends, a PS worker sends and the PS server receives per allreduce.
 and apps/resnet_bench one:
   model parallel (micro_batches): two panels: seconds per step of one device, naive model
-              parallelism and the best pipeline split (bars, speedup over the first); seconds
-              per step vs split size (log 2 x axis), one device and naive as lines;
+              parallelism and each pipeline schedule at its best split (bars, speedup over the
+              first); seconds per step vs split size (log 2 x axis), one line per schedule
+              (columns schedule and chunks; CSVs without them read as gpipe, one chunk), one
+              device and naive as lines;
 and tools/bench_resnet_vs_pytorch.sh one:
   runners     (runner, workload, images_per_sec): grouped bars, images/s of each runner
               (Kiln's and PyTorch's setups) per workload.
@@ -42,9 +44,12 @@ Rows measured on the CUDA simulator (column simulated = 1) are labelled SIMULATE
 A trace (--trace: the Chrome trace JSON of engine/trace.h) gives one kind:
   gantt       one row per thread that recorded spans, labelled with its thread name and device
               ("stage 0 (cpu:0)", "thread 2 (cuda:1)"); a box per span, coloured by phase
-              (forward, backward, recompute, send/receive, optimizer, allreduce, loader_wait,
-              h2d); forward and backward boxes carry their micro-batch number when they have
-              one; x axis in ms from the first span shown. --step K keeps the spans of step K
+              (forward, backward, weight, recompute, send/receive, optimizer, allreduce,
+              loader_wait, h2d; a zero-bubble pipeline's backward is its input-gradient half B
+              and weight its weight-gradient half W); forward, backward and weight boxes carry
+              their micro-batch number when they have one, and boxes of model chunk 1 and up
+              (args.chunk, interleaved pipelines) are hatched; x axis in ms from the first
+              span shown. --step K keeps the spans of step K
               (args.step) and the spans without a step that overlap them (allreduce buckets).
 
 --lr-schedules draws learning rate vs optimizer step of mnist_train's one-cycle schedule (the
@@ -319,36 +324,54 @@ def plot_runners(rows, title):
     return fig
 
 
+def schedule_of(r):
+    """A pipeline row's schedule as drawn: "gpipe", "interleaved v2". CSVs written before the
+    chunks column (or the schedule column) exist read as one piece per device."""
+    name = r.get("schedule") or "gpipe"
+    chunks = int(r.get("chunks") or 1)
+    return "%s v%d" % (name, chunks) if chunks > 1 else name
+
+
 def plot_model_parallel(rows, title):
     """resnet_bench: the tutorial's two charts. Left: step time of one device, naive model
-    parallelism and the best pipeline split (mean +- std); right: step time vs split size."""
+    parallelism and each schedule's best pipeline split (mean +- std); right: step time vs
+    split size, one line per schedule."""
     f = lambda r, k: float(r[k])
     singles = [r for r in rows if r["mode"] == "single"]
     naive = [r for r in rows if r["mode"] == "model-parallel"]
     pipes = sorted((r for r in rows if r["mode"] == "pipeline"), key=lambda r: int(r["split_size"]))
+    by_schedule = OrderedDict()
+    for r in rows:  # in the CSV's order: the order of --schedule
+        if r["mode"] == "pipeline":
+            by_schedule.setdefault(schedule_of(r), [])
+    for r in pipes:
+        by_schedule[schedule_of(r)].append(r)
     bars = singles + naive
-    if pipes:
-        best = min(pipes, key=lambda r: f(r, "step_s_mean"))
-        bars.append(dict(best, label="pipeline (best: split %s)" % best["split_size"]))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, rs in by_schedule.items():
+        best = min(rs, key=lambda r: f(r, "step_s_mean"))
+        bars.append(dict(best, label="pipeline %s (best: split %s)" % (name, best["split_size"])))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     base = f(bars[0], "step_s_mean") if bars else 1.0
     ys = [f(r, "step_s_mean") for r in bars]
+    line_colours = dict(zip(by_schedule, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
     colors = ["tab:gray" if r["mode"] == "single" else
-              "tab:red" if r["mode"] == "model-parallel" else "tab:blue" for r in bars]
+              "tab:red" if r["mode"] == "model-parallel" else line_colours[schedule_of(r)]
+              for r in bars]
     drawn = left.bar(range(len(bars)), ys, yerr=[f(r, "step_s_std") for r in bars], capsize=4,
                      color=colors)
     for b, y in zip(drawn, ys):
         left.text(b.get_x() + b.get_width() / 2, y, "%.2fx" % (base / y), ha="center",
                   va="bottom", fontsize=8)
     left.set_xticks(range(len(bars)))
-    left.set_xticklabels([r["label"] for r in bars], rotation=20, ha="right", fontsize=8)
+    left.set_xticklabels([r["label"] for r in bars], rotation=25, ha="right", fontsize=8)
     left.set_ylabel("seconds per step (mean +- std)")
     left.set_title("speedup over the first bar", fontsize=10)
     if pipes:
-        xs = [int(r["split_size"]) for r in pipes]
-        right.errorbar(xs, [f(r, "step_s_mean") for r in pipes],
-                       yerr=[f(r, "step_s_std") for r in pipes], marker="o", capsize=3,
-                       label="pipeline (%s)" % pipes[0]["schedule"])
+        xs = sorted({int(r["split_size"]) for r in pipes})
+        for name, rs in by_schedule.items():
+            right.errorbar([int(r["split_size"]) for r in rs], [f(r, "step_s_mean") for r in rs],
+                           yerr=[f(r, "step_s_std") for r in rs], marker="o", capsize=3,
+                           color=line_colours[name], label="pipeline %s" % name)
         for r, style in [(singles[0] if singles else None, ":"), (naive[0] if naive else None, "--")]:
             if r:
                 right.axhline(f(r, "step_s_mean"), linestyle=style, color="gray", label=r["label"])
@@ -367,8 +390,10 @@ def plot_model_parallel(rows, title):
 
 # ---- Gantt chart of a Chrome trace (engine/trace.h) -------------------------------------------
 
+# A zero-bubble schedule splits each backward into "backward" (B: the input gradient, which the
+# previous stage waits for) and "weight" (W: the weight gradient); other schedules have no W.
 PHASE_COLOURS = OrderedDict([
-    ("forward", "#4c72b0"), ("backward", "#dd8452"), ("recompute", "#8172b3"),
+    ("forward", "#4c72b0"), ("backward", "#dd8452"), ("weight", "#2ca9b8"), ("recompute", "#8172b3"),
     ("send", "#937860"), ("receive", "#e6e6e6"), ("optimizer", "#55a868"),
     ("allreduce", "#c44e52"), ("loader_wait", "#8c8c8c"), ("h2d", "#da8bc3"),
     ("other", "#ccb974"),
@@ -503,6 +528,8 @@ def plot_gantt(path, step, title):
     width_ms = max((t1 - t0) / 1e3, 1e-3)
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.55 * len(rows)))
     seen = set()
+    has_weight = any(e.get("args", {}).get("phase") == "weight" for e in spans)
+    chunks = sorted({e["args"]["chunk"] for e in spans if "chunk" in e.get("args", {})})
     # Longest first, so a span nested in another (h2d in a loader wait) is drawn on top of it.
     for e in sorted(spans, key=lambda e: -e.get("dur", 0)):
         args = e.get("args", {})
@@ -511,11 +538,16 @@ def plot_gantt(path, step, title):
         start, dur = (e["ts"] - t0) / 1e3, e.get("dur", 0) / 1e3
         y = row_of[(e["pid"], e["tid"])]
         # A receive span is mostly waiting for the neighbour stage: the bubble, drawn pale.
-        legend = "receive (waiting)" if phase == "receive" else phase
+        legend = "receive (waiting)" if phase == "receive" else \
+            "backward (B)" if phase == "backward" and has_weight else \
+            "weight (W)" if phase == "weight" else phase
+        # Interleaved schedules: the device's later model chunks hatched.
+        hatch = "//" if args.get("chunk", 0) > 0 else None
         ax.broken_barh([(start, dur)], (y - 0.4, 0.8), facecolors=colour, edgecolor="white",
-                       linewidth=0.3, label=None if legend in seen else legend)
+                       linewidth=0.3, hatch=hatch, label=None if legend in seen else legend)
         seen.add(legend)
-        if phase in ("forward", "backward") and "micro_batch" in args and dur > 0.012 * width_ms:
+        if phase in ("forward", "backward", "weight") and "micro_batch" in args and \
+                dur > 0.012 * width_ms:
             ax.text(start + dur / 2, y, str(args["micro_batch"]), ha="center", va="center",
                     fontsize=7, color="white")
     ax.set_yticks(range(len(rows)))
@@ -525,7 +557,12 @@ def plot_gantt(path, step, title):
     ax.set_xlim(0, width_ms)
     ax.set_xlabel("ms from the %s start" % ("step's" if step is not None else "trace's"))
     ax.grid(axis="x", alpha=0.3)
-    names = list(PHASE_COLOURS) + ["send/receive"]
+    names = ["forward", "backward (B)", "backward", "weight (W)"] + list(PHASE_COLOURS)[3:] + \
+        ["send/receive"]
+    if len(chunks) > 1:  # a legend entry for the hatching
+        ax.broken_barh([(0, 0)], (0, 0), facecolors="white", edgecolor="black", hatch="//",
+                       label="chunk >= 1 (hatched)")
+        names.append("chunk >= 1 (hatched)")
     handles, labels = ax.get_legend_handles_labels()
     legend = sorted(zip(labels, handles),
                     key=lambda lh: names.index(lh[0]) if lh[0] in names else len(names))

@@ -46,8 +46,11 @@ nlohmann::json memory_comparison(const Workload& w, const std::vector<Device>& d
                      sc.chunks, false});
   }
   cases.push_back({"gpipe+recompute", Schedule::GPipe, 1, true});
-  std::printf("\npeak activation memory per stage at split %lld (MiB; allocator peak above "
-              "the step's start):\n", static_cast<long long>(split));
+  std::printf("\npeak activation memory per stage at split %lld: MiB (allocator peak above "
+              "the step's start) and\n(in brackets) micro-batches held at once\n  %-16s",
+              static_cast<long long>(split), "schedule");
+  for (int s = 0; s < p; ++s) std::printf("  %14s", detail::str("stage ", s).c_str());
+  std::printf("\n");
   nlohmann::json jmem = nlohmann::json::array();
   for (const MemCase& c : cases) {
     PipelineOptions po;
@@ -62,8 +65,8 @@ nlohmann::json memory_comparison(const Workload& w, const std::vector<Device>& d
     const PipelineStepStats& st = mr.pipeline().last_step();
     std::printf("  %-16s", c.name.c_str());
     for (int s = 0; s < p; ++s) {
-      std::printf("  stage %d: %7s MiB (%d micro-batches held)", s,
-                  mib(st.peak_activation_bytes[s]).c_str(), st.peak_live_micro_batches[s]);
+      std::printf("  %14s", detail::str(mib(st.peak_activation_bytes[s]), " MiB (",
+                                         st.peak_live_micro_batches[s], ")").c_str());
     }
     std::printf("\n");
     jmem.push_back({{"schedule", c.recompute ? c.name : schedule_name(c.schedule)},
