@@ -21,13 +21,33 @@
 //   ZB-H1   1F1B with each backward split in two (Qi et al., "Zero Bubble Pipeline
 //   ZB-H2   Parallelism", ICLR 2024, https://arxiv.org/abs/2401.10241): B i, the gradient of the
 //           stage's input, which stage s-1 waits for, and W i, the gradient of the stage's
-//           weights, which nobody waits for. The W's fill the bubbles. ZB-H1 keeps 1F1B's
-//           in-flight limit on stage 0; ZB-H2 runs more forwards first and reaches no bubble
-//           with up to 2p - 1 micro-batches in flight.
+//           weights, which nobody waits for, so it can run later and fill a bubble.
+//           ZB-H1: 1F1B's forwards and B's; stage s holds back its first s W's, then runs one
+//           W after each B, and the held-back W's at the end. Stage s then has p micro-batches
+//           in flight (F run, W not yet), as many as stage 0 of 1F1B. With T_F = T_B = T_W
+//           every stage idles (p - 1) T_F per step instead of 1F1B's 3 (p - 1) T_F (m >= p).
+//           p = 3, m = 4, one column per unit of time ('.' = idle):
+//             stage 0  F0 F1 F2 .  .  B0 W0 F3 B1 W1 B2 W2 B3 W3
+//             stage 1  .  F0 F1 .  B0 F2 B1 W0 F3 B2 W1 B3 W2 W3
+//             stage 2  .  .  F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3
+//           ZB-H2: up to 2p - 1 micro-batches in flight; each stage, at every unit of time,
+//           runs its next B if the gradient has arrived, else its next F if it has fewer than
+//           2p - 1 in flight and the activation has arrived, else its oldest waiting W. The
+//           warm-up runs 2(p - s) - 1 forwards, and the W's the stage saved up fill the waits
+//           of the tail: with equal times and m >= 2p - 1 no stage idles except the (p - 1)
+//           units by which the first and the last stage are offset (a parallelogram). With
+//           exactly equal times ZB-H1 idles as little; ZB-H2 pulls ahead once the passes
+//           differ or the transfers between stages cost time.
 //   Interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
 //           Clusters Using Megatron-LM", SC 2021, https://arxiv.org/abs/2104.04473): each device
 //           holds v chunks of the model (chunk c of device d is the model's (c p + d)-th piece),
-//           so the fill and drain last 1/v as long: bubble (p - 1) / (v m + p - 1).
+//           so the fill and drain last 1/v as long: bubble (p - 1) / (v m + p - 1). The
+//           micro-batches go in rounds of p: the forwards of a round through chunk 0, then the
+//           same micro-batches through chunk 1, ...; backwards alike, from chunk v - 1 down.
+//           Device d warms up with (v - 1) p + 2 (p - d - 1) forwards, then alternates, then
+//           drains. When p does not divide m there are max(1, floor(m / p)) rounds, with sizes
+//           that differ by at most one, larger first (one round of m when m < p), and the
+//           warm-up counts (v - 1) times the first round's size instead of (v - 1) p.
 //
 // All end the step with every gradient accumulated over all m micro-batches, then one
 // optimizer step: the same update as training on the whole batch (synchronous pipelining).
@@ -58,10 +78,11 @@ struct PipelineAction {
 };
 
 // The actions of device `stage` (0-based) of `stages` for `micro_batches` micro-batches and
-// `chunks` model chunks per device (chunks > 1 only for Interleaved; Naive requires
-// micro_batches == 1). Every micro-batch's forward comes before its backward (and its backward
-// before its weight pass), and every stage runs the backwards of a chunk in the same order (so
-// gradients can flow through FIFO queues).
+// `chunks` model chunks per device (chunks > 1 only for Interleaved, an Error (Usage)
+// otherwise; Interleaved with one chunk is 1F1B; Naive requires micro_batches == 1). Every
+// micro-batch's forward comes before its backward (and its backward before its weight pass),
+// and the passes flow through FIFO queues: for every pair of neighbouring virtual stages, the
+// forwards leave the first in the order the second runs them, the backwards likewise.
 std::vector<PipelineAction> stage_actions(Schedule schedule, int stage, int stages,
                                           int micro_batches, int chunks = 1);
 

@@ -125,52 +125,7 @@ TEST(Partition, TutorialCutOfResNet50IsConv1ToLayer2ThenLayer3ToFc) {
   expect_covers_every_block_in_order(balance(parameter_costs(blocks), 3), 18);
 }
 
-// ---- Schedules. ----------------------------------------------------------------------------
-
-TEST(Schedule, EveryMicroBatchOnceForwardBeforeBackwardSameBackwardOrder) {
-  for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB}) {
-    for (int p = 1; p <= 5; ++p) {
-      for (int m = 1; m <= 9; ++m) {
-        std::vector<int> backward_order_of_stage0;
-        for (int s = 0; s < p; ++s) {
-          auto actions = stage_actions(sched, s, p, m);
-          ASSERT_EQ(actions.size(), 2u * m);
-          std::vector<int> seen(m, 0), backward_order;
-          for (const PipelineAction& a : actions) {
-            if (a.kind == PipelineAction::Forward) {
-              EXPECT_EQ(seen[a.micro_batch]++, 0);
-            } else {
-              EXPECT_EQ(seen[a.micro_batch]++, 1) << "backward before forward";
-              backward_order.push_back(a.micro_batch);
-            }
-          }
-          if (s == 0) backward_order_of_stage0 = backward_order;
-          EXPECT_EQ(backward_order, backward_order_of_stage0);
-        }
-      }
-    }
-  }
-}
-
-TEST(Schedule, OneFOneBHoldsAtMostPMinusSMicroBatchesGPipeHoldsAll) {
-  for (int p = 1; p <= 5; ++p) {
-    for (int m = 1; m <= 9; ++m) {
-      for (int s = 0; s < p; ++s) {
-        EXPECT_EQ(peak_in_flight(stage_actions(Schedule::OneFOneB, s, p, m)), std::min(p - s, m));
-        EXPECT_EQ(peak_in_flight(stage_actions(Schedule::GPipe, s, p, m)), m);
-      }
-    }
-  }
-  // The picture of 1F1B for p = 4, m = 6 on stage 1: two warm-up forwards.
-  using A = PipelineAction;
-  std::vector<A> expected = {{A::Forward, 0},  {A::Forward, 1},  {A::Forward, 2},
-                             {A::Backward, 0}, {A::Forward, 3},  {A::Backward, 1},
-                             {A::Forward, 4},  {A::Backward, 2}, {A::Forward, 5},
-                             {A::Backward, 3}, {A::Backward, 4}, {A::Backward, 5}};
-  EXPECT_EQ(stage_actions(Schedule::OneFOneB, 1, 4, 6), expected);
-  EXPECT_EQ(parse_schedule("1f1b"), Schedule::OneFOneB);
-  EXPECT_THROW(parse_schedule("pipedream"), Error);
-}
+// ---- Schedules: tests/models/schedule_test.cpp. ----------------------------------------------
 
 // ---- Training equivalence on CPU devices. ---------------------------------------------------
 
