@@ -13,7 +13,7 @@
 namespace kiln {
 
 SimulatedStep simulate(Schedule schedule, int stages, int micro_batches, int chunks,
-                       ScheduleTimes t) {
+                       const ScheduleTimes& t) {
   std::vector<std::vector<PipelineAction>> lists(stages);
   for (int d = 0; d < stages; ++d) {
     lists[d] = stage_actions(schedule, d, stages, micro_batches, chunks);
@@ -24,7 +24,7 @@ SimulatedStep simulate(Schedule schedule, int stages, int micro_batches, int chu
 }
 
 SimulatedStep simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int chunks,
-                             bool split, ScheduleTimes t, const std::string& what) {
+                             bool split, const ScheduleTimes& t, const std::string& what) {
   const int p = static_cast<int>(lists.size()), v = chunks;
   KILN_CHECK(p >= 1 && v >= 1, "simulate: ", p, " devices, ", v, " chunks");
   const int last_virtual = v * p - 1;
