@@ -289,7 +289,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
     nlohmann::json j = {{"mode", "hybrid"}, {"replicas", replicas}, {"stages", p},
                         {"transport", mpi ? "mpi" : "local"}, {"batch", o.workload.batch},
                         {"split_size", split}, {"schedule", schedule.name},
-                        {"chunks", schedule.chunks}, {"step_s", r0.step_s}, {"step_s_mean", m}, {"step_s_std", sd},
+                        {"chunks", schedule.chunks}, {"step_s", r0.step_s},
+                        {"step_s_mean", m}, {"step_s_std", sd},
                         {"overlap_fraction", r0.overlap}, {"replicas_equal", equal}};
     write_output_file("--json", o.json, j.dump(2) + "\n");
   }
@@ -309,7 +310,8 @@ int run(Options& o) {
   // several schedules, --trace names one file per schedule.
   std::vector<OutputPath> outputs = {{"--csv", o.csv}, {"--json", o.json}};
   for (const SweepSchedule& sc : schedules) {
-    outputs.push_back({"--trace", o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several)});
+    outputs.push_back(
+        {"--trace", o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several)});
   }
   check_output_paths(outputs);
   if (o.devices.empty()) {
@@ -396,7 +398,9 @@ int run(Options& o) {
   auto plan_for = [&](int64_t split, int pieces) -> const Plan& {
     auto it = split_plans.find({split, pieces});
     if (it != split_plans.end()) return it->second;
-    if (!split_ms.count(split)) split_ms[split] = profile_blocks(o.workload, devices, threads, split);
+    if (!split_ms.count(split)) {
+      split_ms[split] = profile_blocks(o.workload, devices, threads, split);
+    }
     return split_plans[{split, pieces}] = make_plan(o.workload, o.balance, devices,
                                                     split_ms[split], pieces);
   };
@@ -409,7 +413,8 @@ int run(Options& o) {
     for (int pieces : piece_counts) {
       std::printf("cut into %d pieces per split size:", pieces);
       for (int64_t split : sizes) {
-        std::printf(" %lld: %s;", static_cast<long long>(split), plan_for(split, pieces).cut.c_str());
+        std::printf(" %lld: %s;", static_cast<long long>(split),
+                    plan_for(split, pieces).cut.c_str());
       }
       std::printf("\n");
     }
@@ -450,8 +455,8 @@ int run(Options& o) {
         auto r = std::make_unique<PipelineRun>(o.workload, plan_for(split, sc.pieces(p)).partition,
                                                devices, po);
         r->mode = "pipeline";
-        r->label = detail::str("pipeline ", sc.name, sc.chunks > 1 ? detail::str(" v", sc.chunks) : "",
-                               " split ", split);
+        r->label = detail::str("pipeline ", sc.name,
+                               sc.chunks > 1 ? detail::str(" v", sc.chunks) : "", " split ", split);
         runs.push_back(std::move(r));
       }
     }
@@ -487,7 +492,8 @@ int run(Options& o) {
                 single ? flops.suffix(m).c_str() : "", sim);
     csv.row(detail::str(o.workload.model, ",", o.workload.image, ",", o.workload.batch, ",",
                         r->mode, ",", r->label, ",", r->schedule, ",",
-                        r->chunks > 0 ? std::to_string(r->chunks) : "", ",", r->split, ",", r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
+                        r->chunks > 0 ? std::to_string(r->chunks) : "", ",", r->split, ",",
+                        r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
                         ",", sd, ",", ips, ",", base / m, ",", *sim ? 1 : 0));
     jruns.push_back({{"mode", r->mode}, {"label", r->label}, {"split_size", r->split},
                      {"micro_batches", r->micro_batches}, {"step_s", r->step_seconds},
@@ -559,8 +565,8 @@ int run(Options& o) {
 
     // Activation memory per stage at that split: gpipe, 1f1b, the swept schedules, recompute.
     runs.clear();  // free the timed setups first (pr with them)
-    report["memory"] = memory_comparison(o.workload, devices, threads, best_split, schedules,
-                                         batch, [&](int pieces) { return plan_for(best_split, pieces); });
+    report["memory"] = memory_comparison(o.workload, devices, threads, best_split, schedules, batch,
+                                         [&](int pieces) { return plan_for(best_split, pieces); });
   }
   if (!o.json.empty()) write_output_file("--json", o.json, report.dump(2) + "\n");
   return 0;

@@ -23,8 +23,8 @@ std::vector<SweepSchedule> parse_schedules(const std::string& list, int chunks) 
     KILN_CHECK_INPUT(known, "--schedule: each must be one of ", kScheduleNames, " (got ", item,
                      "; the naive schedule is --modes model-parallel)");
     const Schedule s = parse_schedule(item);
-    if (std::any_of(out.begin(), out.end(), [&](const SweepSchedule& o) { return o.schedule == s; }))
-      continue;
+    auto same = [&](const SweepSchedule& seen) { return seen.schedule == s; };
+    if (std::any_of(out.begin(), out.end(), same)) continue;
     out.push_back({s, s == Schedule::Interleaved ? chunks : 1, item});
   }
   KILN_CHECK_INPUT(!out.empty(), "--schedule \"", list, "\" names no schedule: give one or more "
