@@ -1,4 +1,4 @@
-// schedules.cpp: resnet_bench's --schedule list and the bubble formulas.
+// schedules.cpp: resnet_bench's --schedule list and the ideal bubbles.
 #include "apps/resnet_bench/schedules.h"
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "engine/error.h"
-#include "engine/trace.h"
+#include "models/pipeline/schedule_sim.h"
 
 namespace kiln::apps {
 
@@ -33,16 +33,7 @@ std::vector<SweepSchedule> parse_schedules(const std::string& list, int chunks) 
 }
 
 double formula_bubble(const SweepSchedule& s, int stages, int micro_batches) {
-  const double p = stages, m = micro_batches, v = s.chunks;
-  switch (s.schedule) {
-    // Qi et al., "Zero Bubble Pipeline Parallelism" (https://arxiv.org/abs/2401.10241), with
-    // F = B = W: ZB-H1 leaves a third of 1F1B's idle time, ZB-H2 none.
-    case Schedule::ZeroBubbleH1: return (p - 1) / (3 * m + p - 1);
-    case Schedule::ZeroBubbleH2: return 0;
-    // Megatron-LM's interleaved 1F1B: the fill and drain last 1/v as long.
-    case Schedule::Interleaved: return (p - 1) / (v * m + p - 1);
-    default: return trace::theoretical_bubble(stages, micro_batches);  // (p - 1) / (m + p - 1)
-  }
+  return ideal_bubble(s.schedule, stages, micro_batches, s.chunks);
 }
 
 std::string trace_path_for(const std::string& base, const std::string& name, bool several) {

@@ -22,8 +22,10 @@ struct SweepSchedule {
 extern const char* const kScheduleNames;  // "gpipe, 1f1b, zb-h1, zb-h2, interleaved"
 std::vector<SweepSchedule> parse_schedules(const std::string& list, int chunks);
 
-// The bubble fraction of the schedule with unit forward, input-gradient and weight-gradient
-// times on `stages` devices: what the measured bubble is compared with.
+// The bubble fraction of the schedule's action lists played out with unit forward,
+// input-gradient and weight-gradient times on `stages` devices (ideal_bubble of
+// models/pipeline/schedule_sim.h; (p - 1) / (m + p - 1) for gpipe and 1f1b): what the measured
+// bubble is compared with.
 double formula_bubble(const SweepSchedule& s, int stages, int micro_batches);
 
 // Where the traced step of schedule `name` goes: `base` itself when the sweep runs one
