@@ -206,6 +206,7 @@ nlohmann::json ids_and_phase(const Span& s) {
   if (s.ids.bucket >= 0) args["bucket"] = s.ids.bucket;
   if (s.ids.step >= 0) args["step"] = s.ids.step;
   if (s.ids.replica >= 0) args["replica"] = s.ids.replica;
+  if (s.ids.chunk >= 0) args["chunk"] = s.ids.chunk;
   return args;
 }
 

@@ -47,6 +47,7 @@ struct Ids {  // what a span belongs to; -1 = not applicable
   int bucket = -1;
   int64_t step = -1;
   int replica = -1;  // data-parallel replica (hybrid runs)
+  int chunk = -1;    // the device's model chunk (interleaved pipelines)
 };
 
 struct Span {
