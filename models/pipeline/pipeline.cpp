@@ -61,10 +61,12 @@ void finish_device_work(Device d) {
 
 }  // namespace
 
-// A micro-batch between its forward and its backward on one stage.
+// A micro-batch between its forward and its backward (its W, in a split backward) on one
+// piece of the model.
 struct Pipeline::Stashed {
-  Tensor input;   // the stage's input (a leaf that requires grad, except on stage 0)
-  Tensor output;  // the output (the scaled loss on the last stage); undefined under recompute
+  Tensor input;   // the piece's input (a leaf that requires grad, except on the first piece)
+  Tensor output;  // the output (the scaled loss on the last piece); undefined under recompute
+  std::optional<WeightGradients> weights;  // after B of a split backward: what W computes
 };
 
 Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<Device> devices,
@@ -74,17 +76,34 @@ Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<D
       devices_(std::move(devices)),
       loss_(std::move(loss)),
       options_(std::move(options)) {
-  const int p = partition_.stages();
-  if (p < 1) throw Error("pipeline: the partition has no stages", ErrorKind::Usage);
+  const int pieces = partition_.stages();
+  if (pieces < 1) throw Error("pipeline: the partition has no stages", ErrorKind::Usage);
   if (partition_.bounds.back() != static_cast<int64_t>(blocks_.size())) {
     throw Error(detail::str("pipeline: the partition covers ", partition_.bounds.back(),
                             " blocks but the model has ", blocks_.size()), ErrorKind::Usage);
   }
-  if (static_cast<int>(devices_.size()) != p) {
-    throw Error(detail::str("pipeline: ", p, " stages need ", p, " devices, got ",
+  const int v = options_.chunks;
+  if (v < 1) {
+    throw Error(detail::str("pipeline: chunks must be at least 1, got ", v), ErrorKind::Usage);
+  }
+  if (v > 1 && options_.schedule != Schedule::Interleaved) {
+    throw Error(detail::str("pipeline: chunks = ", v, " needs the interleaved schedule, not ",
+                            schedule_name(options_.schedule),
+                            " (which runs one chunk per device: set chunks = 1)"),
+                ErrorKind::Usage);
+  }
+  if (v == 1 && static_cast<int>(devices_.size()) != pieces) {
+    throw Error(detail::str("pipeline: ", pieces, " stages need ", pieces, " devices, got ",
                             devices_.size(), " (give one device per stage, e.g. cpu:0,cpu:1)"),
                 ErrorKind::Usage);
   }
+  if (v > 1 && static_cast<int64_t>(devices_.size()) * v != pieces) {
+    throw Error(detail::str("pipeline: ", devices_.size(), " devices x ", v, " chunks need a ",
+                            "partition into ", static_cast<int64_t>(devices_.size()) * v,
+                            " pieces, but it has ", pieces, " (balance(costs, devices x chunks))"),
+                ErrorKind::Usage);
+  }
+  const int p = static_cast<int>(devices_.size());
   if (!options_.stage_transports.empty() &&
       static_cast<int>(options_.stage_transports.size()) != p) {
     throw Error(detail::str("pipeline: hybrid parallelism needs one transport per stage (", p,
@@ -94,14 +113,14 @@ Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<D
   threads_per_stage_ = options_.threads_per_stage > 0
                            ? options_.threads_per_stage
                            : std::max(1, hardware_threads() / p);
-  for (int s = 0; s < p; ++s) {
-    for (int64_t b = partition_.first(s); b < partition_.end(s); ++b) {
-      blocks_[b].module->to(devices_[s]);
+  for (int k = 0; k < pieces; ++k) {
+    for (int64_t b = partition_.first(k); b < partition_.end(k); ++b) {
+      blocks_[b].module->to(devices_[device_of(k)]);
     }
-  }
-  for (int s = 0; s < p; ++s) {
     activations_.push_back(std::make_unique<Channel>());
     gradients_.push_back(std::make_unique<Channel>());
+  }
+  for (int s = 0; s < p; ++s) {
     auto stage = std::make_unique<Stage>();
     stage->index = s;
     stage->device = devices_[s];
@@ -132,20 +151,29 @@ Pipeline::~Pipeline() {
 }
 
 std::vector<Tensor> Pipeline::stage_parameters(int stage) const {
+  KILN_CHECK(stage >= 0 && stage < stages(), "pipeline: no stage ", stage, " of ", stages());
   std::vector<Tensor> params;
-  for (int64_t b = partition_.first(stage); b < partition_.end(stage); ++b) {
-    for (const Tensor& t : blocks_[b].module->parameters()) params.push_back(t);
+  for (int k = stage; k < pieces(); k += stages()) {  // chunk 0, 1, ... of the device
+    for (int64_t b = partition_.first(k); b < partition_.end(k); ++b) {
+      for (const Tensor& t : blocks_[b].module->parameters()) params.push_back(t);
+    }
   }
   return params;
 }
 
-Tensor Pipeline::forward_blocks(int stage, const Tensor& x) const {
+Tensor Pipeline::forward_blocks(int piece, const Tensor& x) const {
   AutocastGuard mixed(options_.autocast);
   Tensor y = x;
-  for (int64_t b = partition_.first(stage); b < partition_.end(stage); ++b) {
+  for (int64_t b = partition_.first(piece); b < partition_.end(piece); ++b) {
     y = blocks_[b].module->forward(y);
   }
   return y;
+}
+
+trace::Ids Pipeline::ids(int piece, int micro_batch, int64_t step) const {
+  trace::Ids ids{device_of(piece), micro_batch, -1, step, options_.replica};
+  if (options_.schedule == Schedule::Interleaved) ids.chunk = piece / stages();
+  return ids;
 }
 
 double Pipeline::train_step(const Tensor& x, const Tensor& target, int64_t step) {
@@ -165,9 +193,9 @@ double Pipeline::train_step(const Tensor& x, const Tensor& target, int64_t step)
   for (int64_t r = 0; r < in.rows; r += split) in.starts.push_back(r);
   in.starts.push_back(in.rows);
 
-  for (int s = 0; s < stages(); ++s) {
-    activations_[s]->reset();
-    gradients_[s]->reset();
+  for (int k = 0; k < pieces(); ++k) {
+    activations_[k]->reset();
+    gradients_[k]->reset();
   }
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -249,16 +277,16 @@ void Pipeline::fail(const std::string& where, const std::exception_ptr& error) {
       error_ = where + ": " + message;
     }
   }
-  for (int s = 0; s < stages(); ++s) {
-    activations_[s]->abort();
-    gradients_[s]->abort();
+  for (int k = 0; k < pieces(); ++k) {
+    activations_[k]->abort();
+    gradients_[k]->abort();
   }
 }
 
-void Pipeline::send(int from_stage, Channel& to, int to_stage, int micro_batch, const Tensor& t) {
-  const Device dst = devices_[to_stage];
-  trace::Scope span("send", trace::Phase::Send, devices_[from_stage],
-                    {from_stage, micro_batch, -1, -1, options_.replica});
+void Pipeline::send(int from_piece, Channel& to, int to_piece, int micro_batch, const Tensor& t) {
+  const Device dst = devices_[device_of(to_piece)];
+  trace::Scope span("send", trace::Phase::Send, devices_[device_of(from_piece)],
+                    ids(from_piece, micro_batch, -1));
   ChannelMessage message;
   message.micro_batch = micro_batch;
   message.tensor = t.detach().to(dst, /*non_blocking=*/true);
@@ -273,12 +301,13 @@ void Pipeline::send(int from_stage, Channel& to, int to_stage, int micro_batch, 
   to.push(std::move(message));
 }
 
-Tensor Pipeline::receive(Channel& from, int stage, int micro_batch) {
-  trace::Scope span("receive", trace::Phase::Receive, devices_[stage],
-                    {stage, micro_batch, -1, -1, options_.replica});
+Tensor Pipeline::receive(Channel& from, int piece, int micro_batch) {
+  trace::Scope span("receive", trace::Phase::Receive, devices_[device_of(piece)],
+                    ids(piece, micro_batch, -1));
   ChannelMessage message = from.pop();
-  KILN_CHECK(message.micro_batch == micro_batch, "pipeline stage ", stage, " expected micro-batch ",
-             micro_batch, " but received ", message.micro_batch);
+  KILN_CHECK(message.micro_batch == micro_batch, "pipeline piece ", piece, " (stage ",
+             device_of(piece), ") expected micro-batch ", micro_batch, " but received ",
+             message.micro_batch);
 #if KILN_WITH_CUDA
   if (message.ready) {
     message.ready->wait();  // this stage's stream waits for the copy, the host does not
@@ -290,14 +319,18 @@ Tensor Pipeline::receive(Channel& from, int stage, int micro_batch) {
 }
 
 void Pipeline::run_step(Stage& stage, const StepInput& in) {
-  const int s = stage.index, p = stages();
-  const bool first = s == 0, last = s == p - 1;
+  const int s = stage.index, p = stages(), last_piece = pieces() - 1;
   const int m = static_cast<int>(in.starts.size()) - 1;
   const Device dev = stage.device;
-  const std::vector<PipelineAction> actions = stage_actions(options_.schedule, s, p, m);
-  int last_backward = -1;
+  const bool split = splits_backward(options_.schedule);
+  const std::vector<PipelineAction> actions =
+      stage_actions(options_.schedule, s, p, m, options_.chunks);
+  // Hybrid: the action whose grad-ready hooks launch the allreduces, the stage's last one that
+  // computes weight gradients (W in a split backward); every other runs under no_sync().
+  const PipelineAction::Kind syncing_kind = split ? PipelineAction::Weight : PipelineAction::Backward;
+  int last_syncing = -1;
   for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
-    if (actions[k].kind == PipelineAction::Backward) last_backward = k;
+    if (actions[k].kind == syncing_kind) last_syncing = k;
   }
   stage.peak_live = 0;
   stage.loss = 0;
@@ -306,8 +339,10 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
     // Built here, on the stage thread: its constructor broadcasts replica 0's parameters, a
     // collective that meets the same stage of every other replica.
     std::vector<Tensor> buffers;
-    for (int64_t b = partition_.first(s); b < partition_.end(s); ++b) {
-      for (auto& [name, t] : blocks_[b].module->named_buffers()) buffers.push_back(t);
+    for (int k = s; k < pieces(); k += p) {
+      for (int64_t b = partition_.first(k); b < partition_.end(k); ++b) {
+        for (auto& [name, t] : blocks_[b].module->named_buffers()) buffers.push_back(t);
+      }
     }
     comm::DataParallelOptions dp_options;
     dp_options.algorithm = options_.algorithm;
@@ -319,11 +354,8 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
   reset_device_peak(dev);
   const int64_t bytes_at_start = device_bytes(dev, /*peak=*/false);
 
-  std::map<int, Stashed> stash;
+  std::map<std::pair<int, int>, Stashed> stash;  // (chunk, micro-batch)
   std::vector<Tensor> losses;
-  auto ids = [&](int micro_batch) {
-    return trace::Ids{s, micro_batch, -1, in.step, options_.replica};
-  };
   // The batch's rows are copied to the stage's device without the host waiting when the caller's
   // batch is in pinned memory (Tensor::pin_memory; from pageable memory the copy blocks, and
   // KILN_SYNC_DEBUG reports it): train_step returns only after the copies have finished.
@@ -335,70 +367,108 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
     return loss_(out, target) * (static_cast<double>(b - a) / static_cast<double>(in.rows));
   };
   const char* phase = "forward";
-  int current = -1;
+  int current = -1, current_chunk = 0;
   try {
-    for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
-      const PipelineAction& action = actions[k];
-      const int i = action.micro_batch;
+    for (int a = 0; a < static_cast<int>(actions.size()); ++a) {
+      const PipelineAction& action = actions[a];
+      const int i = action.micro_batch, c = action.chunk;
+      KILN_CHECK(c >= 0 && c < options_.chunks, "pipeline stage ", s, ": an action of chunk ", c,
+                 " but the device has ", options_.chunks);
+      const int k = c * p + s;  // the piece of the model this action runs
+      const bool first = k == 0, last = k == last_piece;
       current = i;
+      current_chunk = c;
+      std::optional<comm::DataParallel::NoSync> accumulate;
+      if (stage.dp && action.kind != PipelineAction::Forward && a != last_syncing) {
+        accumulate.emplace(*stage.dp);
+      }
       if (action.kind == PipelineAction::Forward) {
         phase = "forward";
         Stashed st;
         if (first) {
           st.input = in.x.rows(in.starts[i], in.starts[i + 1]).to(dev, /*non_blocking=*/true);
         } else {
-          st.input = receive(*activations_[s], s, i);
+          st.input = receive(*activations_[k], k, i);
           st.input.set_requires_grad(true);  // the boundary: a leaf whose .grad goes back
         }
         Tensor out;
         {
-          trace::Scope span("forward", trace::Phase::Forward, dev, ids(i));
+          trace::Scope span("forward", trace::Phase::Forward, dev, ids(k, i, in.step));
           std::optional<NoGradGuard> no_grad;
           if (options_.recompute) no_grad.emplace();  // keep the input only
-          out = forward_blocks(s, st.input);
+          out = forward_blocks(k, st.input);
           if (last) {
             out = scaled_loss(out, i);
             losses.push_back(out.detach());
           }
         }
-        if (!last) send(s, *activations_[s + 1], s + 1, i, out);
+        if (!last) send(k, *activations_[k + 1], k + 1, i, out);
         if (!options_.recompute) st.output = out;
-        stash.emplace(i, std::move(st));
+        const bool fresh = stash.emplace(std::make_pair(c, i), std::move(st)).second;
+        KILN_CHECK(fresh, "pipeline stage ", s, ": a second forward of micro-batch ", i,
+                   " (chunk ", c, ") in one step");
         stage.peak_live = std::max(stage.peak_live, static_cast<int>(stash.size()));
-      } else {
+      } else if (action.kind == PipelineAction::Backward) {
         phase = "backward";
-        auto it = stash.find(i);
-        KILN_CHECK(it != stash.end(), "pipeline stage ", s, ": backward of micro-batch ", i,
-                   " before its forward");
-        Stashed st = std::move(it->second);
-        stash.erase(it);
+        auto it = stash.find({c, i});
+        KILN_CHECK(it != stash.end() && !it->second.weights, "pipeline stage ", s,
+                   ": backward of micro-batch ", i, " (chunk ", c, ") before its forward");
+        Stashed& st = it->second;
         if (options_.recompute) {
           phase = "recompute";
-          trace::Scope span("recompute", trace::Phase::Recompute, dev, ids(i));
-          st.output = forward_blocks(s, st.input);
+          trace::Scope span("recompute", trace::Phase::Recompute, dev, ids(k, i, in.step));
+          st.output = forward_blocks(k, st.input);
           if (last) st.output = scaled_loss(st.output, i);
           phase = "backward";
         }
         Tensor grad_out;
-        if (!last) grad_out = receive(*gradients_[s], s, i);
+        if (!last) grad_out = receive(*gradients_[k], k, i);
         {
-          trace::Scope span("backward", trace::Phase::Backward, dev, ids(i));
-          // Hybrid: only the stage's last backward launches the gradient allreduces.
-          std::optional<comm::DataParallel::NoSync> accumulate;
-          if (stage.dp && k != last_backward) accumulate.emplace(*stage.dp);
-          st.output.backward(grad_out);
+          trace::Scope span("backward", trace::Phase::Backward, dev, ids(k, i, in.step));
+          if (split) {
+            // B: the activations' and the input's gradients now, the weights' in W.
+            if (!grad_out.defined()) {
+              grad_out = Tensor::ones(st.output.shape(), st.output.dtype(), st.output.device());
+            }
+            std::vector<Tensor> inputs;
+            if (!first) inputs.push_back(st.input);
+            st.weights.emplace(backward_input_grads(st.output, grad_out, inputs));
+          } else {
+            st.output.backward(grad_out);
+          }
         }
-        if (!first) send(s, *gradients_[s - 1], s - 1, i, st.input.grad());
+        if (!first) send(k, *gradients_[k - 1], k - 1, i, st.input.grad());
+        if (split) {
+          st.input = Tensor();  // what W needs, its WeightGradients holds
+          st.output = Tensor();
+        } else {
+          stash.erase(it);
+        }
+      } else {
+        phase = "weight";
+        KILN_CHECK(split, "pipeline stage ", s, ": a weight pass in schedule ",
+                   schedule_name(options_.schedule), ", which does not split the backward");
+        auto it = stash.find({c, i});
+        KILN_CHECK(it != stash.end() && it->second.weights, "pipeline stage ", s,
+                   ": weight pass of micro-batch ", i, " (chunk ", c, ") before its backward");
+        {
+          trace::Scope span("weight", trace::Phase::Weight, dev, ids(k, i, in.step));
+          it->second.weights->run();
+        }
+        stash.erase(it);
       }
     }
     current = -1;
+    KILN_CHECK(stash.empty(), "pipeline stage ", s, ": ", stash.size(),
+               " micro-batches still held at the end of the step (schedule ",
+               schedule_name(options_.schedule), ")");
     if (stage.dp) {
       phase = "gradient allreduce";
       stage.dp->synchronize();
     }
     phase = "optimizer step";
     {
-      trace::Scope span("optimizer", trace::Phase::Optimizer, dev, ids(-1));
+      trace::Scope span("optimizer", trace::Phase::Optimizer, dev, trace::Ids{s, -1, -1, in.step, options_.replica});
       stage.optimizer->step();
     }
     {
@@ -414,6 +484,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
   } catch (...) {
     std::string where = detail::str("pipeline stage ", s, " (", dev.str(), ")");
     if (current >= 0) where += detail::str(", micro-batch ", current);
+    if (current >= 0 && options_.chunks > 1) where += detail::str(", chunk ", current_chunk);
     fail(where + ", " + phase, std::current_exception());
     throw ChannelAborted{};  // reported; the loop only has to count this stage as done
   }

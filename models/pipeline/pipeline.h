@@ -9,25 +9,49 @@
 //   double loss = pipe.train_step(images, targets);   // forward, backward, optimizer step
 //
 // How one step runs (schedule.h has the orders). The batch is cut into micro-batches of
-// split_size rows (Tensor::rows). Stage s runs its blocks on its device, in its own thread:
+// split_size rows (Tensor::rows). Stage s runs its blocks on its device, in its own thread,
+// following its list of actions (stage_actions):
 //   forward i    input: the batch rows (stage 0) or the message from stage s-1, made a leaf
 //                that requires grad; output: sent to stage s+1 on its device (to(device),
 //                ordered on GPUs by an event; channel.h), or, on the last stage, the loss of
 //                the micro-batch scaled by its share of the batch (rows / batch), so the
 //                gradients accumulated over micro-batches are those of the whole batch's mean.
+//                The micro-batch's tensors wait in the stage's stash until its backward.
 //   backward i   the output's backward with the gradient received from stage s+1 (the last
-//                stage: the loss's backward); the input leaf's .grad goes back to stage s-1.
+//                stage: the loss's backward); the input leaf's .grad goes back to stage s-1,
+//                and the micro-batch leaves the stash.
 //   after all    one optimizer step per stage, on the stage's thread.
 // The autograd graph never crosses a stage: each stage's part begins at its input leaf, so
 // every stage thread runs its own backward (the "boundary tensor" of torchgpipe and PyTorch's
 // pipelining: https://pytorch.org/docs/stable/distributed.pipelining.html).
 //
+// Split backward (the zero-bubble schedules, zb-h1 and zb-h2: splits_backward()). A backward
+// is two actions. B i (PipelineAction::Backward) computes only what stage s-1 waits for: the
+// gradients of the activations and of the input leaf (backward_input_grads, engine/autograd.h),
+// and sends the input's .grad back as above; the weights' gradients it leaves undone, in a
+// WeightGradients kept in the micro-batch's stash entry. W i (PipelineAction::Weight), later,
+// computes and accumulates them (the trace's "weight" spans); only then does the micro-batch
+// leave the stash, so the activations held (peak_live_micro_batches) count from F i to W i.
+// Nobody waits for a W, which is why the schedule can put them where a stage would otherwise
+// idle. B and W together compute what one backward does, so the step's result is unchanged.
+//
+// Model chunks (the interleaved schedule, chunks = v > 1). The partition then has p x v
+// pieces, and device d holds v of them, not neighbours: piece k = c p + d is chunk c of
+// device d. A micro-batch goes through device 0, 1, ..., p-1 (chunk 0), then again through
+// device 0, 1, ..., p-1 (chunk 1), and so on; the first piece takes the batch rows, the last
+// computes the loss. Each device still has one thread and one optimizer (over the parameters
+// of all its chunks: stage_parameters), and an action names its chunk. There is a channel
+// per boundary between pieces, including the one from the last device back to device 0, and
+// from a device to itself (p = 1); every device's actions come in an order in which no receive
+// waits for a send that cannot come first (schedule.h). stages() and PipelineStepStats count
+// devices; pieces() counts pieces.
+//
 // Re-materialisation (recompute, GPipe section 2.3): the forward pass runs without recording
 // the graph and keeps only the stage's input; the backward pass runs the forward again, with
-// the graph, just before it. Activation memory falls from m micro-batches of every layer's
-// saved tensors to m stage inputs plus one micro-batch's, for one more forward per step.
-// BatchNorm layers then see each micro-batch twice and update their running statistics twice
-// (the gradients are unchanged): models/pipeline docs say more.
+// the graph, just before it (before B, in a split backward). Activation memory falls from m
+// micro-batches of every layer's saved tensors to m stage inputs plus one micro-batch's, for
+// one more forward per step. BatchNorm layers then see each micro-batch twice and update their
+// running statistics twice (the gradients are unchanged): models/pipeline docs say more.
 //
 // Threads. CPU stages (cpu:N) each get their own OpenMP/BLAS/oneDNN thread budget
 // (threads_per_stage), so two stages on a 2-core machine use one core each instead of both
@@ -41,9 +65,10 @@
 // Hybrid data x pipeline parallelism: with stage_transports (one per stage, connecting that
 // stage across the N replicas of the pipeline: threads with comm::make_local_group, or MPI
 // processes), each stage averages its gradients over the replicas with comm::DataParallel.
-// Backward passes before a stage's last one run under no_sync(), so the gradients of all
-// micro-batches add up locally; the hooks of the last one launch the bucket allreduces,
-// which overlap that backward and the rest of the pipeline's drain.
+// The weights' gradients of all micro-batches add up locally (under no_sync()) except in the
+// stage's last action that computes them: its last backward, or, in a split backward, its
+// last W (every B also runs under no_sync()). The grad-ready hooks of that last one launch the
+// bucket allreduces, which overlap it and the rest of the pipeline's drain.
 #pragma once
 
 #include <atomic>
@@ -61,6 +86,7 @@
 #include "comm/communicator.h"
 #include "engine/optim/optimizer.h"
 #include "engine/tensor.h"
+#include "engine/trace.h"
 #include "models/pipeline/channel.h"
 #include "models/pipeline/partition.h"
 #include "models/pipeline/schedule.h"
@@ -74,8 +100,8 @@ class DataParallel;
 struct PipelineOptions {
   Schedule schedule = Schedule::GPipe;
   int64_t split_size = 0;  // rows per micro-batch (the last may be smaller); 0 or Naive: whole batch
-  // Model chunks per device (Interleaved only): the partition then has stages x chunks pieces,
-  // piece c * stages + d on device d.
+  // Model chunks per device (Interleaved only; >= 1): the partition then has stages x chunks
+  // pieces, piece c * stages + d on device d.
   int chunks = 1;
   bool recompute = false;  // re-materialisation: keep only stage inputs, recompute in backward
   int threads_per_stage = 0;  // CPU stages' thread budget; 0: max(1, cores / stages)
@@ -94,7 +120,8 @@ struct PipelineStepStats {
   double seconds = 0;     // wall time of train_step()
   double loss = 0;        // the batch's loss (sum of the micro-batches' scaled losses)
   int micro_batches = 0;
-  // Per stage: the most micro-batches whose activations were held at once.
+  // Per stage (device): the most micro-batches (pairs of micro-batch and chunk, interleaved)
+  // whose activations were held at once: from forward to backward, or to W in a split backward.
   std::vector<int> peak_live_micro_batches;
   // Per stage: the device allocator's peak bytes during the step above its bytes at the start,
   // less the parameters' gradients (what remains: activations, their gradients and
@@ -109,8 +136,9 @@ class Pipeline {
   using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
   using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>)>;
 
-  // Moves each stage's blocks to its device (Module::to) and starts one thread per stage.
-  // devices.size() must equal partition.stages(); errors (Usage) say what does not match.
+  // Moves each piece's blocks to its device (Module::to) and starts one thread per device.
+  // partition.stages() must equal devices.size() x options.chunks; errors (Usage) say what does
+  // not match.
   Pipeline(std::vector<Block> blocks, Partition partition, std::vector<Device> devices,
            LossFn loss, OptimizerFactory make_optimizer, PipelineOptions options = {});
   ~Pipeline();  // stops and joins the stage threads
@@ -121,10 +149,13 @@ class Pipeline {
   // Returns the batch's loss. `step` labels the trace spans.
   double train_step(const Tensor& x, const Tensor& target, int64_t step = -1);
 
-  int stages() const { return partition_.stages(); }
+  int stages() const { return static_cast<int>(devices_.size()); }  // devices
+  int chunks() const { return options_.chunks; }                     // pieces per device
+  int pieces() const { return partition_.stages(); }                 // stages() x chunks()
   Device device(int stage) const { return devices_.at(stage); }
   const Partition& partition() const { return partition_; }
   const std::vector<Block>& blocks() const { return blocks_; }
+  // The parameters of every chunk of device `stage`, chunk 0 first.
   std::vector<Tensor> stage_parameters(int stage) const;
   Optimizer& optimizer(int stage) { return *stages_.at(stage)->optimizer; }
   const PipelineStepStats& last_step() const { return last_; }
@@ -132,7 +163,7 @@ class Pipeline {
   int threads_per_stage() const { return threads_per_stage_; }
 
  private:
-  struct Stashed;  // a micro-batch's tensors between its forward and backward
+  struct Stashed;  // a micro-batch's tensors between its forward and backward (or W)
   struct Stage {
     int index = 0;
     Device device;
@@ -153,9 +184,11 @@ class Pipeline {
 
   void stage_loop(Stage& stage);
   void run_step(Stage& stage, const StepInput& in);
-  Tensor forward_blocks(int stage, const Tensor& x) const;
-  void send(int from_stage, Channel& to, int to_stage, int micro_batch, const Tensor& t);
-  Tensor receive(Channel& from, int stage, int micro_batch);
+  Tensor forward_blocks(int piece, const Tensor& x) const;
+  int device_of(int piece) const { return piece % stages(); }
+  trace::Ids ids(int piece, int micro_batch, int64_t step) const;
+  void send(int from_piece, Channel& to, int to_piece, int micro_batch, const Tensor& t);
+  Tensor receive(Channel& from, int piece, int micro_batch);
   void fail(const std::string& what, const std::exception_ptr& error);
 
   std::vector<Block> blocks_;
@@ -165,8 +198,8 @@ class Pipeline {
   PipelineOptions options_;
   int threads_per_stage_ = 1;
   std::vector<std::unique_ptr<Stage>> stages_;
-  std::vector<std::unique_ptr<Channel>> activations_;  // [s]: stage s-1 -> s
-  std::vector<std::unique_ptr<Channel>> gradients_;    // [s]: stage s+1 -> s
+  std::vector<std::unique_ptr<Channel>> activations_;  // [k]: piece k-1 -> k
+  std::vector<std::unique_ptr<Channel>> gradients_;    // [k]: piece k+1 -> k
 
   // The step handed to the stage threads, and their completion.
   std::mutex mu_;

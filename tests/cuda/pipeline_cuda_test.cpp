@@ -46,8 +46,9 @@ NamedTensors train_reference(DType dtype, const Tensor& x, const Tensor& y) {
 }
 
 // Three SGD steps of the MLP blocks on cuda devices, against the same on the CPU, whole batch.
+// chunks > 1: the interleaved schedule, the 5 blocks cut into devices x chunks pieces.
 void expect_matches_cpu(const std::vector<Device>& devices, Schedule schedule, int64_t split,
-                        bool recompute) {
+                        bool recompute, int chunks = 1) {
   const int64_t batch = 12;
   Tensor x = test::random_tensor({batch, 6}, 1), y = test::random_tensor({batch, 3}, 2);
   const NamedTensors want = train_reference(DType::F32, x, y);
@@ -59,8 +60,9 @@ void expect_matches_cpu(const std::vector<Device>& devices, Schedule schedule, i
   options.schedule = schedule;
   options.split_size = split;
   options.recompute = recompute;
+  options.chunks = chunks;
   const int stages = static_cast<int>(devices.size());
-  Pipeline pipe(model.blocks(), balance(std::vector<double>(5, 1.0), stages), devices,
+  Pipeline pipe(model.blocks(), balance(std::vector<double>(5, 1.0), stages * chunks), devices,
                 [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); },
                 [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.1, 0.9); },
                 options);
@@ -86,11 +88,22 @@ TEST(PipelineCuda, TwoDevicesEveryScheduleMatchesTheCpu) {
   expect_matches_cpu(devices, Schedule::GPipe, 4, true);
 }
 
+// The backward split into B and W (zero-bubble), and two chunks per device (interleaved: the
+// activations go cuda:0 -> cuda:1 -> cuda:0 -> cuda:1 and the gradients back).
+TEST(PipelineCuda, TwoDevicesSplitBackwardAndInterleavedMatchTheCpu) {
+  KILN_SKIP_WITHOUT_CUDA_DEVICES(2);
+  const std::vector<Device> devices = {Device("cuda:0"), Device("cuda:1")};
+  expect_matches_cpu(devices, Schedule::ZeroBubbleH1, 2, false);
+  expect_matches_cpu(devices, Schedule::ZeroBubbleH1, 3, true);
+  expect_matches_cpu(devices, Schedule::Interleaved, 3, false, /*chunks=*/2);
+}
+
 // Two stages on one GPU: each stage thread has its own stream there, so the events still
 // order every hand-over (the only form a one-GPU machine can run).
 TEST(PipelineCuda, TwoStagesOnOneDeviceMatchTheCpu) {
   KILN_SKIP_WITHOUT_CUDA();
   expect_matches_cpu({Device("cuda:0"), Device("cuda:0")}, Schedule::OneFOneB, 2, false);
+  expect_matches_cpu({Device("cuda:0"), Device("cuda:0")}, Schedule::ZeroBubbleH1, 2, false);
 }
 
 // A pipeline from the CPU to a GPU and back: a mix of device kinds.

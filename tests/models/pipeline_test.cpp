@@ -133,18 +133,32 @@ struct PipeSetup {
   Schedule schedule;
   int64_t split;
   bool recompute;
+  int chunks = 1;
 };
 
 std::string name_of(const PipeSetup& s) {
   return std::string(schedule_name(s.schedule)) + " split " + std::to_string(s.split) +
-         (s.recompute ? " recompute" : "");
+         (s.recompute ? " recompute" : "") +
+         (s.chunks > 1 ? " chunks " + std::to_string(s.chunks) : "");
 }
 
-TEST(PipelineCpu, EverySchedulesGradientsAndWeightsEqualOneDevice) {
-  const int64_t batch = 10;
+std::vector<Device> cpu_devices(int n) {
+  std::vector<Device> devices;
+  for (int s = 0; s < n; ++s) devices.push_back(Device(DeviceType::CPU, s));
+  return devices;
+}
+
+Pipeline::LossFn mse() {
+  return [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); };
+}
+
+// Every setup on 2 and 3 CPU stages, three SGD steps with momentum, against the same `blocks`
+// MLP blocks on one device on the whole batch: the same losses and weights, up to the order
+// in which the micro-batches' gradients are summed.
+void expect_every_setup_equals_one_device(const std::vector<PipeSetup>& setups, int64_t batch,
+                                          int blocks) {
   Tensor x = test::random_tensor({batch, 6}, 1), y = test::random_tensor({batch, 3}, 2);
-  // The reference: the same blocks on one device, whole batch, three SGD steps.
-  test::MlpBlocks reference(11);
+  test::MlpBlocks reference(11, 16, blocks);
   SGD ref_opt(reference.parameters(), 0.1, 0.9);
   std::vector<Tensor> ref_losses;
   for (int step = 0; step < 3; ++step) {
@@ -154,24 +168,22 @@ TEST(PipelineCpu, EverySchedulesGradientsAndWeightsEqualOneDevice) {
     ref_opt.step();
     ref_losses.push_back(loss.detach());
   }
-  const std::vector<PipeSetup> setups = {
-      {Schedule::Naive, 0, false},  {Schedule::GPipe, 1, false},    {Schedule::GPipe, 3, false},
-      {Schedule::GPipe, 10, false}, {Schedule::OneFOneB, 1, false}, {Schedule::OneFOneB, 4, false},
-      {Schedule::GPipe, 3, true},   {Schedule::OneFOneB, 2, true}};
   for (const PipeSetup& setup : setups) {
     for (int stages : {2, 3}) {
       SCOPED_TRACE(name_of(setup) + ", " + std::to_string(stages) + " stages");
-      test::MlpBlocks model(11);
-      std::vector<Device> devices;
-      for (int s = 0; s < stages; ++s) devices.push_back(Device(DeviceType::CPU, s));
+      test::MlpBlocks model(11, 16, blocks);
       PipelineOptions options;
       options.schedule = setup.schedule;
       options.split_size = setup.split;
       options.recompute = setup.recompute;
-      Pipeline pipe(model.blocks(), balance(std::vector<double>(model.blocks().size(), 1.0), stages),
-                    devices, [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); },
+      options.chunks = setup.chunks;
+      Pipeline pipe(model.blocks(),
+                    balance(std::vector<double>(model.blocks().size(), 1.0), stages * setup.chunks),
+                    cpu_devices(stages), mse(),
                     [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.1, 0.9); },
                     options);
+      ASSERT_EQ(pipe.stages(), stages);
+      ASSERT_EQ(pipe.pieces(), stages * setup.chunks);
       for (int step = 0; step < 3; ++step) {
         double loss = pipe.train_step(x, y, step);
         EXPECT_NEAR(loss, ref_losses[step].item(), 1e-5) << "step " << step;
@@ -179,6 +191,36 @@ TEST(PipelineCpu, EverySchedulesGradientsAndWeightsEqualOneDevice) {
       test::expect_same_parameters(model, reference, 1e-5);
     }
   }
+}
+
+TEST(PipelineCpu, EverySchedulesGradientsAndWeightsEqualOneDevice) {
+  expect_every_setup_equals_one_device(
+      {{Schedule::Naive, 0, false},
+       {Schedule::GPipe, 1, false},
+       {Schedule::GPipe, 3, false},
+       {Schedule::GPipe, 10, false},
+       {Schedule::OneFOneB, 1, false},
+       {Schedule::OneFOneB, 4, false},
+       {Schedule::GPipe, 3, true},
+       {Schedule::OneFOneB, 2, true}},
+      /*batch=*/10, /*blocks=*/5);
+}
+
+// The zero-bubble schedules (B and W apart) and the interleaved one (two chunks per device:
+// 4 or 6 pieces of 7 blocks), on 1, 2, 4, 6 and 12 micro-batches.
+TEST(PipelineCpu, SplitBackwardAndInterleavedSchedulesEqualOneDevice) {
+  expect_every_setup_equals_one_device(
+      {{Schedule::ZeroBubbleH1, 1, false},
+       {Schedule::ZeroBubbleH1, 3, false},
+       {Schedule::ZeroBubbleH1, 12, false},
+       {Schedule::ZeroBubbleH1, 2, true},
+       {Schedule::ZeroBubbleH2, 1, false},
+       {Schedule::ZeroBubbleH2, 6, false},
+       {Schedule::ZeroBubbleH2, 2, true},
+       {Schedule::Interleaved, 2, false, 2},
+       {Schedule::Interleaved, 1, false, 2},
+       {Schedule::Interleaved, 2, true, 2}},
+      /*batch=*/12, /*blocks=*/7);
 }
 
 TEST(PipelineCpu, OneFOneBHoldsFewerActivationsThanGPipe) {
@@ -246,6 +288,138 @@ TEST(PipelineCpu, TracesEveryStageAndMicroBatch) {
   EXPECT_LT(u.bubble_fraction, 1);
 }
 
+// The stash holds a micro-batch from its forward to its W in a split backward, and a
+// (chunk, micro-batch) pair in the interleaved schedule: the peaks are the schedules'.
+TEST(PipelineCpu, PeakLiveMicroBatchesAreTheSchedulesPeakInFlight) {
+  Tensor x = test::random_tensor({16, 6}, 1), y = test::random_tensor({16, 3}, 2);
+  struct Case {
+    Schedule schedule;
+    int stages, chunks;
+  };
+  for (const Case& c : {Case{Schedule::ZeroBubbleH1, 2, 1}, Case{Schedule::ZeroBubbleH1, 3, 1},
+                        Case{Schedule::ZeroBubbleH2, 3, 1}, Case{Schedule::Interleaved, 2, 2}}) {
+    SCOPED_TRACE(std::string(schedule_name(c.schedule)) + ", " + std::to_string(c.stages) +
+                 " stages");
+    test::MlpBlocks model(3, 16, 6);
+    PipelineOptions options;
+    options.schedule = c.schedule;
+    options.split_size = 2;  // m = 8
+    options.chunks = c.chunks;
+    Pipeline pipe(model.blocks(), balance(std::vector<double>(6, 1.0), c.stages * c.chunks),
+                  cpu_devices(c.stages), mse(),
+                  [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.01); }, options);
+    pipe.train_step(x, y);
+    std::vector<int> want;
+    for (int s = 0; s < c.stages; ++s) {
+      want.push_back(peak_in_flight(stage_actions(c.schedule, s, c.stages, 8, c.chunks)));
+    }
+    EXPECT_EQ(pipe.last_step().micro_batches, 8);
+    EXPECT_EQ(pipe.last_step().peak_live_micro_batches, want);
+  }
+}
+
+// The spans of `phase` on `stage` as sorted (chunk, micro-batch) pairs, each checked to carry
+// the step and the stage's device.
+std::vector<std::pair<int, int>> traced(const std::vector<trace::Span>& spans,
+                                        trace::Phase phase, int stage, int64_t step) {
+  std::vector<std::pair<int, int>> got;
+  for (const trace::Span& span : spans) {
+    if (span.phase != phase || span.ids.stage != stage) continue;
+    EXPECT_EQ(span.ids.step, step);
+    EXPECT_EQ(span.device, "cpu:" + std::to_string(stage));
+    got.emplace_back(span.ids.chunk, span.ids.micro_batch);
+  }
+  std::sort(got.begin(), got.end());
+  return got;
+}
+
+std::vector<trace::Span> trace_one_step(Pipeline& pipe, int64_t rows, int64_t step) {
+  trace::Tracer& tracer = trace::Tracer::global();
+  tracer.clear();
+  tracer.enable();
+  pipe.train_step(test::random_tensor({rows, 6}, 1), test::random_tensor({rows, 3}, 2), step);
+  tracer.enable(false);
+  std::vector<trace::Span> spans = tracer.spans();
+  tracer.clear();
+  return spans;
+}
+
+// A split backward records one "backward" (B) and one "weight" (W) span per micro-batch and
+// stage, W after B.
+TEST(PipelineCpu, ZeroBubbleSchedulesTraceOneWeightSpanPerMicroBatchAndStage) {
+  for (Schedule sched : {Schedule::ZeroBubbleH1, Schedule::ZeroBubbleH2}) {
+    SCOPED_TRACE(schedule_name(sched));
+    test::MlpBlocks model(3);
+    PipelineOptions options;
+    options.schedule = sched;
+    options.split_size = 2;
+    Pipeline pipe(model.blocks(), balance(std::vector<double>(5, 1.0), 2), cpu_devices(2), mse(),
+                  [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.01); }, options);
+    std::vector<trace::Span> spans = trace_one_step(pipe, 8, 4);
+    const std::vector<std::pair<int, int>> every = {{-1, 0}, {-1, 1}, {-1, 2}, {-1, 3}};
+    for (int s = 0; s < 2; ++s) {
+      for (trace::Phase phase :
+           {trace::Phase::Forward, trace::Phase::Backward, trace::Phase::Weight}) {
+        EXPECT_EQ(traced(spans, phase, s, 4), every) << "stage " << s << " "
+                                                     << trace::phase_name(phase);
+      }
+      for (const trace::Span& w : spans) {
+        if (w.phase != trace::Phase::Weight || w.ids.stage != s) continue;
+        EXPECT_EQ(w.name, "weight");
+        for (const trace::Span& b : spans) {
+          if (b.phase == trace::Phase::Backward && b.ids.stage == s &&
+              b.ids.micro_batch == w.ids.micro_batch) {
+            EXPECT_LE(b.end_us, w.start_us) << "W " << w.ids.micro_batch << " before its B";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Interleaved: every device runs a forward and a backward of each micro-batch in each of its
+// chunks, and the spans say which chunk.
+TEST(PipelineCpu, InterleavedTracesEveryChunkOfEveryStage) {
+  test::MlpBlocks model(3, 16, 6);
+  PipelineOptions options;
+  options.schedule = Schedule::Interleaved;
+  options.chunks = 2;
+  options.split_size = 2;
+  Pipeline pipe(model.blocks(), balance(std::vector<double>(6, 1.0), 4), cpu_devices(2), mse(),
+                [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.01); }, options);
+  EXPECT_EQ(pipe.stages(), 2);
+  EXPECT_EQ(pipe.chunks(), 2);
+  EXPECT_EQ(pipe.pieces(), 4);
+  // Device 0 holds pieces 0 and 2, device 1 pieces 1 and 3.
+  std::vector<Tensor> want0, want1;
+  for (int k : {0, 2, 1, 3}) {
+    for (int64_t b = pipe.partition().first(k); b < pipe.partition().end(k); ++b) {
+      for (const Tensor& t : model.blocks()[b].module->parameters()) {
+        (k % 2 == 0 ? want0 : want1).push_back(t);
+      }
+    }
+  }
+  auto same_tensors = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].impl() != b[i].impl()) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same_tensors(pipe.stage_parameters(0), want0));
+  EXPECT_TRUE(same_tensors(pipe.stage_parameters(1), want1));
+  std::vector<trace::Span> spans = trace_one_step(pipe, 8, 2);
+  std::vector<std::pair<int, int>> every;
+  for (int c = 0; c < 2; ++c) {
+    for (int i = 0; i < 4; ++i) every.emplace_back(c, i);
+  }
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(traced(spans, trace::Phase::Forward, s, 2), every) << "stage " << s;
+    EXPECT_EQ(traced(spans, trace::Phase::Backward, s, 2), every) << "stage " << s;
+    EXPECT_TRUE(traced(spans, trace::Phase::Weight, s, 2).empty()) << "stage " << s;
+  }
+}
+
 // A block that fails on a chosen call, to check that a failing stage ends the step.
 class FailOnCall : public Module {
  public:
@@ -263,7 +437,8 @@ class FailOnCall : public Module {
 };
 
 TEST(PipelineCpu, AFailingStageEndsTheStepWithItsErrorNotAHang) {
-  for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB}) {
+  for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubbleH1}) {
+    SCOPED_TRACE(schedule_name(sched));
     test::MlpBlocks model(5);
     std::vector<Block> blocks = model.blocks();
     auto bomb = std::make_shared<FailOnCall>(2);  // the third forward: micro-batch 2
@@ -310,6 +485,33 @@ TEST(PipelineCpu, MismatchedDevicesOrBatchesAreUsageErrors) {
                Error);
 }
 
+TEST(PipelineCpu, BadChunkCountsAreUsageErrorsThatSayWhy) {
+  test::MlpBlocks model(5);
+  auto usage_message = [&](Schedule schedule, int chunks, int pieces) {
+    PipelineOptions options;
+    options.schedule = schedule;
+    options.chunks = chunks;
+    try {
+      Pipeline pipe(model.blocks(), balance(std::vector<double>(5, 1.0), pieces), cpu_devices(2),
+                    mse(), [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.1); },
+                    options);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(usage_message(Schedule::Interleaved, 0, 2).find("chunks must be at least 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(usage_message(Schedule::OneFOneB, 2, 4)
+                .find("chunks = 2 needs the interleaved schedule, not 1f1b"),
+            std::string::npos);
+  const std::string mismatch = usage_message(Schedule::Interleaved, 2, 3);
+  EXPECT_NE(mismatch.find("2 devices x 2 chunks need a partition into 4 pieces, but it has 3"),
+            std::string::npos)
+      << mismatch;
+}
+
 // A ResNet with BatchNorm in eval mode (running statistics: micro-batches do not change it).
 TEST(PipelineCpu, ResNetInEvalModeMatchesOneDevice) {
   ResNetConfig c = resnet_config("resnet18", 5);
@@ -347,7 +549,11 @@ TEST(PipelineCpu, ResNetInEvalModeMatchesOneDevice) {
 
 // ---- Hybrid: 2 replicas of a 2-stage pipeline == one device on the global batch. -----------
 
-TEST(PipelineHybrid, TwoReplicasOfTwoStagesEqualOneDeviceOnTheGlobalBatch) {
+// Replica r runs schedules[r] (each stage's allreduce meets the same stage of the other
+// replica, whatever order its micro-batches ran in); chunks > 1 for the interleaved schedule.
+// Each replica's 6 rows are cut into micro-batches of `split` rows.
+void expect_two_replicas_of_two_stages_equal_one_device(const Schedule (&schedules)[2],
+                                                       int chunks, int64_t split = 2) {
   const int replicas = 2, stages = 2;
   const int64_t batch = 12;
   Tensor x = test::random_tensor({batch, 6}, 1), y = test::random_tensor({batch, 3}, 2);
@@ -369,13 +575,14 @@ TEST(PipelineHybrid, TwoReplicasOfTwoStagesEqualOneDeviceOnTheGlobalBatch) {
     threads.emplace_back([&, r] {
       try {
         PipelineOptions options;
-        options.schedule = r == 0 ? Schedule::OneFOneB : Schedule::GPipe;  // either works
-        options.split_size = 2;
+        options.schedule = schedules[r];
+        options.chunks = chunks;
+        options.split_size = split;
         options.replica = r;
         options.bucket_bytes = 256;  // several buckets
         for (int s = 0; s < stages; ++s) options.stage_transports.push_back(groups[s][r]);
         std::vector<Block> blocks = models[r]->blocks();
-        Pipeline pipe(blocks, balance(std::vector<double>(blocks.size(), 1.0), stages),
+        Pipeline pipe(blocks, balance(std::vector<double>(blocks.size(), 1.0), stages * chunks),
                       {Device(DeviceType::CPU, 2 * r), Device(DeviceType::CPU, 2 * r + 1)},
                       [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); },
                       [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.1, 0.9); },
@@ -395,6 +602,25 @@ TEST(PipelineHybrid, TwoReplicasOfTwoStagesEqualOneDeviceOnTheGlobalBatch) {
     ASSERT_EQ(errors[r], "") << "replica " << r;
     test::expect_same_parameters(*models[r], reference, 2e-6);
   }
+}
+
+TEST(PipelineHybrid, TwoReplicasOfTwoStagesEqualOneDeviceOnTheGlobalBatch) {
+  expect_two_replicas_of_two_stages_equal_one_device({Schedule::OneFOneB, Schedule::GPipe}, 1);
+}
+
+// In a split backward the weights' gradients appear in the W actions: all but each stage's
+// last accumulate under no_sync(), and the average over the replicas is still the global one.
+TEST(PipelineHybrid, ZeroBubbleReplicasEqualOneDeviceOnTheGlobalBatch) {
+  expect_two_replicas_of_two_stages_equal_one_device(
+      {Schedule::ZeroBubbleH1, Schedule::ZeroBubbleH1}, 1);
+  expect_two_replicas_of_two_stages_equal_one_device(
+      {Schedule::ZeroBubbleH1, Schedule::ZeroBubbleH2}, 1);
+}
+
+// Two chunks per device: one allreduce per device over the parameters of both its chunks.
+TEST(PipelineHybrid, InterleavedReplicasEqualOneDeviceOnTheGlobalBatch) {
+  expect_two_replicas_of_two_stages_equal_one_device(
+      {Schedule::Interleaved, Schedule::Interleaved}, 2, /*split=*/3);
 }
 
 }  // namespace

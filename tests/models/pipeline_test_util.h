@@ -29,17 +29,17 @@ inline Tensor random_tensor(const Shape& shape, uint32_t seed) {
   return Tensor::from_vector(v, shape);
 }
 
-// Linear+ReLU, Linear+ReLU, Linear+ReLU, Linear+ReLU, Linear: 6 -> width ... -> 3, as five
-// blocks. The same seed gives the same weights.
+// Linear+ReLU blocks, then a Linear: 6 -> width ... -> 3, `count` blocks (five by default:
+// four Linear+ReLU and the last Linear). The same seed and shape give the same weights.
 class MlpBlocks {
  public:
-  explicit MlpBlocks(uint64_t seed, int64_t width = 16) {
+  explicit MlpBlocks(uint64_t seed, int64_t width = 16, int count = 5) {
     manual_seed(seed);
-    const int64_t sizes[] = {6, width, width, width, width, 3};
-    for (int b = 0; b < 5; ++b) {
+    for (int b = 0; b < count; ++b) {
+      const int64_t in = b == 0 ? 6 : width, out = b == count - 1 ? 3 : width;
       auto seq = std::make_shared<Sequential>();
-      seq->push_back("0", std::make_shared<Linear>(sizes[b], sizes[b + 1]));
-      if (b < 4) seq->push_back("1", std::make_shared<ReLU>());
+      seq->push_back("0", std::make_shared<Linear>(in, out));
+      if (b < count - 1) seq->push_back("1", std::make_shared<ReLU>());
       blocks_.push_back({"block" + std::to_string(b), seq});
     }
   }
