@@ -29,9 +29,10 @@
 // is two actions. B i (PipelineAction::Backward) computes only what stage s-1 waits for: the
 // gradients of the activations and of the input leaf (backward_input_grads, engine/autograd.h),
 // and sends the input's .grad back as above; the weights' gradients it leaves undone, in a
-// WeightGradients kept in the micro-batch's stash entry. W i (PipelineAction::Weight), later,
-// computes and accumulates them (the trace's "weight" spans); only then does the micro-batch
-// leave the stash, so the activations held (peak_live_micro_batches) count from F i to W i.
+// WeightGradients kept in the micro-batch's stash entry (which then holds only that: it keeps
+// what W needs). W i (PipelineAction::Weight), later, computes and accumulates them (the
+// trace's "weight" spans); only then does the micro-batch leave the stash, so the activations
+// held (peak_live_micro_batches) count from F i to W i.
 // Nobody waits for a W, which is why the schedule can put them where a stage would otherwise
 // idle. B and W together compute what one backward does, so the step's result is unchanged.
 //
@@ -44,7 +45,10 @@
 // per boundary between pieces, including the one from the last device back to device 0, and
 // from a device to itself (p = 1); every device's actions come in an order in which no receive
 // waits for a send that cannot come first (schedule.h). stages() and PipelineStepStats count
-// devices; pieces() counts pieces.
+// devices; pieces() counts pieces; trace spans carry the device as stage and the chunk.
+//
+//   Pipeline pipe(blocks, balance(block_costs, 2 * 2), {"cuda:0", "cuda:1"}, loss, make_sgd,
+//                 {.schedule = Schedule::Interleaved, .split_size = 20, .chunks = 2});
 //
 // Re-materialisation (recompute, GPipe section 2.3): the forward pass runs without recording
 // the graph and keeps only the stage's input; the backward pass runs the forward again, with
