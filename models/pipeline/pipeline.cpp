@@ -327,7 +327,8 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
       stage_actions(options_.schedule, s, p, m, options_.chunks);
   // Hybrid: the action whose grad-ready hooks launch the allreduces, the stage's last one that
   // computes weight gradients (W in a split backward); every other runs under no_sync().
-  const PipelineAction::Kind syncing_kind = split ? PipelineAction::Weight : PipelineAction::Backward;
+  const PipelineAction::Kind syncing_kind =
+      split ? PipelineAction::Weight : PipelineAction::Backward;
   int last_syncing = -1;
   for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
     if (actions[k].kind == syncing_kind) last_syncing = k;
@@ -468,7 +469,8 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
     }
     phase = "optimizer step";
     {
-      trace::Scope span("optimizer", trace::Phase::Optimizer, dev, trace::Ids{s, -1, -1, in.step, options_.replica});
+      trace::Scope span("optimizer", trace::Phase::Optimizer, dev,
+                        trace::Ids{s, -1, -1, in.step, options_.replica});
       stage.optimizer->step();
     }
     {
