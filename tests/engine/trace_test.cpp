@@ -138,7 +138,9 @@ TEST_F(TraceTest, ClearDropsSpans) {
 TEST_F(TraceTest, ChromeJsonHoldsCompleteEventsWithArgs) {
   Tracer& tracer = Tracer::global();
   tracer.add(work(0, Phase::Forward, 10, 30, 5));
-  tracer.add(work(1, Phase::Backward, 40, 70, 5));
+  Span later_chunk = work(1, Phase::Backward, 40, 70, 5);
+  later_chunk.ids.chunk = 1;  // an interleaved pipeline's second model chunk
+  tracer.add(later_chunk);
   Span bucket;
   bucket.name = "bucket 3";
   bucket.phase = Phase::Allreduce;
@@ -175,6 +177,8 @@ TEST_F(TraceTest, ChromeJsonHoldsCompleteEventsWithArgs) {
   EXPECT_EQ(fwd["args"]["stage"], 0);
   EXPECT_EQ(fwd["args"]["step"], 5);
   EXPECT_FALSE(fwd["args"].contains("bucket"));  // ids that do not apply are left out
+  EXPECT_FALSE(fwd["args"].contains("chunk"));
+  EXPECT_EQ(complete[1]["args"]["chunk"], 1);
   const nlohmann::json& ar = complete[2];
   EXPECT_EQ(ar["name"], "bucket 3");
   EXPECT_EQ(ar["args"]["phase"], "allreduce");
