@@ -353,7 +353,9 @@ def plot_model_parallel(rows, title):
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     base = f(bars[0], "step_s_mean") if bars else 1.0
     ys = [f(r, "step_s_mean") for r in bars]
-    line_colours = dict(zip(by_schedule, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
+    # Red and gray are the naive and single-device bars': the schedules get the other colours.
+    line_colours = dict(zip(by_schedule, ["tab:blue", "tab:orange", "tab:green", "tab:purple",
+                                          "tab:brown", "tab:pink", "tab:olive", "tab:cyan"] * 4))
     colors = ["tab:gray" if r["mode"] == "single" else
               "tab:red" if r["mode"] == "model-parallel" else line_colours[schedule_of(r)]
               for r in bars]
