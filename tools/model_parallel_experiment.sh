@@ -24,8 +24,9 @@
 #    docs/img/model_parallel_{bench,gantt}.png (MP_DOCS_IMG=0: not copied)
 #
 # Environment: KILN_BUILD_DIR, MP_OUT (default out/model_parallel), MP_ARGS (extra resnet_bench
-# flags, e.g. "--balance tutorial"), MP_SCHEDULES (default gpipe,1f1b,zb-h1,zb-h2,interleaved),
-# MP_DOCS_IMG (default 1).
+# flags of the 2-stage run, e.g. "--balance tutorial"), MP4_ARGS (the 4-stage run's flags
+# besides devices and schedules; default "--split-sizes 8,20 --steps 1 --repeats 2"),
+# MP_SCHEDULES (default gpipe,1f1b,zb-h1,zb-h2,interleaved), MP_DOCS_IMG (default 1).
 set -euo pipefail
 # No arguments: the settings are the environment variables above. -h/--help prints this header.
 if [[ $# -gt 0 ]]; then
@@ -59,7 +60,7 @@ echo "== resnet_bench (defaults, --schedule $schedules; ${MP_ARGS:-no extra flag
 echo "== resnet_bench: 4 stages on cpu:0..cpu:3 (2 cores: the bubble against the formula, not speed)"
 # shellcheck disable=SC2086
 "$bench" --devices cpu:0,cpu:1,cpu:2,cpu:3 --threads-per-stage 1 --modes pipeline \
-  --schedule "$schedules" --chunks 2 --split-sizes 8,20 --steps 1 --repeats 2 ${MP_ARGS:-} \
+  --schedule "$schedules" --chunks 2 ${MP4_ARGS:---split-sizes 8,20 --steps 1 --repeats 2} \
   --csv "$out/bench4.csv" --json "$out/bench4.json" --trace "$out/trace4.json" | tee "$out/bench4.log"
 
 echo "== hybrid: 2 replicas x 2 stages, threads"

@@ -543,8 +543,9 @@ def plot_gantt(path, step, title):
         legend = "receive (waiting)" if phase == "receive" else \
             "backward (B)" if phase == "backward" and has_weight else \
             "weight (W)" if phase == "weight" else phase
-        # Interleaved schedules: the device's later model chunks hatched.
-        hatch = "//" if args.get("chunk", 0) > 0 else None
+        # Interleaved schedules: the passes of the device's later model chunks hatched.
+        hatch = "//" if args.get("chunk", 0) > 0 and \
+            phase in ("forward", "backward", "weight", "recompute") else None
         ax.broken_barh([(start, dur)], (y - 0.4, 0.8), facecolors=colour, edgecolor="white",
                        linewidth=0.3, hatch=hatch, label=None if legend in seen else legend)
         seen.add(legend)
