@@ -141,7 +141,10 @@ Pipeline::Pipeline(std::vector<Block> blocks, Partition partition, std::vector<D
 
 Pipeline::~Pipeline() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Steps still in flight finish first (a failed one ends by its abort): no stage thread is
+    // stopped mid-step, and none waits for a message that will not come.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return unfinished_locked() == 0; });
     stopping_ = true;
   }
   cv_.notify_all();
@@ -176,13 +179,35 @@ trace::Ids Pipeline::ids(int piece, int micro_batch, int64_t step) const {
   return ids;
 }
 
+int Pipeline::unfinished_locked() const {
+  int n = 0;
+  for (const auto& job : jobs_) n += job->done < stages() ? 1 : 0;
+  return n;
+}
+
+int Pipeline::steps_submitted_not_waited() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(jobs_.size());
+}
+
 double Pipeline::train_step(const Tensor& x, const Tensor& target, int64_t step) {
+  if (steps_submitted_not_waited() > 0) {
+    throw Error(detail::str("pipeline: train_step with ", steps_submitted_not_waited(),
+                            " submitted steps not waited for (call wait_step() for each first)"),
+                ErrorKind::Usage);
+  }
+  submit_step(x, target, step);
+  return wait_step();
+}
+
+int64_t Pipeline::submit_step(const Tensor& x, const Tensor& target, int64_t step) {
   KILN_CHECK_INPUT(x.dim() >= 1 && target.dim() >= 1 && x.size(0) == target.size(0),
                    "pipeline: the batch has ", x.dim() >= 1 ? x.size(0) : 0,
                    " rows but the targets have ", target.dim() >= 1 ? target.size(0) : 0);
   KILN_CHECK_INPUT(x.size(0) >= 1, "pipeline: an empty batch");
-  auto t0 = std::chrono::steady_clock::now();
-  StepInput in;
+  auto job = std::make_shared<StepJob>();
+  job->submitted = std::chrono::steady_clock::now();
+  StepInput& in = job->in;
   in.x = x.detach();
   in.target = target.detach();
   in.rows = x.size(0);
@@ -192,41 +217,51 @@ double Pipeline::train_step(const Tensor& x, const Tensor& target, int64_t step)
                             : options_.split_size;
   for (int64_t r = 0; r < in.rows; r += split) in.starts.push_back(r);
   in.starts.push_back(in.rows);
+  job->results.resize(stages());
 
-  for (int k = 0; k < pieces(); ++k) {
-    activations_[k]->reset();
-    gradients_[k]->reset();
+  std::unique_lock<std::mutex> lock(mu_);
+  // After a failure, the aborted channels are reset once every step in flight has ended (the
+  // failed one, those it interrupted or cancelled); the new step then runs normally.
+  cv_.wait(lock, [&] {
+    const int unfinished = unfinished_locked();
+    return aborted_ ? unfinished == 0 : unfinished < kMaxStepsInFlight;
+  });
+  if (aborted_) {
+    for (int k = 0; k < pieces(); ++k) {
+      activations_[k]->reset();
+      gradients_[k]->reset();
+    }
+    aborted_ = false;
   }
+  job->seq = next_seq_++;
+  jobs_.push_back(job);
+  cv_.notify_all();
+  return job->seq;
+}
+
+double Pipeline::wait_step() {
+  std::shared_ptr<StepJob> job;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    error_.clear();
-    first_error_ = nullptr;
-    done_ = 0;
-    step_input_ = &in;
-    ++step_seq_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return done_ == stages(); });
-    step_input_ = nullptr;
-    if (first_error_) {
-      ErrorKind kind = ErrorKind::Runtime;
-      try {
-        std::rethrow_exception(first_error_);
-      } catch (const Error& e) {
-        kind = e.kind();
-      } catch (...) {
-      }
-      throw Error(error_, kind);
+    if (jobs_.empty()) {
+      throw Error("pipeline: wait_step() with no step submitted (call submit_step() first)",
+                  ErrorKind::Usage);
     }
+    job = jobs_.front();
+    cv_.wait(lock, [&] { return job->done == stages(); });
+    jobs_.pop_front();
   }
+  cv_.notify_all();
+  if (!job->error.empty()) throw Error(job->error, job->kind);
   last_ = PipelineStepStats();
-  last_.micro_batches = static_cast<int>(in.starts.size()) - 1;
-  for (auto& stage : stages_) {
-    last_.peak_live_micro_batches.push_back(stage->peak_live);
-    last_.peak_activation_bytes.push_back(stage->peak_bytes);
-    if (stage->dp) last_.overlap_fraction.push_back(stage->dp->stats().overlap_fraction());
+  last_.micro_batches = static_cast<int>(job->in.starts.size()) - 1;
+  for (const StageResult& r : job->results) {
+    last_.peak_live_micro_batches.push_back(r.peak_live);
+    last_.peak_activation_bytes.push_back(r.peak_bytes);
+    if (r.overlap >= 0) last_.overlap_fraction.push_back(r.overlap);
   }
-  last_.loss = stages_.back()->loss;
-  last_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  last_.loss = job->results.back().loss;
+  last_.seconds = std::chrono::duration<double>(job->finished - job->submitted).count();
   return last_.loss;
 }
 
@@ -236,50 +271,82 @@ void Pipeline::stage_loop(Stage& stage) {
   std::optional<cuda::DeviceGuard> guard;
   if (stage.device.is_cuda()) guard.emplace(stage.device.index);
 #endif
-  int64_t seen = 0;
+  int64_t next = 0;  // the submission number of this stage's next step
   while (true) {
-    const StepInput* in = nullptr;
+    std::shared_ptr<StepJob> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || step_seq_ != seen; });
+      // A step is waited for (and leaves jobs_) only once every stage has ended it, so this
+      // stage's next step is in jobs_ once submitted.
+      cv_.wait(lock, [&] { return stopping_ || (!jobs_.empty() && jobs_.back()->seq >= next); });
       if (stopping_) return;
-      seen = step_seq_;
-      in = step_input_;
+      job = jobs_[static_cast<size_t>(next - jobs_.front()->seq)];
+    }
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      skip = job->cancelled;
     }
     try {
-      run_step(stage, *in);
+      if (!skip) run_step(stage, *job);
     } catch (const ChannelAborted&) {
-      // Another stage failed and reported it; this one just stops.
+      // Another stage failed and reported it (cancelling this step, or naming it in the step's
+      // error); a step before the failed one that the abort cut short gets the failure's words.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (job->error.empty() && !job->cancelled) {
+        job->error = "pipeline: the step was aborted because another failed";
+        for (const auto& other : jobs_) {
+          if (!other->error.empty() && !other->cancelled) {
+            job->error = other->error;
+            job->kind = other->kind;
+          }
+        }
+      }
     } catch (...) {
       fail(detail::str("pipeline stage ", stage.index, " (", stage.device.str(), ")"),
-           std::current_exception());
+           std::current_exception(), *job);
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++done_;
+      if (++job->done == stages()) job->finished = std::chrono::steady_clock::now();
     }
     cv_.notify_all();
+    ++next;
   }
 }
 
-void Pipeline::fail(const std::string& where, const std::exception_ptr& error) {
+void Pipeline::fail(const std::string& where, const std::exception_ptr& error, StepJob& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!first_error_) {
+    if (job.error.empty() && !job.cancelled) {
       std::string message = "unknown exception";
+      ErrorKind kind = ErrorKind::Runtime;
       try {
         std::rethrow_exception(error);
+      } catch (const Error& e) {
+        message = e.what();
+        kind = e.kind();
       } catch (const std::exception& e) {
         message = e.what();
       } catch (...) {
       }
-      first_error_ = error;
-      error_ = where + ": " + message;
+      job.error = where + ": " + message;
+      job.kind = kind;
+      // The steps submitted after it are cancelled: their stages skip them, or stop at the
+      // aborted channels.
+      for (const auto& later : jobs_) {
+        if (later->seq > job.seq && later->error.empty()) {
+          later->cancelled = true;
+          later->error = detail::str("pipeline: step ", later->seq, " was cancelled because step ",
+                                     job.seq, " failed (", job.error, ")");
+        }
+      }
     }
+    aborted_ = true;
   }
   for (int k = 0; k < pieces(); ++k) {
-    activations_[k]->abort();
-    gradients_[k]->abort();
+    activations_[k]->abort(job.seq);
+    gradients_[k]->abort(job.seq);
   }
 }
 
@@ -301,10 +368,10 @@ void Pipeline::send(int from_piece, Channel& to, int to_piece, int micro_batch, 
   to.push(std::move(message));
 }
 
-Tensor Pipeline::receive(Channel& from, int piece, int micro_batch) {
+Tensor Pipeline::receive(Channel& from, int piece, int micro_batch, int64_t seq) {
   trace::Scope span("receive", trace::Phase::Receive, devices_[device_of(piece)],
                     ids(piece, micro_batch, -1));
-  ChannelMessage message = from.pop();
+  ChannelMessage message = from.pop(seq);
   KILN_CHECK(message.micro_batch == micro_batch, "pipeline piece ", piece, " (stage ",
              device_of(piece), ") expected micro-batch ", micro_batch, " but received ",
              message.micro_batch);
@@ -318,7 +385,9 @@ Tensor Pipeline::receive(Channel& from, int piece, int micro_batch) {
   return message.tensor;
 }
 
-void Pipeline::run_step(Stage& stage, const StepInput& in) {
+void Pipeline::run_step(Stage& stage, StepJob& job) {
+  const StepInput& in = job.in;
+  StageResult& result = job.results[stage.index];
   const int s = stage.index, p = stages(), last_piece = pieces() - 1;
   const int m = static_cast<int>(in.starts.size()) - 1;
   const Device dev = stage.device;
@@ -333,8 +402,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
   for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
     if (actions[k].kind == syncing_kind) last_syncing = k;
   }
-  stage.peak_live = 0;
-  stage.loss = 0;
+  result = StageResult();
   stage.optimizer->zero_grad();
   if (!options_.stage_transports.empty() && !stage.dp) {
     // Built here, on the stage thread: its constructor broadcasts replica 0's parameters, a
@@ -389,7 +457,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
         if (first) {
           st.input = in.x.rows(in.starts[i], in.starts[i + 1]).to(dev, /*non_blocking=*/true);
         } else {
-          st.input = receive(*activations_[k], k, i);
+          st.input = receive(*activations_[k], k, i, job.seq);
           st.input.set_requires_grad(true);  // the boundary: a leaf whose .grad goes back
         }
         Tensor out;
@@ -408,7 +476,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
         const bool fresh = stash.emplace(std::make_pair(c, i), std::move(st)).second;
         KILN_CHECK(fresh, "pipeline stage ", s, ": a second forward of micro-batch ", i,
                    " (chunk ", c, ") in one step");
-        stage.peak_live = std::max(stage.peak_live, static_cast<int>(stash.size()));
+        result.peak_live = std::max(result.peak_live, static_cast<int>(stash.size()));
       } else if (action.kind == PipelineAction::Backward) {
         phase = "backward";
         auto it = stash.find({c, i});
@@ -423,7 +491,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
           phase = "backward";
         }
         Tensor grad_out;
-        if (!last) grad_out = receive(*gradients_[k], k, i);
+        if (!last) grad_out = receive(*gradients_[k], k, i, job.seq);
         {
           trace::Scope span("backward", trace::Phase::Backward, dev, ids(k, i, in.step));
           if (split) {
@@ -479,7 +547,7 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
       // stage's step, on the stage's own thread (so named here, not by the caller).
       cuda::AllowSync allow("pipeline: a stage's step ends when its device work does");
       finish_device_work(dev);
-      for (const Tensor& l : losses) stage.loss += l.item();
+      for (const Tensor& l : losses) result.loss += l.item();
     }
   } catch (const ChannelAborted&) {
     throw;
@@ -487,15 +555,16 @@ void Pipeline::run_step(Stage& stage, const StepInput& in) {
     std::string where = detail::str("pipeline stage ", s, " (", dev.str(), ")");
     if (current >= 0) where += detail::str(", micro-batch ", current);
     if (current >= 0 && options_.chunks > 1) where += detail::str(", chunk ", current_chunk);
-    fail(where + ", " + phase, std::current_exception());
+    fail(where + ", " + phase, std::current_exception(), job);
     throw ChannelAborted{};  // reported; the loop only has to count this stage as done
   }
   // Less the parameters' gradients, which are dropped by zero_grad() and so allocated anew in
   // every step: what is left is activations, their gradients and workspaces.
   int64_t grad_bytes = 0;
   for (const Tensor& t : stage_parameters(s)) grad_bytes += static_cast<int64_t>(t.nbytes());
-  stage.peak_bytes = std::max<int64_t>(0, device_bytes(dev, /*peak=*/true) - bytes_at_start -
-                                              grad_bytes);
+  result.peak_bytes = std::max<int64_t>(0, device_bytes(dev, /*peak=*/true) - bytes_at_start -
+                                               grad_bytes);
+  if (stage.dp) result.overlap = stage.dp->stats().overlap_fraction();
 }
 
 }  // namespace kiln

@@ -62,9 +62,35 @@
 // fighting over two. CUDA stages make their device current on their thread. Every stage thread
 // runs the kernels (hand or vendor, engine/impl.h) of the thread that built the pipeline.
 //
-// Failure. An exception on any stage aborts every queue; train_step() then throws one Error
-// naming the stage, its device, the micro-batch and the phase, with the first error's message
-// and kind. No stage is left waiting, and the pipeline can run the next step.
+// Consecutive steps overlap (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024,
+// sections 2.2 and 4: https://arxiv.org/abs/2401.10241). Each stage steps its own optimizer,
+// so nothing ties the stages together at the end of a step: stage 0, done with step k (its
+// optimizer step included), may start the forwards of step k+1 while the last stage still
+// drains step k. submit_step() queues a step and returns; wait_step() waits for the oldest
+// submitted one and returns its loss:
+//
+//   pipe.submit_step(x0, t0);  pipe.submit_step(x1, t1);  pipe.submit_step(x2, t2);
+//   double l0 = pipe.wait_step(), l1 = pipe.wait_step(), l2 = pipe.wait_step();
+//
+// Each stage thread runs the queued steps in order, going from its part of step k straight to
+// its part of step k+1. A step's time profile is a parallelogram (the last stage starts and
+// ends (p-1) forwards after stage 0); back to back, the parallelograms tile, and the fill and
+// drain triangles of one step are filled by the neighbouring steps. Every stage runs the same
+// operations in the same order as with train_step() one step at a time, so the losses and
+// weights are bit for bit the same. The channels need no reset between steps: each boundary is
+// FIFO, so the messages of step k+1 follow those of step k. At most kMaxStepsInFlight steps
+// are unfinished at once (submit_step() blocks beyond). The caller keeps a submitted step's
+// batch unchanged until its wait_step() (the stages read it while the step runs).
+// train_step() is submit_step() then wait_step().
+//
+// Failure. An exception on any stage aborts every queue; the wait_step() (or train_step()) of
+// that step then throws one Error naming the stage, its device, the micro-batch and the phase,
+// with the first error's message and kind. The steps submitted before it end normally (a queue
+// aborted from step k still delivers the messages of earlier steps); those submitted after it
+// are cancelled: their wait_step() throws an Error saying so. No stage is left waiting: once
+// every step in flight has ended, the queues are reset and the pipeline runs the next steps
+// normally. The weights after a failed step are as the stages left them (some may have stepped
+// their optimizer, others not).
 //
 // Hybrid data x pipeline parallelism: with stage_transports (one per stage, connecting that
 // stage across the N replicas of the pipeline: threads with comm::make_local_group, or MPI
@@ -75,10 +101,11 @@
 // bucket allreduces, which overlap it and the rest of the pipeline's drain.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -88,6 +115,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/error.h"
 #include "engine/optim/optimizer.h"
 #include "engine/tensor.h"
 #include "engine/trace.h"
@@ -121,7 +149,7 @@ struct PipelineOptions {
 };
 
 struct PipelineStepStats {
-  double seconds = 0;     // wall time of train_step()
+  double seconds = 0;  // wall time from submit_step() to the step's end on every stage
   double loss = 0;        // the batch's loss (sum of the micro-batches' scaled losses)
   int micro_batches = 0;
   // Per stage (device): the most micro-batches (pairs of micro-batch and chunk, interleaved)
@@ -150,8 +178,19 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   // One training step on a batch (x and target have the same number of rows, on any device).
-  // Returns the batch's loss. `step` labels the trace spans.
+  // Returns the batch's loss. `step` labels the trace spans. Usage error while steps submitted
+  // with submit_step() are not yet waited for.
   double train_step(const Tensor& x, const Tensor& target, int64_t step = -1);
+
+  // Steps that overlap (above). submit_step queues a step and returns its number (0, 1, ... in
+  // submission order), blocking while kMaxStepsInFlight steps are unfinished; the batch must
+  // stay unchanged until the step's wait_step(). wait_step waits for the oldest submitted step
+  // not yet waited for, sets last_step() to its stats and returns its loss; it throws the
+  // step's failure (or its cancellation), and is a Usage error with nothing submitted.
+  static constexpr int kMaxStepsInFlight = 3;
+  int64_t submit_step(const Tensor& x, const Tensor& target, int64_t step = -1);
+  double wait_step();
+  int steps_submitted_not_waited() const;
 
   int stages() const { return static_cast<int>(devices_.size()); }  // devices
   int chunks() const { return options_.chunks; }                     // pieces per device
@@ -174,10 +213,13 @@ class Pipeline {
     std::unique_ptr<Optimizer> optimizer;
     std::shared_ptr<comm::DataParallel> dp;  // hybrid only (built on the stage thread)
     std::thread thread;
-    // Step results, written by the stage thread.
+  };
+  // What one stage measured in one step, written by its thread.
+  struct StageResult {
     int peak_live = 0;
     int64_t peak_bytes = 0;
     double loss = 0;
+    double overlap = -1;  // hybrid: the allreduce time hidden; -1: not hybrid
   };
   struct StepInput {
     Tensor x, target;
@@ -185,15 +227,27 @@ class Pipeline {
     std::vector<int64_t> starts;  // micro-batch i: rows [starts[i], starts[i + 1])
     int64_t step = -1;
   };
+  // A submitted step: its input, each stage's results, and how it ended (under mu_).
+  struct StepJob {
+    int64_t seq = 0;  // submission number
+    StepInput in;
+    std::vector<StageResult> results;  // per stage
+    int done = 0;                      // stages that have ended it
+    std::string error;                 // empty: no failure
+    ErrorKind kind = ErrorKind::Runtime;
+    bool cancelled = false;  // a step before it failed: the stages skip it
+    std::chrono::steady_clock::time_point submitted, finished;
+  };
 
   void stage_loop(Stage& stage);
-  void run_step(Stage& stage, const StepInput& in);
+  void run_step(Stage& stage, StepJob& job);
   Tensor forward_blocks(int piece, const Tensor& x) const;
   int device_of(int piece) const { return piece % stages(); }
   trace::Ids ids(int piece, int micro_batch, int64_t step) const;
   void send(int from_piece, Channel& to, int to_piece, int micro_batch, const Tensor& t);
-  Tensor receive(Channel& from, int piece, int micro_batch);
-  void fail(const std::string& what, const std::exception_ptr& error);
+  Tensor receive(Channel& from, int piece, int micro_batch, int64_t seq);
+  void fail(const std::string& what, const std::exception_ptr& error, StepJob& job);
+  int unfinished_locked() const;
 
   std::vector<Block> blocks_;
   Partition partition_;
@@ -205,15 +259,13 @@ class Pipeline {
   std::vector<std::unique_ptr<Channel>> activations_;  // [k]: piece k-1 -> k
   std::vector<std::unique_ptr<Channel>> gradients_;    // [k]: piece k+1 -> k
 
-  // The step handed to the stage threads, and their completion.
-  std::mutex mu_;
+  // The submitted steps not yet waited for, oldest first, and the stage threads' progress.
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  const StepInput* step_input_ = nullptr;
-  int64_t step_seq_ = 0;  // incremented per step; each stage thread runs each value once
-  int done_ = 0;
+  std::deque<std::shared_ptr<StepJob>> jobs_;
+  int64_t next_seq_ = 0;  // the number of the next submitted step
+  bool aborted_ = false;  // a step failed: the channels are reset once no step is unfinished
   bool stopping_ = false;
-  std::string error_;  // the first failure, with its stage and micro-batch
-  std::exception_ptr first_error_;
   PipelineStepStats last_;
 };
 

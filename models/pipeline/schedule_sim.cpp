@@ -107,4 +107,21 @@ double ideal_bubble(Schedule s, int stages, int micro_batches, int chunks) {
   return simulate(s, stages, micro_batches, chunks).bubble;
 }
 
+double ideal_bubble(Schedule s, int stages, int micro_batches, int chunks, int steps) {
+  KILN_CHECK(steps >= 1, "ideal_bubble: steps must be >= 1, got ", steps);
+  std::vector<std::vector<PipelineAction>> lists(stages);
+  for (int d = 0; d < stages; ++d) {
+    const std::vector<PipelineAction> one = stage_actions(s, d, stages, micro_batches, chunks);
+    for (int r = 0; r < steps; ++r) {
+      for (PipelineAction a : one) {
+        a.micro_batch += r * micro_batches;
+        lists[d].push_back(a);
+      }
+    }
+  }
+  return simulate_lists(lists, chunks, splits_backward(s), ScheduleTimes{},
+                        detail::str(schedule_name(s), " over ", steps, " steps"))
+      .bubble;
+}
+
 }  // namespace kiln

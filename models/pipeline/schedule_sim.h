@@ -52,4 +52,10 @@ SimulatedStep simulate_lists(const std::vector<std::vector<PipelineAction>>& lis
 // simulate(...).bubble with unit times: the share a perfectly balanced pipeline would idle.
 double ideal_bubble(Schedule s, int stages, int micro_batches, int chunks = 1);
 
+// The same over `steps` consecutive steps that overlap (Pipeline::submit_step): each device's
+// list of one step repeated `steps` times, the micro-batches of repeat r numbered from
+// r * micro_batches, simulated with unit times. One step's fill and drain are filled by its
+// neighbours, so the bubble falls with `steps`; steps = 1 is ideal_bubble above.
+double ideal_bubble(Schedule s, int stages, int micro_batches, int chunks, int steps);
+
 }  // namespace kiln

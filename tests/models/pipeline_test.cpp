@@ -468,6 +468,10 @@ TEST(PipelineCpu, AFailingStageEndsTheStepWithItsErrorNotAHang) {
     EXPECT_EQ(kind, ErrorKind::Input);
     bomb->disarm();
     EXPECT_TRUE(std::isfinite(pipe.train_step(x, y))) << "the next step runs";
+    pipe.submit_step(x, y);  // and so do overlapping ones (pipeline_overlap_test.cpp)
+    pipe.submit_step(x, y);
+    EXPECT_TRUE(std::isfinite(pipe.wait_step()));
+    EXPECT_TRUE(std::isfinite(pipe.wait_step()));
   }
 }
 

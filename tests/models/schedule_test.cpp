@@ -216,6 +216,28 @@ TEST(Schedule, UnitTimeBubblesMatchTheClosedForms) {
   }
 }
 
+// Consecutive steps that overlap: ZB-H2's step is a parallelogram (stage 0 ends p - 1 units
+// before the last stage), so K steps tile and idle p - 1 units per device in all,
+// (p - 1) / (3 K m + p - 1). In the others stage 0 ends a step last (its backward comes after
+// every other stage's), so the next step cannot start earlier: K steps idle K times as much.
+TEST(Schedule, ConsecutiveStepsTileOnlyForZeroBubbleH2) {
+  for (int p = 1; p <= 4; ++p) {
+    for (int m = 1; m <= 9; ++m) {
+      for (int steps = 1; steps <= 3; ++steps) {
+        SCOPED_TRACE(detail::str("p=", p, " m=", m, " steps=", steps));
+        for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubbleH1}) {
+          EXPECT_NEAR(ideal_bubble(s, p, m, 1, steps), ideal_bubble(s, p, m), 1e-12);
+        }
+        EXPECT_NEAR(ideal_bubble(Schedule::Interleaved, p, m, 2, steps),
+                    ideal_bubble(Schedule::Interleaved, p, m, 2), 1e-12);
+        const double h2 = ideal_bubble(Schedule::ZeroBubbleH2, p, m, 1, steps);
+        if (steps == 1) EXPECT_NEAR(h2, ideal_bubble(Schedule::ZeroBubbleH2, p, m), 1e-12);
+        if (m >= 2 * p - 1) EXPECT_NEAR(h2, (p - 1.0) / (3.0 * steps * m + p - 1), 1e-12);
+      }
+    }
+  }
+}
+
 // With equal unit times ZB-H1 and ZB-H2 both idle p - 1 units per device; ZB-H2's saved-up
 // W's pay off once the passes differ or the transfers cost time.
 TEST(Schedule, ZeroBubbleH2AheadOfH1WhenPassesDifferOrTransfersCost) {
