@@ -523,32 +523,22 @@ int run(Options& o) {
   if (cpu_devices) report["parallel_slowdown"] = slowdown;
 
   if (best) {
-    // Each schedule's best split once more, traced: the measured bubble beside the ideal one.
+    // Each schedule's best split once more, traced: the measured bubble beside the ideal one,
+    // of one step alone and of consecutive steps that overlap.
     std::printf("\neach schedule's best split, traced once more: the bubble measured (idle share "
                 "of stage time)\nbeside the ideal one (equal stages, unit F/B/W times, free "
-                "copies):\n");
+                "copies), of one step alone and of\n%d consecutive steps submitted at once "
+                "(they overlap):\n", kOverlappedSteps);
     nlohmann::json jbest = nlohmann::json::array();
     for (const SweepSchedule& sc : schedules) {
       auto* pr = static_cast<PipelineRun*>(best_of.at(sc.name));
       const std::string path = o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several);
-      const trace::StageUtilisation u = traced_step(*pr, batch, p, path);
-      const double ideal = formula_bubble(sc, p, pr->micro_batches);
-      const std::string name = sc.chunks > 1 ? detail::str(sc.name, " v", sc.chunks) : sc.name;
-      std::printf("  %-16s split %3lld (%3d micro-batches): bubble measured %5.1f%%, ideal "
-                  "%5.1f%%; busy per stage:", name.c_str(),
-                  static_cast<long long>(pr->split), pr->micro_batches, 100 * u.bubble_fraction,
-                  100 * ideal);
-      for (double b : u.busy_us) std::printf(" %.0f", b / 1000);
-      std::printf(" of %.0f ms%s\n", u.window_us / 1000, pr == best ? "   (fastest)" : "");
-      jbest.push_back({{"schedule", sc.name}, {"chunks", sc.chunks}, {"split_size", pr->split},
-                       {"micro_batches", pr->micro_batches},
-                       {"step_s_mean", mean_of(pr->step_seconds)},
-                       {"bubble_measured", u.bubble_fraction}, {"bubble_ideal", ideal},
-                       {"busy_us", u.busy_us}, {"window_us", u.window_us}});
+      jbest.push_back(traced_bubble_report(*pr, sc, batch, p, path, pr == best));
       if (!path.empty()) jbest.back()["trace"] = path;
       if (pr == best) {
         report["best"] = jbest.back();
-        report["best"]["bubble_theoretical"] = ideal;  // the name older reports used
+        // The name older reports used.
+        report["best"]["bubble_theoretical"] = jbest.back()["bubble_ideal"];
       }
     }
     report["best_per_schedule"] = jbest;

@@ -181,7 +181,11 @@ PipelineRun::PipelineRun(const Workload& w, const Partition& partition,
   }
 }
 
-void PipelineRun::step(const Batch& batch) { pipeline_->train_step(batch.x, batch.y, steps_++); }
+void PipelineRun::step(const Batch& batch) { pipeline_->submit_step(batch.x, batch.y, steps_++); }
+
+void PipelineRun::finish() {
+  while (pipeline_->steps_submitted_not_waited() > 0) pipeline_->wait_step();
+}
 
 double cpu_parallel_slowdown(int threads) {
   Tensor a = Tensor::ones({384, 384}), b = Tensor::ones({384, 384});

@@ -49,9 +49,10 @@ Batch for_devices(Batch batch, const std::vector<Device>& devices);
 std::shared_ptr<ResNet> make_model(const Workload& w);
 
 // One timed setup. step() runs one training step: on one device it only queues the step's work
-// (the host does not wait for the device: with the batch pinned, even its copy is queued), a
-// pipeline returns when its stages' work is done. finish() returns once everything queued so
-// far is done: the timer calls it before reading the clock.
+// (the host does not wait for the device: with the batch pinned, even its copy is queued); a
+// pipeline submits the step (Pipeline::submit_step), so that its stages overlap consecutive
+// steps. finish() returns once everything queued so far is done: the timer calls it before
+// reading the clock. The batch stays unchanged until then.
 class Run {
  public:
   virtual ~Run() = default;
@@ -81,8 +82,9 @@ class PipelineRun : public Run {
  public:
   PipelineRun(const Workload& w, const Partition& partition, const std::vector<Device>& devices,
               PipelineOptions options);
-  void step(const Batch& batch) override;
-  Pipeline& pipeline() { return *pipeline_; }
+  void step(const Batch& batch) override;    // submits the step
+  void finish() override;                    // waits for every submitted step
+  Pipeline& pipeline() { return *pipeline_; }  // last_step(): the last step finish() waited for
 
  private:
   std::shared_ptr<ResNet> model_;

@@ -73,9 +73,12 @@
 //   double l0 = pipe.wait_step(), l1 = pipe.wait_step(), l2 = pipe.wait_step();
 //
 // Each stage thread runs the queued steps in order, going from its part of step k straight to
-// its part of step k+1. A step's time profile is a parallelogram (the last stage starts and
-// ends (p-1) forwards after stage 0); back to back, the parallelograms tile, and the fill and
-// drain triangles of one step are filled by the neighbouring steps. Every stage runs the same
+// its part of step k+1. Which schedules gain: a ZB-H2 step is a parallelogram (the last stage
+// starts and ends p - 1 forwards after stage 0); back to back, the parallelograms tile, and the
+// fill and drain triangles of one step are filled by the neighbouring steps. In GPipe, 1F1B,
+// ZB-H1 and interleaved, stage 0 ends every step last (its last backward needs every other
+// stage's), so step k+1 cannot start sooner; overlap there only saves the hand-over between
+// steps (ideal_bubble over several steps, schedule_sim.h, has both). Every stage runs the same
 // operations in the same order as with train_step() one step at a time, so the losses and
 // weights are bit for bit the same. The channels need no reset between steps: each boundary is
 // FIFO, so the messages of step k+1 follow those of step k. At most kMaxStepsInFlight steps
