@@ -4,16 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/optim/optimizer.h"
 #include "engine/optim/sgd.h"
 #include "layers/loss.h"
 #include "models/pipeline/partition.h"
@@ -98,6 +101,99 @@ TEST(PipelineOverlap, ThreeSubmittedStepsEqualThreeTrainStepsBitForBit) {
       EXPECT_EQ(pipe->steps_submitted_not_waited(), 0);
       expect_bit_identical(overlapped, stepped);
     }
+  }
+}
+
+// Stage 0 starts step k+1 without waiting for the other stages to end step k: the last stage's
+// optimizer step of step 0 is held until stage 0 has run the first forward of step 1 (or 20 s
+// have passed, which fails the test instead of hanging it).
+class Gate {
+ public:
+  void open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// An identity block that opens the gate on its call number `call`.
+class OpenOnCall : public Module {
+ public:
+  OpenOnCall(int call, Gate& gate) : call_(call), gate_(gate) {}
+  Tensor forward(const Tensor& x) override {
+    if (calls_++ == call_) gate_.open();
+    return x;
+  }
+  std::string type_name() const override { return "OpenOnCall"; }
+
+ private:
+  int call_;
+  Gate& gate_;
+  int calls_ = 0;
+};
+
+// SGD whose first step waits for the gate (and remembers whether it opened).
+class GatedSgd : public Optimizer {
+ public:
+  GatedSgd(std::vector<Tensor> params, Gate& gate)
+      : Optimizer(params, 0.1), sgd_(params, 0.1, 0.9), gate_(gate) {}
+  const char* name() const override { return "GatedSgd"; }
+  std::vector<std::string> buffer_names() const override { return {}; }
+  bool opened = false;
+
+ private:
+  void update(size_t i, const Tensor&, const int32_t*) override {
+    if (i != 0) return;  // the whole step is sgd_'s, on parameter 0's turn
+    if (steps_++ == 0) opened = gate_.wait();
+    sgd_.step();
+  }
+  SGD sgd_;
+  Gate& gate_;
+  int steps_ = 0;
+};
+
+TEST(PipelineOverlap, StageZeroStartsTheNextStepBeforeTheLastStageEndsThisOne) {
+  Tensor x = test::random_tensor({10, 6}, 1), y = test::random_tensor({10, 3}, 2);
+  for (Schedule sched : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubbleH1,
+                         Schedule::ZeroBubbleH2}) {
+    SCOPED_TRACE(schedule_name(sched));
+    test::MlpBlocks model(5);
+    Gate gate;
+    std::vector<Block> blocks = model.blocks();
+    // Five micro-batches a step: call 5 is the first forward of the second step.
+    blocks.insert(blocks.begin(), Block{"gate", std::make_shared<OpenOnCall>(5, gate)});
+    GatedSgd* last_stage_sgd = nullptr;
+    int made = 0;
+    PipelineOptions options;
+    options.schedule = sched;
+    options.split_size = 2;
+    Pipeline pipe(blocks, partition_at(static_cast<int64_t>(blocks.size()), {0, 3}),
+                  cpu_devices(2), mse(),
+                  [&](std::vector<Tensor> p) -> std::unique_ptr<Optimizer> {
+                    if (made++ == 0) return std::make_unique<SGD>(p, 0.1, 0.9);
+                    auto gated = std::make_unique<GatedSgd>(p, gate);
+                    last_stage_sgd = gated.get();
+                    return gated;
+                  },
+                  options);
+    pipe.submit_step(x, y);
+    pipe.submit_step(x, y);
+    EXPECT_TRUE(std::isfinite(pipe.wait_step()));
+    EXPECT_TRUE(std::isfinite(pipe.wait_step()));
+    ASSERT_NE(last_stage_sgd, nullptr);
+    EXPECT_TRUE(last_stage_sgd->opened)
+        << "stage 0 waited for the last stage to end step 0 before starting step 1";
   }
 }
 
