@@ -17,7 +17,9 @@
 // one step; then each repeat times --steps steps of every setup in turn, so all setups see the
 // same machine noise (with several --schedule, each split size runs every schedule in turn). A
 // repeat's figure is its mean step time; printed: mean +- std over the repeats, images/s and
-// the speedup over the single-device setup.
+// the speedup over the single-device setup. --refine-cut (the default for --balance time) then
+// times each schedule's fastest split again at its cut and the neighbouring cuts, and traces
+// the fastest (apps/resnet_bench/refine.h: why block times measured alone mislead).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -47,6 +49,7 @@
 #include "apps/common/step_flops.h"
 #include "apps/resnet_bench/pipeline_report.h"
 #include "apps/resnet_bench/plan.h"
+#include "apps/resnet_bench/refine.h"
 #include "apps/resnet_bench/runs.h"
 #include "apps/resnet_bench/schedules.h"
 #include "comm/local_transport.h"
@@ -72,6 +75,8 @@ struct Options {
   bool cuda_graph = false;  // single mode on a GPU: also the step as one CUDA graph
   std::string split_sizes = "1,3,5,8,10,12,20,40,60";
   std::string balance = "time";
+  // --refine-cut / --no-refine-cut (neither given: on for --balance time, refine.h).
+  bool refine_cut = false, no_refine_cut = false;
   int steps = 2, repeats = 3, threads_per_stage = 0, dp = 1;
   std::string csv, json, trace;
 };
@@ -116,6 +121,10 @@ std::vector<Device> parse_devices(const std::string& spec) {
                    "devices, e.g. cpu:0,cpu:1 or cuda:0,cuda:1");
   return devices;
 }
+
+// --refine-cut keeps a neighbouring cut only when its step is more than this much faster than
+// the time-balanced cut's (smaller differences are the noise of two steps).
+constexpr double kRefineMinGain = 0.01;
 
 double mean_of(const std::vector<double>& v) {
   double s = 0;
@@ -306,6 +315,13 @@ int run(Options& o) {
   const bool several = schedules.size() > 1;
   KILN_CHECK_INPUT(!several || (o.dp == 1 && !launched_by_mpi()), "--dp and mpirun run one "
                    "pipeline schedule: give one --schedule (got ", o.schedule, ")");
+  KILN_CHECK_INPUT(!o.refine_cut || o.balance != "tutorial", "--refine-cut moves the cut, "
+                   "--balance tutorial keeps the tutorial's fixed one: give --balance time (or "
+                   "params) with --refine-cut, or drop --refine-cut");
+  KILN_CHECK_INPUT(!o.refine_cut || (o.dp == 1 && !launched_by_mpi()), "--refine-cut refines "
+                   "the split-size sweep's cuts; --dp and mpirun run one pipeline at the "
+                   "time-balanced cut: drop --refine-cut");
+  const bool refine = o.refine_cut || (!o.no_refine_cut && o.balance == "time");
   // The outputs are written at the end of the benchmark: refused now, not after it. With
   // several schedules, --trace names one file per schedule.
   std::vector<OutputPath> outputs = {{"--csv", o.csv}, {"--json", o.json}};
@@ -443,21 +459,23 @@ int run(Options& o) {
     r->label = "model parallel";
     runs.push_back(std::move(r));
   }
+  auto pipeline_run = [&](const SweepSchedule& sc, int64_t split, const Partition& partition) {
+    PipelineOptions po;
+    po.schedule = sc.schedule;
+    po.chunks = sc.chunks;
+    po.split_size = split;
+    po.recompute = o.recompute;
+    po.threads_per_stage = threads;
+    auto r = std::make_unique<PipelineRun>(o.workload, partition, devices, po);
+    r->mode = "pipeline";
+    r->label = detail::str("pipeline ", sc.name, sc.chunks > 1 ? detail::str(" v", sc.chunks) : "",
+                           " split ", split);
+    return r;
+  };
   if (has_mode("pipeline")) {
     for (int64_t split : sizes) {
       for (const SweepSchedule& sc : schedules) {  // the schedules side by side at each split
-        PipelineOptions po;
-        po.schedule = sc.schedule;
-        po.chunks = sc.chunks;
-        po.split_size = split;
-        po.recompute = o.recompute;
-        po.threads_per_stage = threads;
-        auto r = std::make_unique<PipelineRun>(o.workload, plan_for(split, sc.pieces(p)).partition,
-                                               devices, po);
-        r->mode = "pipeline";
-        r->label = detail::str("pipeline ", sc.name,
-                               sc.chunks > 1 ? detail::str(" v", sc.chunks) : "", " split ", split);
-        runs.push_back(std::move(r));
+        runs.push_back(pipeline_run(sc, split, plan_for(split, sc.pieces(p)).partition));
       }
     }
   }
@@ -479,11 +497,22 @@ int run(Options& o) {
   const double base = runs.empty() ? 0 : mean_of(runs[0]->step_seconds);
   CsvOut csv(o.csv, false,
              "model,image,batch,mode,label,schedule,chunks,split_size,micro_batches,repeats,steps,"
-             "step_s_mean,step_s_std,images_per_s,speedup_vs_first,simulated");
+             "step_s_mean,step_s_std,images_per_s,speedup_vs_first,simulated,cut");
   std::printf("\n%-34s %14s %10s %9s\n", "setup", "step s", "images/s", "vs first");
   nlohmann::json jruns = nlohmann::json::array();
   Run* best = nullptr;
   std::map<std::string, Run*> best_of;  // per schedule name: its fastest split
+  const std::vector<Block> named_blocks = resnet_blocks(*make_model(o.workload));  // for names
+  auto cut_of = [&](Run& r) {  // the first block of each stage; none for the single device
+    return r.mode == "single" ? std::vector<std::string>{}
+                              : cut_names(static_cast<PipelineRun&>(r).pipeline().partition(),
+                                          named_blocks);
+  };
+  auto joined = [](const std::vector<std::string>& names) {  // no commas: a CSV field
+    std::string text;
+    for (const std::string& n : names) text += (text.empty() ? "" : " ") + n;
+    return text;
+  };
   for (auto& r : runs) {
     const double m = mean_of(r->step_seconds), sd = std_of(r->step_seconds);
     const double ips = static_cast<double>(o.workload.batch) / m;
@@ -494,11 +523,13 @@ int run(Options& o) {
                         r->mode, ",", r->label, ",", r->schedule, ",",
                         r->chunks > 0 ? std::to_string(r->chunks) : "", ",", r->split, ",",
                         r->micro_batches, ",", o.repeats, ",", o.steps, ",", m,
-                        ",", sd, ",", ips, ",", base / m, ",", *sim ? 1 : 0));
+                        ",", sd, ",", ips, ",", base / m, ",", *sim ? 1 : 0, ",",
+                        joined(cut_of(*r))));
     jruns.push_back({{"mode", r->mode}, {"label", r->label}, {"split_size", r->split},
                      {"micro_batches", r->micro_batches}, {"step_s", r->step_seconds},
                      {"step_s_mean", m}, {"step_s_std", sd}, {"images_per_s", ips},
                      {"speedup_vs_first", base / m}});
+    if (!single) jruns.back()["cut"] = cut_of(*r);
     if (!r->schedule.empty()) {
       jruns.back()["schedule"] = r->schedule;
       jruns.back()["chunks"] = r->chunks;
@@ -517,7 +548,8 @@ int run(Options& o) {
       {"activations", is_low_precision(o.workload.autocast) ? o.workload.activations_flag : "f32"},
       {"threads_per_stage", threads},
       {"cores", hw}, {"balance", o.balance}, {"schedule", o.schedule}, {"chunks", o.chunks},
-      {"recompute", o.recompute}, {"repeats", o.repeats}, {"steps", o.steps},
+      {"recompute", o.recompute}, {"refine_cut", refine}, {"repeats", o.repeats},
+      {"steps", o.steps},
       {"simulated", *sim != 0}, {"plan", plan.text}, {"block_ms", plan.block_ms},
       {"partition", plan.partition.bounds}, {"runs", jruns}};
   if (cpu_devices) report["parallel_slowdown"] = slowdown;
@@ -530,18 +562,68 @@ int run(Options& o) {
                 "copies), of one step alone and of\n%d consecutive steps submitted at once "
                 "(they overlap):\n", kOverlappedSteps);
     nlohmann::json jbest = nlohmann::json::array();
+    if (refine) {
+      std::printf("(--refine-cut: each best split's cut and its neighbours timed first, 1 "
+                  "warm-up + the fastest of 2 steps each, the fastest cut traced)\n");
+    }
+    std::vector<std::unique_ptr<PipelineRun>> refined_runs;  // the refined cuts' setups
+    double refine_s = 0;  // the refinement's own time (its cost)
     for (const SweepSchedule& sc : schedules) {
-      auto* pr = static_cast<PipelineRun*>(best_of.at(sc.name));
+      auto* swept = static_cast<PipelineRun*>(best_of.at(sc.name));
+      auto* pr = swept;
+      const std::string name = sc.chunks > 1 ? detail::str(sc.name, " v", sc.chunks) : sc.name;
+      nlohmann::json jrefine;
+      if (refine) {
+        const auto refine_t0 = std::chrono::steady_clock::now();
+        // The swept run (warm) times the time-balanced cut; each neighbour gets a fresh setup.
+        const Partition& start = swept->pipeline().partition();
+        const Refinement rf = refine_cut(
+            start, sc.pieces(p) == 2 ? 1 : 2, kRefineMinGain, [&](const Partition& cut) {
+              // One warm-up step for the swept run too: idle since its repeats, it starts cold.
+              if (cut.bounds == start.bounds) return fastest_step_s(*swept, batch, 1, 2);
+              auto candidate = pipeline_run(sc, swept->split, cut);
+              return fastest_step_s(*candidate, batch, 1, 2);
+            });
+        const std::string from = cut_text(rf.start.partition, named_blocks);
+        const std::string to = cut_text(rf.best.partition, named_blocks);
+        const bool moved = rf.best.partition.bounds != start.bounds;
+        std::printf("  %s split %lld: cut %s %s %s (%.3f -> %.3f s, %zu cuts timed)\n",
+                    name.c_str(), static_cast<long long>(swept->split),
+                    from.c_str(), moved ? "->" : "kept, not", moved ? to.c_str() : "moved",
+                    rf.start.step_s, rf.best.step_s, rf.tried.size());
+        nlohmann::json jtried = nlohmann::json::array();
+        for (const TriedCut& t : rf.tried) {
+          jtried.push_back({{"cut", cut_names(t.partition, named_blocks)}, {"step_s", t.step_s}});
+        }
+        jrefine = {{"cut_balanced", cut_names(start, named_blocks)},
+                   {"cut", cut_names(rf.best.partition, named_blocks)},
+                   {"step_s_balanced", rf.start.step_s}, {"step_s", rf.best.step_s},
+                   {"tried", jtried}};
+        if (moved) {  // the refined cut's setup, warmed up, is the one traced
+          refined_runs.push_back(pipeline_run(sc, swept->split, rf.best.partition));
+          pr = refined_runs.back().get();
+          pr->step(batch);
+        }
+        refine_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - refine_t0)
+                        .count();
+      }
       const std::string path = o.trace.empty() ? "" : trace_path_for(o.trace, sc.name, several);
-      jbest.push_back(traced_bubble_report(*pr, sc, batch, p, path, pr == best));
+      jbest.push_back(traced_bubble_report(*pr, sc, batch, p, path, swept == best));
+      jbest.back()["step_s_mean"] = mean_of(swept->step_seconds);  // the sweep's figure
+      jbest.back()["cut"] = cut_of(*pr);
       if (!path.empty()) jbest.back()["trace"] = path;
-      if (pr == best) {
+      if (refine) jbest.back()["refinement"] = jrefine;
+      if (swept == best) {
         report["best"] = jbest.back();
         // The name older reports used.
         report["best"]["bubble_theoretical"] = jbest.back()["bubble_ideal"];
       }
     }
     report["best_per_schedule"] = jbest;
+    if (refine) {
+      std::printf("--refine-cut took %.1f s\n", refine_s);
+      report["refine_s"] = refine_s;
+    }
     if (!o.trace.empty()) {
       std::printf("trace of each step: %s (open in https://ui.perfetto.dev; tools/plot.py "
                   "--trace draws its Gantt chart)\n",
@@ -552,8 +634,13 @@ int run(Options& o) {
     const Plan& best_plan = plan_for(best_split, pr->pipeline().partition().stages());
     std::printf("the fastest (%s) stage plan:\n%s", pr->label.c_str(), best_plan.text.c_str());
     report["best"]["plan"] = best_plan.text;
+    if (refine && report["best"]["refinement"]["cut"] != report["best"]["refinement"]["cut_balanced"]) {
+      const std::string refined = report["best"]["refinement"]["cut"].dump();
+      std::printf("refined by --refine-cut to the stages starting at %s\n", refined.c_str());
+    }
 
     // Activation memory per stage at that split: gpipe, 1f1b, the swept schedules, recompute.
+    refined_runs.clear();
     runs.clear();  // free the timed setups first (pr with them)
     report["memory"] = memory_comparison(o.workload, devices, threads, best_split, schedules, batch,
                                          [&](int pieces) { return plan_for(best_split, pieces); });
@@ -611,6 +698,17 @@ void add_flags(CLI::App& app, Options& o) {
                  "stage partition: time (measured per block), params, or tutorial "
                  "(conv1..layer2 | layer3..fc)")
       ->check(one_of({"time", "params", "tutorial"}));
+  CLI::Option* refine_on = app.add_flag(
+      "--refine-cut", o.refine_cut,
+      "after the sweep, time each schedule's fastest split again at its cut and the neighbouring "
+      "cuts (each stage boundary moved one block, coordinate descent: 3 cuts for 2 pieces, up to "
+      "2 rounds over the boundaries for more), 1 warm-up + the fastest of 2 steps each, and "
+      "trace the fastest cut: block times measured alone miss the loss, the copies and the "
+      "stages' shared caches. Costs about 3 steps per cut tried (~10% more on the default run). "
+      "Default: on for --balance time, off for params; refused with tutorial");
+  app.add_flag("--no-refine-cut", o.no_refine_cut,
+               "keep the balanced cut (e.g. --balance time as measured per block)")
+      ->excludes(refine_on);
   app.add_option("--steps", o.steps, "timed steps per repeat (the tutorial used 3)")
       ->check(in_range(1, 100000));
   app.add_option("--repeats", o.repeats, "timed repeats of --steps each (the tutorial used 10)")->check(in_range(1, 100000));
