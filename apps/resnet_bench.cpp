@@ -603,6 +603,7 @@ int run(Options& o) {
           refined_runs.push_back(pipeline_run(sc, swept->split, rf.best.partition));
           pr = refined_runs.back().get();
           pr->step(batch);
+          pr->finish();
         }
         refine_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - refine_t0)
                         .count();
