@@ -481,8 +481,9 @@ int run(Options& o) {
   }
   const Batch batch = for_devices(random_batch(o.workload, 42), devices);
   std::printf("\nwarming up %zu setups...\n", runs.size());
-  for (auto& r : runs) {
+  for (auto& r : runs) {  // one setup at a time: a pipeline's steps run on after step() returns
     for (int i = 0; i < r->warmup_steps(); ++i) r->step(batch);
+    r->finish();
   }
   for (int rep = 0; rep < o.repeats; ++rep) {
     for (auto& r : runs) r->step_seconds.push_back(time_steps(*r, batch, o.steps));
