@@ -197,21 +197,7 @@ TEST(PipelineOverlap, StageZeroStartsTheNextStepBeforeTheLastStageEndsThisOne) {
   }
 }
 
-// A block that fails on a chosen call (counted over all steps).
-class FailOnCall : public Module {
- public:
-  explicit FailOnCall(int call) : fail_at_(call) {}
-  Tensor forward(const Tensor& x) override {
-    if (calls_++ == fail_at_) throw Error("planted failure", ErrorKind::Input);
-    return x;
-  }
-  std::string type_name() const override { return "FailOnCall"; }
-  void disarm() { fail_at_ = -1; }
-
- private:
-  int fail_at_;
-  int calls_ = 0;
-};
+using test::FailOnCall;
 
 struct Outcome {
   double loss = NAN;

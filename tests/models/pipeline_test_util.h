@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/error.h"
 #include "engine/philox.h"
 #include "layers/activation.h"
 #include "layers/linear.h"
+#include "layers/module.h"
 #include "models/pipeline/partition.h"
 
 namespace kiln::test {
@@ -79,5 +81,22 @@ inline void expect_same_parameters(const MlpBlocks& got, const MlpBlocks& want, 
     EXPECT_LT(max_abs_diff(g[i], w[i]), tol) << "parameter " << i;
   }
 }
+
+// A block that passes its input through and throws on a chosen call (counted over every
+// forward, across steps), to check that a failing stage ends its step with the error.
+class FailOnCall : public Module {
+ public:
+  explicit FailOnCall(int call) : fail_at_(call) {}
+  Tensor forward(const Tensor& x) override {
+    if (calls_++ == fail_at_) throw Error("planted failure", ErrorKind::Input);
+    return x;
+  }
+  std::string type_name() const override { return "FailOnCall"; }
+  void disarm() { fail_at_ = -1; }
+
+ private:
+  int fail_at_;
+  int calls_ = 0;
+};
 
 }  // namespace kiln::test
