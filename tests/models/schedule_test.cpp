@@ -231,8 +231,12 @@ TEST(Schedule, ConsecutiveStepsTileOnlyForZeroBubbleH2) {
         EXPECT_NEAR(ideal_bubble(Schedule::Interleaved, p, m, 2, steps),
                     ideal_bubble(Schedule::Interleaved, p, m, 2), 1e-12);
         const double h2 = ideal_bubble(Schedule::ZeroBubbleH2, p, m, 1, steps);
-        if (steps == 1) EXPECT_NEAR(h2, ideal_bubble(Schedule::ZeroBubbleH2, p, m), 1e-12);
-        if (m >= 2 * p - 1) EXPECT_NEAR(h2, (p - 1.0) / (3.0 * steps * m + p - 1), 1e-12);
+        if (steps == 1) {
+          EXPECT_NEAR(h2, ideal_bubble(Schedule::ZeroBubbleH2, p, m), 1e-12);
+        }
+        if (m >= 2 * p - 1) {
+          EXPECT_NEAR(h2, (p - 1.0) / (3.0 * steps * m + p - 1), 1e-12);
+        }
       }
     }
   }
