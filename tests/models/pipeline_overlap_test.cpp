@@ -32,15 +32,8 @@ struct OverlapSetup {
   int chunks = 1;
 };
 
-std::vector<Device> cpu_devices(int n) {
-  std::vector<Device> devices;
-  for (int s = 0; s < n; ++s) devices.push_back(Device(DeviceType::CPU, s));
-  return devices;
-}
-
-Pipeline::LossFn mse() {
-  return [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); };
-}
+using test::cpu_devices;
+using test::mse;
 
 Pipeline::OptimizerFactory sgd_momentum() {
   return [](std::vector<Tensor> p) { return std::make_unique<SGD>(p, 0.1, 0.9); };

@@ -142,15 +142,8 @@ std::string name_of(const PipeSetup& s) {
          (s.chunks > 1 ? " chunks " + std::to_string(s.chunks) : "");
 }
 
-std::vector<Device> cpu_devices(int n) {
-  std::vector<Device> devices;
-  for (int s = 0; s < n; ++s) devices.push_back(Device(DeviceType::CPU, s));
-  return devices;
-}
-
-Pipeline::LossFn mse() {
-  return [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); };
-}
+using test::cpu_devices;
+using test::mse;
 
 // Every setup on 2 and 3 CPU stages, three SGD steps with momentum, against the same `blocks`
 // MLP blocks on one device on the whole batch: the same losses and weights, up to the order

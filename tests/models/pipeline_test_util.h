@@ -16,8 +16,10 @@
 #include "engine/philox.h"
 #include "layers/activation.h"
 #include "layers/linear.h"
+#include "layers/loss.h"
 #include "layers/module.h"
 #include "models/pipeline/partition.h"
+#include "models/pipeline/pipeline.h"
 
 namespace kiln::test {
 
@@ -80,6 +82,18 @@ inline void expect_same_parameters(const MlpBlocks& got, const MlpBlocks& want, 
   for (size_t i = 0; i < g.size(); ++i) {
     EXPECT_LT(max_abs_diff(g[i], w[i]), tol) << "parameter " << i;
   }
+}
+
+// cpu:0 .. cpu:n-1, one device per stage.
+inline std::vector<Device> cpu_devices(int n) {
+  std::vector<Device> devices;
+  for (int s = 0; s < n; ++s) devices.push_back(Device(DeviceType::CPU, s));
+  return devices;
+}
+
+// The mean squared error, as a pipeline's loss.
+inline Pipeline::LossFn mse() {
+  return [](const Tensor& out, const Tensor& t) { return mse_loss(out, t); };
 }
 
 // A block that passes its input through and throws on a chosen call (counted over every
