@@ -87,6 +87,24 @@ void set_history(Tensor& output, const std::shared_ptr<Node>& node,
   output.impl()->grad_fn = node;
 }
 
+namespace {
+
+// Adds gradient `g` for input `i` of `node` into the slot of the node it flows to. A gradient
+// has its tensor's dtype (checked); two gradients of one tensor then add in it.
+void accumulate_into(std::unordered_map<Node*, Tensor>& grads, Node* node, size_t i,
+                     Node* target, const Tensor& g) {
+  KILN_CHECK(i >= node->input_dtypes.size() || g.dtype() == node->input_dtypes[i], node->name(),
+             " returned a ", dtype_name(g.dtype()), " gradient for its ",
+             dtype_name(node->input_dtypes[i]), " input ", i, " (internal error)");
+  Tensor& slot = grads[target];
+  slot = slot.defined() ? add(slot, g) : g;
+}
+
+auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
+using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)>;
+
+}  // namespace
+
 void backward(const Tensor& root, const Tensor& grad) {
   KILN_CHECK(root.requires_grad(), "backward() on a tensor that does not require grad (",
              root.str(), "): no parameter or input with requires_grad led to it");
@@ -110,8 +128,7 @@ void backward(const Tensor& root, const Tensor& grad) {
   }
 
   // 2. Run nodes whose inputs are complete, latest-created first.
-  auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  ReadyQueue ready(later_first);
   std::unordered_map<Node*, Tensor> grads;
   grads[root_node.get()] = grad;
   ready.push(root_node.get());
@@ -133,16 +150,8 @@ void backward(const Tensor& root, const Tensor& grad) {
     for (size_t i = 0; i < node->next.size(); ++i) {
       Node* next = node->next[i].get();
       if (!next) continue;
-      if (i < grad_inputs.size() && grad_inputs[i].defined()) {
-        // A gradient has its tensor's dtype; two gradients of one tensor then add in it.
-        KILN_CHECK(i >= node->input_dtypes.size() ||
-                       grad_inputs[i].dtype() == node->input_dtypes[i],
-                   node->name(), " returned a ", dtype_name(grad_inputs[i].dtype()),
-                   " gradient for its ", dtype_name(node->input_dtypes[i]), " input ", i,
-                   " (internal error)");
-        Tensor& slot = grads[next];
-        slot = slot.defined() ? add(slot, grad_inputs[i]) : grad_inputs[i];
-      }
+      if (i < grad_inputs.size() && grad_inputs[i].defined())
+        accumulate_into(grads, node, i, next, grad_inputs[i]);
       if (--dependencies[next] == 0) ready.push(next);
     }
   }
@@ -151,17 +160,6 @@ void backward(const Tensor& root, const Tensor& grad) {
 // ---- Split backward ----------------------------------------------------------------------------
 
 namespace {
-
-// Adds gradient `g` for input `i` of `node` into the slot of the node it flows to, checking its
-// dtype as backward() does.
-void accumulate_into(std::unordered_map<Node*, Tensor>& grads, Node* node, size_t i,
-                     Node* target, const Tensor& g) {
-  KILN_CHECK(i >= node->input_dtypes.size() || g.dtype() == node->input_dtypes[i], node->name(),
-             " returned a ", dtype_name(g.dtype()), " gradient for its ",
-             dtype_name(node->input_dtypes[i]), " input ", i, " (internal error)");
-  Tensor& slot = grads[target];
-  slot = slot.defined() ? add(slot, g) : g;
-}
 
 // Runs node->apply(grad_out) with the edges for which keep(i) is false cut (null), so that a
 // SplitMode::ByEdges node computes only the others; the edges are put back after.
@@ -180,9 +178,6 @@ std::vector<Tensor> apply_on_edges(Node* node, const Tensor& grad_out, Keep keep
   node->next = std::move(edges);
   return grads;
 }
-
-auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
-using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)>;
 
 }  // namespace
 
