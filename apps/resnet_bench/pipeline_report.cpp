@@ -1,6 +1,7 @@
 // pipeline_report.cpp: resnet_bench's traced bubble and memory comparison.
 #include "apps/resnet_bench/pipeline_report.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>

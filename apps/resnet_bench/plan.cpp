@@ -1,6 +1,7 @@
 // plan.cpp: resnet_bench's pipeline cuts.
 #include "apps/resnet_bench/plan.h"
 
+#include <cstdint>
 #include <memory>
 #include <utility>
 

@@ -1,6 +1,7 @@
 // refine.cpp: the cut refined by timing the pipeline (refine.h says why block times mislead).
 #include "apps/resnet_bench/refine.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <map>

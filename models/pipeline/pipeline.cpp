@@ -1,6 +1,7 @@
 // pipeline.cpp: stage threads, the step loop of each stage, sends and receives.
 #include "models/pipeline/pipeline.h"
 
+#include <cstdint>
 #include <algorithm>
 #include <chrono>
 #include <exception>
