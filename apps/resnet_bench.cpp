@@ -194,12 +194,8 @@ int run_hybrid(const Options& o, const std::vector<Device>& devices, int threads
                           std::vector<Device> devs, int threads, ReplicaResult& out) {
     Workload w = o.workload;
     w.batch = o.workload.batch / replicas;
-    PipelineOptions po;
-    po.schedule = schedule.schedule;
-    po.chunks = schedule.chunks;
-    po.split_size = split;
-    po.recompute = o.recompute;
-    po.threads_per_stage = threads;
+    PipelineOptions po =
+        pipeline_options(schedule.schedule, schedule.chunks, split, o.recompute, threads);
     po.stage_transports = std::move(ts);
     po.replica = r;
     PipelineRun run(w, plan.partition, devs, po);
@@ -460,13 +456,9 @@ int run(Options& o) {
     runs.push_back(std::move(r));
   }
   auto pipeline_run = [&](const SweepSchedule& sc, int64_t split, const Partition& partition) {
-    PipelineOptions po;
-    po.schedule = sc.schedule;
-    po.chunks = sc.chunks;
-    po.split_size = split;
-    po.recompute = o.recompute;
-    po.threads_per_stage = threads;
-    auto r = std::make_unique<PipelineRun>(o.workload, partition, devices, po);
+    auto r = std::make_unique<PipelineRun>(
+        o.workload, partition, devices,
+        pipeline_options(sc.schedule, sc.chunks, split, o.recompute, threads));
     r->mode = "pipeline";
     r->label = detail::str("pipeline ", sc.name, sc.chunks > 1 ? detail::str(" v", sc.chunks) : "",
                            " split ", split);

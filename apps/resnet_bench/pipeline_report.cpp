@@ -1,5 +1,6 @@
 // pipeline_report.cpp: resnet_bench's traced bubble and memory comparison.
 #include "apps/resnet_bench/pipeline_report.h"
+#include "apps/resnet_bench/schedules.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -103,13 +104,8 @@ nlohmann::json memory_comparison(const Workload& w, const std::vector<Device>& d
   std::printf("\n");
   nlohmann::json jmem = nlohmann::json::array();
   for (const MemCase& c : cases) {
-    PipelineOptions po;
-    po.schedule = c.schedule;
-    po.chunks = c.chunks;
-    po.recompute = c.recompute;
-    po.split_size = split;
-    po.threads_per_stage = threads;
-    PipelineRun mr(w, plan_for(p * c.chunks).partition, devices, po);
+    PipelineRun mr(w, plan_for(p * c.chunks).partition, devices,
+                   pipeline_options(c.schedule, c.chunks, split, c.recompute, threads));
     mr.step(batch);
     mr.step(batch);
     mr.finish();

@@ -3,12 +3,24 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 
 #include "engine/error.h"
 #include "models/pipeline/schedule_sim.h"
 
 namespace kiln::apps {
+
+PipelineOptions pipeline_options(Schedule schedule, int chunks, int64_t split, bool recompute,
+                                 int threads) {
+  PipelineOptions po;
+  po.schedule = schedule;
+  po.chunks = chunks;
+  po.split_size = split;
+  po.recompute = recompute;
+  po.threads_per_stage = threads;
+  return po;
+}
 
 const char* const kScheduleNames = "gpipe, 1f1b, zb-h1, zb-h2, interleaved";
 

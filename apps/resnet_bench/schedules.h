@@ -2,12 +2,19 @@
 // the bubble each would have with ideal stages, and where each one's trace goes.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "models/pipeline/pipeline.h"
 #include "models/pipeline/schedule.h"
 
 namespace kiln::apps {
+
+// The options of one timed pipeline: the schedule and its chunks per device, rows per
+// micro-batch, re-materialisation and each CPU stage's threads.
+PipelineOptions pipeline_options(Schedule schedule, int chunks, int64_t split, bool recompute,
+                                 int threads);
 
 struct SweepSchedule {
   Schedule schedule;
