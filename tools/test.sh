@@ -25,11 +25,11 @@
 #                buffer's end, a signed overflow or a misaligned float4 access fails here.
 #   build-tsan/  ThreadSanitizer, with the simulator: every test that starts threads: the data
 #                loader, comm/ (local transport, communicator worker thread, parameter server,
-#                DataParallel), the pipeline's stage threads, the tests labelled threads (a
-#                whole mnist_train run with two ranks and loader workers among them), and every
-#                simulated kernel, whose GPU threads are TSan fibers: a shared- or global-memory
-#                race between two threads of a block (or two blocks) is a TSan report:
-#                ctest -L 'loader|comm|sim|pipeline|threads'.
+#                DataParallel, NCCL ranks), the pipeline's stage threads, the tests labelled
+#                threads (the simulator's own tests, whose GPU threads are TSan fibers, so a
+#                race between two threads of a block is a report; a whole mnist_train run with
+#                two ranks and loader workers among them): ctest -L 'loader|comm|pipeline|threads'.
+#                KILN_TSAN_ALL=1 adds every simulated kernel of the layers (label sim).
 #   build-fuzz/  clang + libFuzzer (preset fuzz): every fuzz target of tests/fuzz for 30 s
 #                (tools/fuzz.sh), from seed 1.
 # Each tree is a configure preset of CMakePresets.json (release, sim, asan, tsan, fuzz).
@@ -37,7 +37,7 @@
 # KILN_TEST_TREES=lint,default,sim,asan,tsan,fuzz picks stages (default: all six). Arguments go to
 # every ctest call of the four test trees (e.g. -R Conv); the out-of-tree example runs all of its
 # tests. KILN_FUZZ_SECONDS changes the fuzzing time per target, KILN_ASAN_ALL=1 adds the long
-# training runs to the ASan tree.
+# training runs to the ASan tree, KILN_TSAN_ALL=1 the layers' simulated kernels to the TSan tree.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 trees=${KILN_TEST_TREES:-lint,default,sim,asan,tsan,fuzz}
@@ -121,10 +121,15 @@ has sim && { echo "== test.sh: simulator: planted GPU bugs must fail the tests (
 # alone.
 # Left out: whole training runs, which take 30 s to 6 minutes each here (mnist_train's e2e
 # training tests, 20 minutes of this tree on 2 cores; whole ResNets; the kill-and-resume
-# scripts): the code they run is the code of the layer, loader, comm and checkpoint tests that
-# do run here, and the short whole-program runs stay (flags, checkpoints, rank death, the
-# two-rank threads smoke test). KILN_ASAN_ALL=1 runs them too.
+# scripts; whole training steps under the simulator: the sync-debug, CUDA-graph and 16-bit
+# activation steps, the programs run under sync-debug, the delayed pipeline; mnist_train's
+# ResNet runs and the minimal training example: 9 test-minutes more):
+# the code they run is the code of the layer, loader, comm and checkpoint tests that do run
+# here, and the short whole-program runs stay (flags, checkpoints, rank death, the two-rank
+# threads smoke test). KILN_ASAN_ALL=1 runs them too.
 asan_long='^MnistTrainTest\.|^ResNetDepths\.|^ResNetNames\.|^ResNetConditioning\.|^ResNetCuda\.|^resnet_cuda_test_vendor$|^resnet_bench_sim_smoke$|^kill_resume_'
+asan_long+='|^TrainStepSyncCuda\.|^TrainStepGraphCuda\.|^StepGraphCuda\.|^SyncDebugE2e\.|^AutocastActivationsCuda\.'
+asan_long+='|^MnistTrainResNetTest\.|^train_mnist_minimal_e2e$|^pipeline_cuda_test_delayed$|^resnet_bench_sim_16bit_activations_smoke$'
 [[ -n "${KILN_ASAN_ALL:-}" ]] && asan_long='^$'
 has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 KILN_KERNELS=hand \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 LSAN_OPTIONS="suppressions=$root/tools/lsan.supp" \
@@ -134,17 +139,25 @@ has asan && KILN_TEST_EXCLUDE="$asan_long" KILN_SIM_SHUFFLE=1 OMP_NUM_THREADS=1 
 # block thread pool, and races between GPU threads: docs/cuda_simulator.md). Any report fails
 # the test (TSan's exit code 66). OMP_NUM_THREADS=1 and KILN_KERNELS=hand: libgomp and oneDNN
 # are not built with TSan, so their thread pool and primitive cache would be reported as races
-# in code that has none. The whole-model tests (ResNetCuda: ~8 min under TSan on 2 cores;
-# AutocastActivationsCuda, the ResNet step with 16-bit activations: 4 min each) are left out:
-# they run the same kernels as the layer tests, which do run here.
-# The pipeline tests (stage threads, queues, hybrid) run here too. Also left out: whole programs
-# under the simulator (mnist_train's e2e runs and its nccl:3 rank-death run, resnet_bench's
-# smoke tests, the vendor ResNet: 20 minutes of this tree's 30 on 2 cores); the ASan tree runs
-# them, and their threads are the loader's, comm/'s and the pipeline's, whose own tests run here,
-# with one whole two-rank mnist_train run (label threads). The parity table runs here as eight
-# processes, not one per case, and without its autocast rows (tests/parity/CMakeLists.txt).
-has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^AutocastActivationsCuda\.|^resnet_bench_sim_smoke$|^resnet_bench_sim_16bit_activations_smoke$|^MnistTrainTest\.|^mnist_train_rank_death_nccl$|^resnet_cuda_test_vendor$' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps; simulator)" \
-  "$root/build-tsan" 'loader|comm|sim|pipeline|threads' "kiln_tests_loader kiln_tests_comm kiln_tests_sim kiln_tests_pipeline kiln_tests_threads" tsan
+# in code that has none. The pipeline tests (stage threads, queues, hybrid, the pipeline over
+# two simulated GPUs) run here too. Left out: the layers' simulated kernels (label sim alone),
+# 2,470 of the tree's 2,900 test-seconds (25 minutes on 2 cores), as TSan follows the memory
+# accesses of every simulated GPU thread's fiber. Their barriers are checked by the ASan tree,
+# which runs every kernel with warps and lanes shuffled between barriers, so a missing
+# __syncthreads() gives a wrong result there; the simulator's own tests here show that TSan
+# sees a race between GPU threads (sim_race_detection_*). KILN_TSAN_ALL=1 runs them, but for whole models and whole
+# programs under the simulator (ResNetCuda: ~8 min; AutocastActivationsCuda: 4 min each; the
+# mnist_train and resnet_bench runs), whose threads are the loader's, comm/'s and the pipeline's,
+# whose own tests run here, with one whole two-rank mnist_train run (label threads). The parity
+# table runs as eight processes, without its autocast rows (tests/parity/CMakeLists.txt).
+tsan_labels='loader|comm|pipeline|threads'
+tsan_targets="kiln_tests_loader kiln_tests_comm kiln_tests_pipeline kiln_tests_threads"
+if [[ -n "${KILN_TSAN_ALL:-}" ]]; then
+  tsan_labels='loader|comm|sim|pipeline|threads'
+  tsan_targets+=" kiln_tests_sim"
+fi
+has tsan && KILN_TEST_EXCLUDE='^ResNetCuda\.|^AutocastActivationsCuda\.|^resnet_bench_sim_smoke$|^resnet_bench_sim_16bit_activations_smoke$|^MnistTrainTest\.|^mnist_train_rank_death_nccl$|^resnet_cuda_test_vendor$' OMP_NUM_THREADS=1 KILN_KERNELS=hand run_tree "ThreadSanitizer (threads: loader, comm, pipeline, apps, the simulator)" \
+  "$root/build-tsan" "$tsan_labels" "$tsan_targets" tsan
 # Fuzzing: every libFuzzer target of tests/fuzz for 30 s (clang and libFuzzer from
 # tools/setup.sh fuzz; the fuzz preset's tree, build-fuzz/), from the committed corpora, seed 1
 # (which does not make two runs alike: tools/fuzz.sh says why). A finding fails the run and is

@@ -2,10 +2,10 @@
 # reductions (comm/algorithms.h, comm/parameter_server.h), all over the local transport.
 kiln_test(comm_algorithms_test SOURCES algorithms_test.cpp LABELS unit comm LIBS kiln_comm)
 kiln_test(comm_parameter_server_test SOURCES parameter_server_test.cpp LABELS unit comm LIBS kiln_comm)
-# The CUDA kernels of comm/reduce_cuda.cu against the CPU loops (simulator: label sim).
+# The CUDA kernels of comm/reduce_cuda.cu against the CPU loops (simulator: labels sim and comm).
 if(KILN_WITH_CUDA)
   if(KILN_CUDA_SIM)
-    kiln_test(comm_reduce_cuda_test SOURCES reduce_cuda_test.cpp LABELS sim LIBS kiln_comm)
+    kiln_test(comm_reduce_cuda_test SOURCES reduce_cuda_test.cpp LABELS sim comm LIBS kiln_comm)
   else()
     kiln_test(comm_reduce_cuda_test SOURCES reduce_cuda_test.cpp LABELS gpu LIBS kiln_comm)
   endif()

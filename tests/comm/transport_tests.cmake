@@ -39,16 +39,16 @@ kiln_test(local_transport_test SOURCES local_transport_test.cpp LABELS unit comm
 kiln_test(rank_death_test SOURCES rank_death_test.cpp LABELS unit comm LIBS kiln_comm)
 
 # NCCL with ranks as threads (run_nccl_local), in any build with NCCL (comm/CMakeLists.txt then
-# gives kiln_comm the public definition KILN_WITH_NCCL=1): under the simulator (label sim: 2
+# gives kiln_comm the public definition KILN_WITH_NCCL=1): under the simulator (labels sim, comm: 2
 # ranks on the default 2 devices, and 3 ranks on 3), or on a real multi-GPU machine (label gpu;
 # skips without a GPU per rank).
 get_target_property(kiln_comm_defs kiln_comm INTERFACE_COMPILE_DEFINITIONS)
 if(kiln_comm_defs MATCHES "KILN_WITH_NCCL=1")
   if(KILN_CUDA_SIM)
-    kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS sim LIBS kiln_comm)
+    kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS sim comm LIBS kiln_comm)
     kiln_test_run(nccl_transport_test_3_ranks
       COMMAND nccl_transport_test --gtest_filter=-*FewerGpus*
-      LABELS sim ENVIRONMENT KILN_SIM_DEVICES=3 KILN_TEST_NCCL_RANKS=3 PROPERTIES TIMEOUT 600)
+      LABELS sim comm ENVIRONMENT KILN_SIM_DEVICES=3 KILN_TEST_NCCL_RANKS=3 PROPERTIES TIMEOUT 600)
   else()
     kiln_test(nccl_transport_test SOURCES nccl_transport_test.cpp LABELS gpu LIBS kiln_comm)
   endif()

@@ -21,8 +21,9 @@ if(KILN_CUDA_SIM)
     LABELS sim ENVIRONMENT KILN_KERNELS=vendor)
 endif()
 # Pipelines over cuda:0 / cuda:1 (and one GPU, and mixed CPU/GPU stages) against one CPU device.
+# Label pipeline too: its stage threads run in the ThreadSanitizer tree.
 kiln_test(pipeline_cuda_test SOURCES pipeline_cuda_test.cpp
-          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_pipeline)
+          LABELS ${KILN_CUDA_TEST_LABEL} pipeline LIBS kiln_pipeline)
 # The same with a random delay before every stream operation: a missing wait between a stage's
 # copy and its neighbour's use of the tensor shows as wrong values, not by luck of timing.
 if(KILN_CUDA_SIM)

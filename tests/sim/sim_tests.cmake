@@ -1,44 +1,47 @@
-# Tests of the CUDA simulator (engine/cuda/sim), label `sim`: the runtime API and kernels.
-# They link kiln_cudasim alone (WITHOUT_ENGINE), so the simulator is tested as its own library.
-kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
-kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
-kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+# Tests of the CUDA simulator (engine/cuda/sim), labels `sim` and `threads`: the runtime API and
+# kernels. They link kiln_cudasim alone (WITHOUT_ENGINE), so the simulator is tested as its own
+# library. `threads`: the simulator runs streams, host functions, blocks and NCCL ranks on
+# threads of its own and a block's GPU threads as fibers, so the ThreadSanitizer tree
+# (tools/test.sh) runs these, the race-detection cases among them.
+kiln_test(sim_runtime_test SOURCES sim_runtime_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 # Stream capture and CUDA graphs (sim/graphs.cpp), a simulated cuBLAS call among the captured work.
-kiln_test(sim_graph_test SOURCES sim_graph_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_graph_test SOURCES sim_graph_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for
 # every launch (tests that need order mode turn the shuffle off themselves).
 kiln_test_run(sim_kernel_test_ucontext_shuffle
   COMMAND sim_kernel_test --gtest_filter=-*MillionElement*
-  LABELS sim
+  LABELS sim threads
   ENVIRONMENT KILN_SIM_UCONTEXT=1 KILN_SIM_THREADS=1 KILN_SIM_SHUFFLE=1 KILN_SIM_SHUFFLE_SEED=99)
 
 # A machine without a GPU: KILN_SIM_DEVICES=0.
 kiln_test_run(sim_runtime_test_no_device COMMAND sim_runtime_test --gtest_filter=SimNoDevice.*
-  LABELS sim ENVIRONMENT KILN_SIM_DEVICES=0)
+  LABELS sim threads ENVIRONMENT KILN_SIM_DEVICES=0)
 
 # The simulator's NCCL (engine/cuda/sim/nccl.h), ranks as threads; the three-rank cases need a
 # third device, so they run once more with four.
-kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_nccl_test SOURCES sim_nccl_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 kiln_test_run(sim_nccl_test_4_devices
   COMMAND sim_nccl_test --gtest_filter=SimNccl.*ThreeRanks*:SimNccl.SendRecvRingInAGroup
-  LABELS sim ENVIRONMENT KILN_SIM_DEVICES=4)
+  LABELS sim threads ENVIRONMENT KILN_SIM_DEVICES=4)
 # The simulated cuBLAS and cuDNN (engine/cuda/sim/cublas.h, cudnn.h) against naive references.
 # These two also check the errors as Kiln reports them (KILN_CUBLAS_CHECK, KILN_CUDNN_CHECK and
 # the engine's handles: engine/cuda/blas.cpp, dnn.cpp), so they link the engine.
-kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim LIBS kiln_engine)
-kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_cublas_test SOURCES sim_cublas_test.cpp LABELS sim threads LIBS kiln_engine)
+kiln_test(sim_cudnn_test SOURCES sim_cudnn_test.cpp LABELS sim threads LIBS kiln_engine)
 # The same on NHWC data: the NCHW results permuted, bit for bit; the refused layouts.
-kiln_test(sim_cudnn_nhwc_test SOURCES sim_cudnn_nhwc_test.cpp LABELS sim LIBS kiln_engine)
+kiln_test(sim_cudnn_nhwc_test SOURCES sim_cudnn_nhwc_test.cpp LABELS sim threads LIBS kiln_engine)
 
 # The warp matrix functions (nvcuda::wmma, sim/mma.h) and the 16-bit float types (sim/fp16.h).
-kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_wmma_test SOURCES sim_wmma_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # Static shared memory (KILN_SHARED), and correctly synchronised kernels that ThreadSanitizer
 # must not report (build-tsan).
-kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
-kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_shared_memory_test SOURCES sim_shared_memory_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test(sim_race_free_test SOURCES sim_race_free_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 
 # Race detection: each case is a kernel with one data race; under ThreadSanitizer the test
 # passes only if TSan reports it, naming the kernel and both GPU threads. Elsewhere: skipped.
@@ -52,6 +55,6 @@ if(KILN_SANITIZE MATCHES "thread")
       "WARNING: ThreadSanitizer: data race.*race_[a-z_]*_kernel.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'.*Thread T[0-9]+ 'block \\(0,0,0\\) thread \\([0-9]+,0,0\\)'")
 endif()
 foreach(race syncthreads generation warp-generation subset-mask global)
-  kiln_test_run(sim_race_detection_${race} COMMAND sim_race_detection ${race} LABELS sim
+  kiln_test_run(sim_race_detection_${race} COMMAND sim_race_detection ${race} LABELS sim threads
     ENVIRONMENT ${tsan_environment} PROPERTIES SKIP_RETURN_CODE 77 ${tsan_report})
 endforeach()
