@@ -58,3 +58,7 @@ foreach(race syncthreads generation warp-generation subset-mask global)
   kiln_test_run(sim_race_detection_${race} COMMAND sim_race_detection ${race} LABELS sim threads
     ENVIRONMENT ${tsan_environment} PROPERTIES SKIP_RETURN_CODE 77 ${tsan_report})
 endforeach()
+
+# Hopper's warpgroup MMA (engine/cuda/sm90/wgmma.h over sim/sm90_wgmma.cpp): products in every
+# swizzle mode against a reference, the asynchrony (NaN before the wait) and its rules as faults.
+kiln_test(sim_wgmma_test SOURCES sim_wgmma_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)

@@ -80,7 +80,7 @@ inline T from_bits(uint64_t bits) {
 }
 }  // namespace detail
 
-// The block's dynamic shared memory (KILN_DYNAMIC_SHARED): 64-byte aligned, exactly the
+// The block's dynamic shared memory (KILN_DYNAMIC_SHARED): 1024-byte aligned, exactly the
 // launch's shared_bytes long (so ASan catches a read past its end).
 inline void* dynamic_shared_memory() { return detail::t_block.dynamic_shared; }
 

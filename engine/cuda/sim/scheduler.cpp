@@ -158,12 +158,17 @@ class BlockRunner {
   // with NaN bytes (0xFF) at the start of every block, as a GPU's shared memory holds whatever
   // the last block left: a kernel that reads before it writes sees garbage, not zeros.
   static constexpr size_t kSharedGuard = 64;
+  // The dynamic arena starts 1024 bytes (its front guard) into a 1024-aligned allocation, so
+  // its addresses agree modulo 1024 with the shared-memory offsets sm90_wgmma.cpp encodes in a
+  // wgmma descriptor: a tile a kernel aligns to the 1024-byte swizzle atom by its pointer is
+  // also atom-aligned in the offsets the swizzle is computed on.
+  static constexpr size_t kDynamicFront = 1024;
   void* dynamic_shared_ = nullptr;  // the arena itself (after the front guard)
   size_t dynamic_shared_bytes_ = 0;
   void free_dynamic_shared() {
     if (dynamic_shared_ == nullptr) return;
-    char* base = static_cast<char*>(dynamic_shared_) - kSharedGuard;
-    KILN_ASAN_UNPOISON(base, dynamic_shared_bytes_ + 2 * kSharedGuard);
+    char* base = static_cast<char*>(dynamic_shared_) - kDynamicFront;
+    KILN_ASAN_UNPOISON(base, kDynamicFront + dynamic_shared_bytes_ + kSharedGuard);
     std::free(base);
     dynamic_shared_ = nullptr;
   }
@@ -194,6 +199,12 @@ class BlockRunner {
 // The runner of this OS thread while it runs a block (fibers reach it through this).
 thread_local BlockRunner* t_runner = nullptr;
 
+// The registered BlockHooks (filled before any launch, read-only afterwards).
+std::vector<detail::BlockHooks>& block_hooks() {
+  static std::vector<detail::BlockHooks> hooks;
+  return hooks;
+}
+
 BlockRunner& this_thread_runner() {
   static thread_local BlockRunner runner;
   return runner;
@@ -210,6 +221,8 @@ void BlockRunner::fiber_main(void* arg) {
     // to): catch here and let the scheduler rethrow on the OS thread's own stack.
     try {
       r.launch_->invoke(r.launch_->payload.get());
+      for (const detail::BlockHooks& h : block_hooks())
+        if (h.thread_exit != nullptr) h.thread_exit();
     } catch (...) {
       r.kernel_error_ = std::current_exception();
     }
@@ -230,17 +243,19 @@ void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
     dynamic_shared_bytes_ = l.shared_bytes;
     void* base = nullptr;
     if (l.shared_bytes > 0) {
-      if (posix_memalign(&base, 64, l.shared_bytes + 2 * kSharedGuard) != 0)
+      if (posix_memalign(&base, kDynamicFront, kDynamicFront + l.shared_bytes + kSharedGuard) != 0)
         throw Error("CUDA simulator: cannot allocate " + std::to_string(l.shared_bytes) +
                     " bytes of dynamic shared memory");
-      dynamic_shared_ = static_cast<char*>(base) + kSharedGuard;
-      KILN_ASAN_POISON(base, kSharedGuard);
+      dynamic_shared_ = static_cast<char*>(base) + kDynamicFront;
+      KILN_ASAN_POISON(base, kDynamicFront);
       KILN_ASAN_POISON(static_cast<char*>(dynamic_shared_) + l.shared_bytes, kSharedGuard);
     }
   }
   if (dynamic_shared_ != nullptr) std::memset(dynamic_shared_, 0xFF, l.shared_bytes);
   reset_static_shared();
   detail::t_block = BlockState{dynamic_shared_, l.shared_bytes};
+  for (const detail::BlockHooks& h : block_hooks())
+    if (h.block_start != nullptr) h.block_start(n_);
   ::blockIdx = block_idx;
   ::blockDim = l.block;
   ::gridDim = l.grid;
@@ -552,6 +567,7 @@ void run_block(const KernelLaunch& launch, uint3 block_idx, uint64_t shuffle_see
 bool inside_kernel() { return detail::t_thread != nullptr; }
 
 namespace detail {
+void add_block_hooks(BlockHooks hooks) { block_hooks().push_back(hooks); }
 int block_barrier(int predicate) { return t_runner->barrier(predicate); }
 uint64_t warp_exchange(WarpOp op, unsigned int mask, uint64_t value, int src_lane) {
   return t_runner->warp_exchange(op, mask, value, src_lane);

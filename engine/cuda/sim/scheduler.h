@@ -23,4 +23,16 @@ size_t shared_memory_limit(const void* kernel);
 // True while the calling code runs inside a simulated GPU thread (a kernel body).
 bool inside_kernel();
 
+namespace detail {
+// Simulator parts with state of their own per block (sim/sm90_wgmma.cpp, the warpgroup MMA's
+// pending operations): block_start(threads) runs on the OS thread at every block start, before
+// any of the block's threads; thread_exit() runs in each fiber when its kernel body returns,
+// and what it throws is that thread's kernel fault. Registered once, before any launch.
+struct BlockHooks {
+  void (*block_start)(unsigned threads);
+  void (*thread_exit)();
+};
+void add_block_hooks(BlockHooks hooks);
+}  // namespace detail
+
 }  // namespace kiln::sim

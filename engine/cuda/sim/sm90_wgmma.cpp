@@ -1,0 +1,362 @@
+// sim/sm90_wgmma.cpp: the simulator's warpgroup MMA (the model: sim/sm90_wgmma.h).
+//
+// No gathering of the warpgroup: each thread computes only its own share of D (its bn / 2
+// accumulators, 16 products each), which is exactly what the warpgroup's product gives it.
+// What a GPU does warpgroup-wide is checked from each thread's records instead: every thread
+// keeps a running hash of its wgmma calls (kind and arguments, not its d), and when the last
+// thread of a warpgroup exits, all 128 hashes must agree (a thread that skipped or changed a call,
+// or exited early, breaks it). Per-thread state lives in vectors of the OS thread running the
+// block (a block's fibers never leave it), reset by the scheduler's block-start hook.
+//
+// Arithmetic: inputs widened to f32 (exact), each product exact in f32, and each accumulator
+// sums onto its old value (or 0) the 16 products in order k = 0..15, rounding after every add.
+#include "engine/cuda/sim/sm90_wgmma.h"
+
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/cuda/sim/kernel.h"
+#include "engine/cuda/sim/scheduler.h"
+#include "engine/cuda/sm90/swizzle.h"
+#include "engine/error.h"
+#include "engine/host_device.h"
+#include "engine/sanitizer.h"
+
+namespace kiln::sim::sm90 {
+
+namespace {
+
+using ::kiln::cuda::sm90::Swizzle;
+using ::kiln::cuda::sm90::swizzle_address;
+using ::kiln::cuda::sm90::swizzle_atom_bytes;
+using ::kiln::cuda::sm90::swizzle_row_bytes;
+
+[[noreturn]] void fail(const char* fn, const std::string& what) {
+  throw Error(std::string("kiln::cuda::sm90::") + fn + ": " + what);
+}
+
+std::string hex(uint64_t v) {
+  char s[24];
+  std::snprintf(s, sizeof s, "0x%llx", static_cast<unsigned long long>(v));
+  return s;
+}
+
+// One operand of a recorded mma: where each of its rows x 16 elements lives, and their bits at
+// issue.
+struct Operand {
+  const char* name;  // "A" or "B"
+  uint64_t desc;
+  int rows;
+  std::vector<uint32_t> address;  // element (r, k) at [r * 16 + k]: its shared-memory offset
+  std::vector<uint16_t> bits;     // the snapshot
+};
+
+struct Mma {
+  float* d;
+  int bn;
+  bool bf16;
+  bool accumulate;
+  bool has_c;          // c holds the accumulator's old value (else it is taken at execution)
+  std::vector<float> c;
+  Operand a, b;
+};
+
+struct ThreadState {
+  bool fenced = false;              // wgmma_fence since kernel start or the last wait_group
+  std::vector<Mma> open;            // issued, not yet committed
+  std::vector<std::vector<Mma>> groups;  // committed, oldest first
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the thread's wgmma calls
+  uint64_t calls = 0;
+};
+
+struct WarpgroupState {
+  unsigned exited = 0;
+  uint64_t hash = 0, calls = 0;
+  unsigned first = 0;  // the linear id of the first thread to exit
+  char tsan_sync = 0;  // fibers take turns on this record: say so to ThreadSanitizer
+};
+
+thread_local std::vector<ThreadState> t_threads;
+thread_local std::vector<WarpgroupState> t_groups;
+thread_local unsigned t_block_threads = 0;
+
+ThreadState& me() { return t_threads[detail::t_thread->linear]; }
+
+void mix(ThreadState& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    s.hash ^= (v >> (8 * i)) & 0xffu;
+    s.hash *= 1099511628211ull;
+  }
+}
+
+void record_call(ThreadState& s, uint64_t kind, uint64_t a = 0, uint64_t b = 0, uint64_t c = 0) {
+  mix(s, kind);
+  mix(s, a);
+  mix(s, b);
+  mix(s, c);
+  ++s.calls;
+}
+
+// Every wgmma instruction is .sync.aligned over the warpgroup: the caller's warpgroup must be
+// whole and its warp complete (the other warps are checked at exit, by the hashes).
+void enter_warpgroup(const char* fn) {
+  const unsigned linear = detail::t_thread->linear;
+  const unsigned group_end = (linear / 128 + 1) * 128;
+  if (t_block_threads < group_end)
+    fail(fn, "a warpgroup instruction needs all 128 threads of an aligned warpgroup, but thread " +
+                 std::to_string(linear) + " is in warpgroup " + std::to_string(linear / 128) +
+                 " of a block of " + std::to_string(t_block_threads) +
+                 " threads (make the block a multiple of 128 threads)");
+  if (detail::active_mask() != 0xffffffffu)
+    fail(fn, "every thread of the warpgroup must take part, but lanes of warp " +
+                 std::to_string(linear / 32) + " have exited (an early return?)");
+  __syncwarp();
+}
+
+Swizzle swizzle_of(unsigned code) {
+  switch (code & 3u) {
+    case 1: return Swizzle::B128;
+    case 2: return Swizzle::B64;
+    case 3: return Swizzle::B32;
+    default: return Swizzle::None;
+  }
+}
+const char* swizzle_name(Swizzle s) {
+  return s == Swizzle::B128 ? "128B" : s == Swizzle::B64 ? "64B" : s == Swizzle::B32 ? "32B" : "no";
+}
+
+// Decodes a K-major descriptor of `rows` x 16 16-bit elements (the PTX ISA's canonical layouts,
+// "Shared Memory Matrix Layout"): without swizzle, core matrices of 8 rows x 16 bytes, the next
+// 8 k at +LBO, the next 8 rows at +SBO; swizzled, rows of 16/32/64/128 bytes (8 to an atom), k
+// contiguous within the row, the next 8 rows at +SBO, and the address swizzled (on its own bits).
+Operand decode(const char* name, uint64_t desc, int rows) {
+  Operand op{name, desc, rows, {}, {}};
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3fffu) << 4;
+  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3fffu) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3fffu) << 4;
+  const unsigned base_offset = static_cast<unsigned>((desc >> 49) & 7u);
+  const Swizzle sw = swizzle_of(static_cast<unsigned>(desc >> 62));
+  const std::string what = std::string("operand ") + name + " (descriptor " + hex(desc) + ")";
+  if (base_offset != 0)
+    fail("wgmma_m64k16", what + " has a non-zero base offset (bits 49-51); tiles here start on "
+                               "their swizzle atom, base offset 0");
+  if (sw != Swizzle::None) {
+    const uint32_t row = swizzle_row_bytes(sw), atom = swizzle_atom_bytes(sw);
+    // The start may sit a k offset into the atom's first row (kernels step k16 by +32 bytes),
+    // the atom itself on its boundary: the swizzle XORs the address's own row bits.
+    if (start % atom + 32 > row)
+      fail("wgmma_m64k16", what + ": a " + swizzle_name(sw) + "-swizzled operand starts at shared "
+                                  "address " + hex(start) + ", which is not on a " +
+                                  std::to_string(atom) + "-byte atom boundary plus a k offset "
+                                  "within its " + std::to_string(row) + "-byte row");
+  }
+  const uint32_t limit = static_cast<uint32_t>(detail::t_block.dynamic_shared_bytes);
+  op.address.resize(static_cast<size_t>(rows) * 16);
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < 16; ++k) {
+      uint32_t at;
+      if (sw == Swizzle::None) {
+        at = start + (r / 8) * sbo + (k / 8) * lbo + (r % 8) * 16 + (k % 8) * 2;
+      } else {
+        at = swizzle_address(sw, start + (r / 8) * sbo + (r % 8) * swizzle_row_bytes(sw) + k * 2);
+      }
+      if (at + 2 > limit)
+        fail("wgmma_m64k16", what + " reads element (" + std::to_string(r) + ", " +
+                                 std::to_string(k) + ") at shared address " + hex(at) +
+                                 ", past the block's " + std::to_string(limit) +
+                                 " bytes of dynamic shared memory");
+      op.address[static_cast<size_t>(r) * 16 + k] = at;
+    }
+  return op;
+}
+
+std::vector<uint16_t> read_bits(const Operand& op) {
+  const auto* smem = static_cast<const unsigned char*>(detail::t_block.dynamic_shared);
+  std::vector<uint16_t> bits(op.address.size());
+  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&bits[i], smem + op.address[i], 2);
+  return bits;
+}
+
+bool pending_on(const ThreadState& s, const float* d) {
+  for (const Mma& m : s.open)
+    if (m.d == d) return true;
+  for (const auto& g : s.groups)
+    for (const Mma& m : g)
+      if (m.d == d) return true;
+  return false;
+}
+
+// The next not-yet-run mma of this thread on the same accumulator (it takes over the result).
+Mma* next_on(ThreadState& s, const float* d, size_t group, size_t index) {
+  for (size_t g = group; g < s.groups.size(); ++g)
+    for (size_t i = g == group ? index + 1 : 0; i < s.groups[g].size(); ++i)
+      if (s.groups[g][i].d == d) return &s.groups[g][i];
+  for (Mma& m : s.open)
+    if (m.d == d) return &m;
+  return nullptr;
+}
+
+void check_unchanged(const Operand& op, const std::vector<uint16_t>& now) {
+  for (size_t i = 0; i < now.size(); ++i)
+    if (now[i] != op.bits[i])
+      fail("wgmma_wait_group",
+           std::string("shared memory read by wgmma.mma_async was written before "
+                       "wgmma.wait_group: operand ") +
+               op.name + " (descriptor " + hex(op.desc) + "), element (" +
+               std::to_string(i / 16) + ", " + std::to_string(i % 16) + ") at shared address " +
+               hex(op.address[i]) + " (wait for the group before overwriting its operands)");
+}
+
+// Runs mma `index` of group `group`: the calling thread's share of D.
+void execute(ThreadState& s, size_t group, size_t index) {
+  Mma& m = s.groups[group][index];
+  const std::vector<uint16_t> a = read_bits(m.a), b = read_bits(m.b);
+  check_unchanged(m.a, a);
+  check_unchanged(m.b, b);
+  const auto widen = [&](uint16_t v) { return m.bf16 ? bf16_to_f32(v) : f16_to_f32(v); };
+  const unsigned t = detail::t_thread->linear % 128, w = t / 32, l = t % 32;
+  const int n = m.bn / 2;
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const unsigned row = 16 * w + l / 4 + 8 * ((i / 2) % 2);
+    const unsigned col = 8 * (i / 4) + 2 * (l % 4) + (i % 2);
+    float acc = !m.accumulate ? 0.0f : m.has_c ? m.c[static_cast<size_t>(i)] : m.d[i];
+    for (unsigned k = 0; k < 16; ++k) acc += widen(a[row * 16 + k]) * widen(b[col * 16 + k]);
+    out[static_cast<size_t>(i)] = acc;
+  }
+  if (Mma* next = next_on(s, m.d, group, index)) {
+    // A later mma accumulates onto this one: it gets the result, the registers stay undefined.
+    next->c = std::move(out);
+    next->has_c = true;
+  } else {
+    std::memcpy(m.d, out.data(), sizeof(float) * static_cast<size_t>(n));
+  }
+}
+
+void block_start(unsigned threads) {
+  t_block_threads = threads;
+  t_threads.assign(threads, ThreadState{});
+  t_groups.assign((threads + 127) / 128, WarpgroupState{});
+}
+
+void thread_exit() {
+  if (t_threads.empty()) return;
+  ThreadState& s = me();
+  if (!s.open.empty() || !s.groups.empty())
+    fail("wgmma_wait_group", "the kernel exited with wgmma.mma_async operations " +
+                                 std::string(s.open.empty() ? "" : "never committed and ") +
+                                 "never waited for (wgmma_commit_group, then "
+                                 "wgmma_wait_group<0>, before the thread exits)");
+  const unsigned linear = detail::t_thread->linear;
+  WarpgroupState& g = t_groups[linear / 128];
+  KILN_TSAN_ACQUIRE(&g.tsan_sync);
+  const bool first = g.exited++ == 0;
+  if (first) {
+    g.hash = s.hash;
+    g.calls = s.calls;
+    g.first = linear;
+  }
+  const WarpgroupState seen = g;
+  KILN_TSAN_RELEASE(&g.tsan_sync);
+  if (!first && (seen.hash != s.hash || seen.calls != s.calls))
+    fail("wgmma_m64k16", "the threads of warpgroup " + std::to_string(linear / 128) +
+                             " made different warpgroup calls: thread " +
+                             std::to_string(seen.first) + " made " + std::to_string(seen.calls) +
+                             ", thread " + std::to_string(linear) + " " +
+                             std::to_string(s.calls) +
+                             " (or the same number with other arguments). wgmma_fence, "
+                             "wgmma_m64k16, commit, wait and setmaxnreg are called by all 128 "
+                             "threads of the warpgroup with the same arguments");
+}
+
+const bool registered = (detail::add_block_hooks({&block_start, &thread_exit}), true);
+
+}  // namespace
+
+uint64_t make_smem_desc(const void* smem, unsigned swizzle_code, uint32_t leading_byte_offset,
+                        uint32_t stride_byte_offset) {
+  (void)registered;
+  const auto* base = static_cast<const unsigned char*>(detail::t_block.dynamic_shared);
+  const auto* p = static_cast<const unsigned char*>(smem);
+  const size_t bytes = detail::t_block.dynamic_shared_bytes;
+  if (base == nullptr || p < base || p >= base + bytes)
+    fail("make_smem_desc", "the pointer is not in the block's dynamic shared memory; the "
+                           "simulator's shared addresses for wgmma are offsets into it, so "
+                           "operands live in KILN_DYNAMIC_SHARED memory");
+  const auto offset = static_cast<uint32_t>(p - base);
+  if (offset % 16 != 0)
+    fail("make_smem_desc", "the matrix start address " + hex(offset) + " is not 16-byte aligned");
+  for (uint32_t v : {leading_byte_offset, stride_byte_offset})
+    if (v % 16 != 0 || v >= (1u << 18))
+      fail("make_smem_desc", "a byte offset of " + std::to_string(v) +
+                                 " is not a multiple of 16 below 2^18 (the field holds it >> 4 "
+                                 "in 14 bits)");
+  return static_cast<uint64_t>(offset >> 4) | static_cast<uint64_t>(leading_byte_offset >> 4) << 16 |
+         static_cast<uint64_t>(stride_byte_offset >> 4) << 32 |
+         static_cast<uint64_t>(swizzle_code & 3u) << 62;
+}
+
+void wgmma_fence() {
+  enter_warpgroup("wgmma_fence");
+  ThreadState& s = me();
+  s.fenced = true;
+  record_call(s, 1);
+}
+
+void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc_b,
+                     bool accumulate) {
+  enter_warpgroup("wgmma_m64k16");
+  ThreadState& s = me();
+  if (!s.fenced)
+    fail("wgmma_m64k16", "wgmma.mma_async without a wgmma_fence() before it (since the kernel "
+                         "started or the last wgmma_wait_group): the PTX ISA requires the fence "
+                         "before the first mma_async and after registers were touched");
+  record_call(s, 2, desc_a, desc_b,
+              static_cast<uint64_t>(bn) << 2 | static_cast<uint64_t>(bf16) << 1 | accumulate);
+  Mma m{d, bn, bf16, accumulate, false, {}, decode("A", desc_a, 64), decode("B", desc_b, bn)};
+  m.a.bits = read_bits(m.a);
+  m.b.bits = read_bits(m.b);
+  const int n = bn / 2;
+  if (accumulate && !pending_on(s, d)) {
+    m.c.assign(d, d + n);
+    m.has_c = true;
+  }
+  for (int i = 0; i < n; ++i) d[i] = std::numeric_limits<float>::quiet_NaN();
+  s.open.push_back(std::move(m));
+}
+
+void wgmma_commit_group() {
+  enter_warpgroup("wgmma_commit_group");
+  ThreadState& s = me();
+  record_call(s, 3);
+  s.groups.push_back(std::move(s.open));
+  s.open.clear();
+}
+
+void wgmma_wait_group(int n) {
+  enter_warpgroup("wgmma_wait_group");
+  ThreadState& s = me();
+  record_call(s, 4, static_cast<uint64_t>(n));
+  const size_t keep = static_cast<size_t>(n);
+  const size_t run = s.groups.size() > keep ? s.groups.size() - keep : 0;
+  for (size_t g = 0; g < run; ++g)
+    for (size_t i = 0; i < s.groups[g].size(); ++i) execute(s, g, i);
+  s.groups.erase(s.groups.begin(), s.groups.begin() + static_cast<std::ptrdiff_t>(run));
+  s.fenced = false;
+}
+
+void setmaxnreg(bool increase, int regs) {
+  const char* fn = increase ? "setmaxnreg_inc" : "setmaxnreg_dec";
+  if (regs % 8 != 0 || regs < 24 || regs > 256)
+    fail(fn, "the register count " + std::to_string(regs) +
+                 " must be a multiple of 8 in [24, 256]");
+  enter_warpgroup(fn);
+  record_call(me(), increase ? 5 : 6, static_cast<uint64_t>(regs));
+}
+
+}  // namespace kiln::sim::sm90
