@@ -220,7 +220,7 @@ __global__ void misuse_kernel(Misuse what, float* out) {
   if (what == Misuse::PastSharedMemory) db = sm90::make_smem_desc(smem + 7168, Swizzle::None, 1024, 128);
   sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
   if (what == Misuse::OverwriteA && t == 5) s16[3] = 0x4000;
-  if (what == Misuse::OverwriteB && t == 70) s16[1024 + 9] = 0x4000;
+  if (what == Misuse::OverwriteB && t == 6) s16[1024 + 9] = 0x4000;
   if (what == Misuse::NoCommit) return;
   sm90::wgmma_commit_group();
   if (what == Misuse::ReadBeforeWait) out[t] = d[0];
