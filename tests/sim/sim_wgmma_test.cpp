@@ -219,6 +219,10 @@ __global__ void misuse_kernel(Misuse what, float* out) {
   if (what == Misuse::MisalignedSwizzle) db = sm90::make_smem_desc(smem + 2048 + 128, Swizzle::B128, 16, 1024);
   if (what == Misuse::PastSharedMemory) db = sm90::make_smem_desc(smem + 7168, Swizzle::None, 1024, 128);
   sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  // The overwrites come after a warp barrier, so only the wgmma's own read (asynchronous on a
+  // GPU, at the wait here) conflicts with them, not the snapshot taken at issue (which
+  // ThreadSanitizer would report as a race between lanes).
+  __syncwarp();
   if (what == Misuse::OverwriteA && t == 5) s16[3] = 0x4000;
   if (what == Misuse::OverwriteB && t == 6) s16[1024 + 9] = 0x4000;
   if (what == Misuse::NoCommit) return;
