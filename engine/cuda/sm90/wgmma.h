@@ -12,7 +12,9 @@
 //   wgmma_commit_group();                       // close the issued ones into a group
 //   wgmma_wait_group<0>();                      // until all groups (but the N newest) finished
 // Between issue and the wait that retires its group the accumulators are undefined (the
-// simulator fills them with NaN), and the shared-memory operands must not change.
+// simulator fills them with NaN), and the shared-memory operands must not change. wgmma reads
+// shared memory through the async proxy: operands the threads stored themselves (rather than
+// the TMA) need fence_proxy_async_shared() (sm90/tma.h) and a barrier before the mma.
 //
 // Operands are K-major (imm-trans-a/b = 0): A stored as 64 rows of 16 k, B as BN rows of 16 k,
 // in the canonical layouts of the PTX ISA's "Shared Memory Matrix Layout": without swizzle,
