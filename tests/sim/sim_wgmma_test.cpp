@@ -3,7 +3,8 @@
 // k16 steps advancing the descriptors) products for BN 64/128/256, bf16 and f16, from operands
 // written into shared memory in each swizzle mode, against a double-precision reference (and bit
 // for bit against the documented f32 order); then the asynchrony as a GPU shows it (NaN
-// accumulators before the wait, wait_group<1> leaving the newest group pending) and the rules
+// accumulators before the wait, wait_group<1> leaving the newest group pending, mmas chained on
+// one accumulator across groups), the dynamic shared memory's atom alignment, and the rules
 // as faults (an operand overwritten before the wait, a missing fence, partial or broken
 // warpgroups, bad descriptors, groups left pending at exit).
 #include <gtest/gtest.h>
@@ -201,7 +202,8 @@ bool contains(const std::string& text, const char* what) { return text.find(what
 
 // A 64 x 16 A and 64 x 16 B without swizzle (core matrices: LBO 1024, SBO 128), filled with 1.
 enum class Misuse { None, ReadBeforeWait, OverwriteA, OverwriteB, NoFence, NoWait, NoCommit,
-                    MisalignedSwizzle, PastSharedMemory, EarlyExit, TwoGroups, BadRegs };
+                    MisalignedSwizzle, PastSharedMemory, EarlyExit, TwoGroups, BadRegs,
+                    ChainAcrossGroups, StaticShared };
 
 __global__ void misuse_kernel(Misuse what, float* out) {
   KILN_DYNAMIC_SHARED(unsigned char, smem);
@@ -216,6 +218,10 @@ __global__ void misuse_kernel(Misuse what, float* out) {
   if (what != Misuse::NoFence) sm90::wgmma_fence();
   const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
   uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
+  if (what == Misuse::StaticShared) {
+    KILN_SHARED(uint16_t, tile, [1024]);
+    db = sm90::make_smem_desc(tile, Swizzle::None, 1024, 128);
+  }
   if (what == Misuse::MisalignedSwizzle) db = sm90::make_smem_desc(smem + 2048 + 128, Swizzle::B128, 16, 1024);
   if (what == Misuse::PastSharedMemory) db = sm90::make_smem_desc(smem + 7168, Swizzle::None, 1024, 128);
   sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
@@ -234,6 +240,15 @@ __global__ void misuse_kernel(Misuse what, float* out) {
     sm90::wgmma_wait_group<1>();
     out[2 * t] = d[5];  // the older group: done
     out[2 * t + 1] = e[5];  // the newest: still pending
+  }
+  if (what == Misuse::ChainAcrossGroups) {
+    // A second mma accumulating onto the pending first, in a group of its own.
+    sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, true);
+    sm90::wgmma_commit_group();
+    sm90::wgmma_wait_group<1>();
+    out[t] = d[7];  // the first group is done, but the second still owns the registers
+    sm90::wgmma_wait_group<0>();
+    out[128 + t] = d[7];
   }
   if (what == Misuse::NoWait) return;
   sm90::wgmma_wait_group<0>();
@@ -266,6 +281,29 @@ TEST(SimWgmma, WaitGroupOneLeavesTheNewestGroupPending) {
   }
 }
 
+TEST(SimWgmma, MmasOnOneAccumulatorChainAcrossGroups) {
+  const std::vector<float> got = run_misuse(Misuse::ChainAcrossGroups);
+  for (int t = 0; t < 128; ++t) {
+    EXPECT_TRUE(std::isnan(got[t])) << t;
+    EXPECT_EQ(got[128 + t], 32.0f) << t;
+  }
+}
+
+// Kernels align their swizzled tiles by pointer; the simulator's descriptors use offsets into
+// the dynamic shared memory: the two agree because the arena is aligned to the largest atom.
+__global__ void dynamic_shared_alignment_kernel(unsigned long long* out) {
+  KILN_DYNAMIC_SHARED(unsigned char, smem);
+  if (threadIdx.x == 0) out[0] = reinterpret_cast<uintptr_t>(smem) % sm90::swizzle_atom_bytes(Swizzle::B128);
+}
+
+TEST(SimWgmma, DynamicSharedMemoryStartsOnTheSwizzleAtom) {
+  for (unsigned bytes : {16u, 4096u, 40000u}) {
+    DeviceBuffer<unsigned long long> out(std::vector<unsigned long long>{99});
+    launch(dynamic_shared_alignment_kernel, LaunchConfig{1, 32, bytes, nullptr}, out.get());
+    EXPECT_EQ(out.to_host()[0], 0u) << bytes;
+  }
+}
+
 TEST(SimWgmma, TheRulesAreFaults) {
   const auto fault = [](Misuse what, unsigned threads = 128) {
     return fault_of([&] {
@@ -294,6 +332,8 @@ TEST(SimWgmma, TheRulesAreFaults) {
   EXPECT_TRUE(contains(f, "all 128 threads of an aligned warpgroup")) << f;
   f = fault(Misuse::None, 160);
   EXPECT_TRUE(contains(f, "all 128 threads of an aligned warpgroup")) << f;
+  f = fault(Misuse::StaticShared);
+  EXPECT_TRUE(contains(f, "not in the block's dynamic shared memory")) << f;
   f = fault(Misuse::BadRegs);
   EXPECT_TRUE(contains(f, "multiple of 8 in [24, 256]")) << f;
   // Two whole warpgroups are fine.
