@@ -84,8 +84,14 @@ struct WarpgroupState {
 thread_local std::vector<ThreadState> t_threads;
 thread_local std::vector<WarpgroupState> t_groups;
 thread_local unsigned t_block_threads = 0;
+// A ThreadState left its default since the last reset. Set by many fibers (TSan threads), so
+// atomically: the fibers take no turns on it that ThreadSanitizer could see.
+thread_local bool t_touched = false;
 
-ThreadState& me() { return t_threads[detail::t_thread->linear]; }
+ThreadState& me() {
+  __atomic_store_n(&t_touched, true, __ATOMIC_RELAXED);
+  return t_threads[detail::t_thread->linear];
+}
 
 void mix(ThreadState& s, uint64_t v) {
   for (int i = 0; i < 8; ++i) {
@@ -238,15 +244,20 @@ void execute(ThreadState& s, size_t group, size_t index) {
   }
 }
 
+// Every block of every kernel passes here: the per-thread states are rebuilt only after a block
+// that used wgmma (most kernels never do).
 void block_start(unsigned threads) {
   t_block_threads = threads;
-  t_threads.assign(threads, ThreadState{});
+  if (__atomic_load_n(&t_touched, __ATOMIC_RELAXED) || t_threads.size() < threads) {
+    t_threads.assign(threads, ThreadState{});
+    __atomic_store_n(&t_touched, false, __ATOMIC_RELAXED);
+  }
   t_groups.assign((threads + 127) / 128, WarpgroupState{});
 }
 
 void thread_exit() {
   if (t_threads.empty()) return;
-  ThreadState& s = me();
+  const ThreadState& s = t_threads[detail::t_thread->linear];
   if (!s.open.empty() || !s.groups.empty())
     fail("wgmma_wait_group", "the kernel exited with wgmma.mma_async operations " +
                                  std::string(s.open.empty() ? "" : "never committed and ") +
