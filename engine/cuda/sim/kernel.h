@@ -42,6 +42,7 @@ struct ThreadState {
 struct BlockState {
   void* dynamic_shared;  // the launch's dynamic shared memory for this block
   size_t dynamic_shared_bytes;
+  uint64_t serial;  // distinct for every block an OS thread runs (per-block state keys on it)
 };
 
 namespace detail {

@@ -60,7 +60,9 @@ namespace kiln::sim {
 
 namespace {
 
-enum class Status { Ready, AtBarrier, AtWarp, Done };
+// Polling: the thread waits for a condition another thread sets (an mbarrier's phase, poll_yield)
+// and gets its next turn in the next round.
+enum class Status { Ready, AtBarrier, AtWarp, Polling, Done };
 
 // One simulated GPU thread. ThreadState (what threadIdx reads) is its base, so the builtins'
 // detail::t_thread pointer leads straight back here.
@@ -75,6 +77,8 @@ struct SimThread : ThreadState {
   uint64_t value = 0;                        //   its value (the result when released),
   int src = -1;                              //   the lane it reads (-1: none)
   unsigned int voters = 0;  // the lanes it synchronised with at its last warp operation
+  const void* poll_object = nullptr;                       // what it polls (Polling), and
+  std::string (*describe_poll)(const void*) = nullptr;     //   how to name it in a deadlock
 };
 
 // Thrown by KILN_SHARED when the block's static + dynamic shared memory exceeds the kernel's
@@ -127,6 +131,9 @@ class BlockRunner {
   uint64_t warp_exchange(detail::WarpOp op, unsigned int mask, uint64_t value, int src);
   unsigned int active_mask();
   void* static_shared(const void* key, size_t bytes, size_t align);
+  void poll_yield(const void* object, std::string (*describe)(const void*));
+  void note_progress() { ++progress_; }
+  bool in_shared_memory(const void* p, size_t bytes) const;
 
  private:
   static void fiber_main(void* arg);
@@ -136,6 +143,7 @@ class BlockRunner {
   bool resolve_warp(unsigned w);
   void release_barrier();
   void release_abandoned(SimThread& t);
+  [[noreturn]] void report_deadlock() const;
   SimThread& current() { return *static_cast<SimThread*>(detail::t_thread); }
   std::string where(const SimThread& t) const {
     return "block " + str3(::blockIdx) + " thread " + str3(t.thread_idx);
@@ -150,6 +158,9 @@ class BlockRunner {
   int barrier_count_ = 0;            // the last released barrier's __syncthreads_count
   unsigned barrier_generation_ = 0;  // __syncthreads released so far (its parity picks the
                                      // TSan sync object)
+  uint64_t progress_ = 0;  // counts the events that can unblock a polling thread (an arrival,
+                           // a barrier or warp operation reached, an exit, note_progress)
+  uint64_t block_serial_ = 0;  // blocks this OS thread has started (BlockState::serial)
   bool shuffle_ = false;
   Rng rng_{0};
   std::vector<unsigned> order_;  // scratch for shuffled orders
@@ -228,6 +239,7 @@ void BlockRunner::fiber_main(void* arg) {
     }
     t.in_kernel = false;
     t.status = Status::Done;
+    ++r.progress_;
     KILN_TSAN_RELEASE(&r.block_end_sync_);
     fiber_switch(&t.ctx, &r.scheduler_);  // park; the next block resumes here
   }
@@ -253,7 +265,7 @@ void BlockRunner::prepare(const KernelLaunch& l, uint3 block_idx) {
   }
   if (dynamic_shared_ != nullptr) std::memset(dynamic_shared_, 0xFF, l.shared_bytes);
   reset_static_shared();
-  detail::t_block = BlockState{dynamic_shared_, l.shared_bytes};
+  detail::t_block = BlockState{dynamic_shared_, l.shared_bytes, ++block_serial_};
   for (const detail::BlockHooks& h : block_hooks())
     if (h.block_start != nullptr) h.block_start(n_);
   ::blockIdx = block_idx;
@@ -340,7 +352,7 @@ void BlockRunner::run_warp(unsigned w) {
 // Works on bit masks of the warp's lanes, so one call is O(32) whatever the operation.
 bool BlockRunner::resolve_warp(unsigned w) {
   const unsigned lo = w * 32, count = (n_ - lo) < 32 ? n_ - lo : 32;
-  unsigned arrived = 0, at_barrier = 0, votes = 0, by_op[4] = {0, 0, 0, 0};
+  unsigned arrived = 0, at_barrier = 0, polling = 0, votes = 0, by_op[4] = {0, 0, 0, 0};
   for (unsigned b = 0; b < count; ++b) {
     const SimThread& t = *threads_[lo + b];
     if (t.status == Status::AtWarp) {
@@ -349,9 +361,15 @@ bool BlockRunner::resolve_warp(unsigned w) {
       if (t.value) votes |= 1u << b;  // the predicate, for ballot / all
     } else if (t.status == Status::AtBarrier) {
       at_barrier |= 1u << b;
+    } else if (t.status == Status::Polling) {
+      polling |= 1u << b;
     }
   }
   if (arrived == 0) return false;
+  // A lane named in a waiting lane's mask that polls an mbarrier has yet to reach the warp
+  // operation: the operation waits for it (the next round resumes it).
+  for (unsigned b = 0; b < count; ++b)
+    if ((arrived >> b & 1u) && (threads_[lo + b]->mask & polling)) return false;
   uint64_t result[32];
   for (unsigned b = 0; b < count; ++b) {
     if (!(arrived >> b & 1u)) continue;
@@ -423,9 +441,25 @@ void BlockRunner::run(const KernelLaunch& l, uint3 block_idx, uint64_t shuffle_s
     const unsigned warps = (n_ + 31) / 32;
     std::vector<unsigned> warp_order;
     for (unsigned w = 0; w < warps; ++w) warp_order.push_back(w);
+    int idle_rounds = 0;  // consecutive rounds with polling threads and no progress
     for (;;) {
       if (shuffle_) rng_.shuffle(warp_order);
+      const uint64_t progress_before = progress_;
       for (unsigned w : warp_order) run_warp(w);
+      // Threads polling an mbarrier get another turn. Two rounds in a row that change nothing
+      // can never end: every thread waits for another. (One is not enough: a try_wait that
+      // yielded once returns false on its next turn, and its thread may then go on.)
+      bool any_polling = false;
+      for (unsigned i = 0; i < n_ && !any_polling; ++i)
+        any_polling = threads_[i]->status == Status::Polling;
+      if (any_polling) {
+        idle_rounds = progress_ == progress_before ? idle_rounds + 1 : 0;
+        if (idle_rounds >= 2) report_deadlock();
+        for (unsigned i = 0; i < n_; ++i)
+          if (threads_[i]->status == Status::Polling) threads_[i]->status = Status::Ready;
+        continue;
+      }
+      idle_rounds = 0;
       bool any_waiting = false;
       for (unsigned i = 0; i < n_ && !any_waiting; ++i)
         any_waiting = threads_[i]->status == Status::AtBarrier;
@@ -465,6 +499,7 @@ void BlockRunner::release_abandoned(SimThread& t) {
 
 int BlockRunner::barrier(int predicate) {
   SimThread& t = current();
+  ++progress_;
   t.predicate = predicate;
   t.status = Status::AtBarrier;
   char* sync = &barrier_sync_[barrier_generation_ & 1];
@@ -481,6 +516,7 @@ uint64_t BlockRunner::warp_exchange(detail::WarpOp op, unsigned int mask, uint64
   t.value = value;
   t.src = src;
   t.status = Status::AtWarp;
+  ++progress_;
 #if KILN_TSAN
   WarpSync& ws = warp_sync_[t.linear / 32];
   const unsigned g = ws.generation & 1;
@@ -496,6 +532,49 @@ uint64_t BlockRunner::warp_exchange(detail::WarpOp op, unsigned int mask, uint64
   }
 #endif
   return t.value;  // resolve_warp left the result here
+}
+
+void BlockRunner::poll_yield(const void* object, std::string (*describe)(const void*)) {
+  SimThread& t = current();
+  t.poll_object = object;
+  t.describe_poll = describe;
+  t.status = Status::Polling;
+  fiber_switch(&t.ctx, &scheduler_);
+}
+
+// A round of the block changed nothing and some threads poll: name one of them, what it waits
+// for, and where the others are.
+void BlockRunner::report_deadlock() const {
+  const SimThread* poller = nullptr;
+  unsigned at_barrier = 0, at_warp = 0, polling = 0, exited = 0;
+  for (unsigned i = 0; i < n_; ++i) {
+    const SimThread& t = *threads_[i];
+    switch (t.status) {
+      case Status::Polling:
+        ++polling;
+        if (!poller) poller = &t;
+        break;
+      case Status::AtBarrier: ++at_barrier; break;
+      case Status::AtWarp: ++at_warp; break;
+      default: ++exited; break;
+    }
+  }
+  const std::string what = poller->describe_poll ? poller->describe_poll(poller->poll_object)
+                                                 : std::string("a condition");
+  throw Error("CUDA simulator: deadlock in " + where(*poller) + ": it waits on " + what +
+              ", and no thread of the block can make progress (" + std::to_string(polling) +
+              " threads wait on mbarriers, " + std::to_string(at_barrier) +
+              " at __syncthreads(), " + std::to_string(at_warp) + " at a warp operation, " +
+              std::to_string(exited) + " have exited; on a GPU the block hangs)");
+}
+
+bool BlockRunner::in_shared_memory(const void* p, size_t bytes) const {
+  const char* c = static_cast<const char*>(p);
+  auto inside = [&](const char* base, size_t size) {
+    return base != nullptr && c >= base && bytes <= size && c - base <= static_cast<ptrdiff_t>(size - bytes);
+  };
+  return inside(static_cast<const char*>(dynamic_shared_), dynamic_shared_bytes_) ||
+         inside(static_arena_, static_end_);
 }
 
 unsigned int BlockRunner::active_mask() {
@@ -579,5 +658,17 @@ void* static_shared(const void* key, size_t bytes, size_t align) {
   return t_runner->static_shared(key, bytes, align);
 }
 }  // namespace detail
+
+void poll_yield(const void* object, std::string (*describe)(const void*)) {
+  if (t_runner == nullptr || detail::t_thread == nullptr)
+    throw Error("CUDA simulator: an mbarrier wait outside a kernel");
+  t_runner->poll_yield(object, describe);
+}
+void note_progress() {
+  if (t_runner != nullptr) t_runner->note_progress();
+}
+bool in_shared_memory(const void* p, size_t bytes) {
+  return t_runner != nullptr && t_runner->in_shared_memory(p, bytes);
+}
 
 }  // namespace kiln::sim

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "engine/cuda/sim/launch.h"
 
@@ -34,5 +35,19 @@ struct BlockHooks {
 };
 void add_block_hooks(BlockHooks hooks);
 }  // namespace detail
+
+// For primitives whose waits are polls of a condition another thread of the block sets (the
+// Hopper mbarriers, sim/sm90_mbarrier.cpp):
+//   poll_yield     suspends the calling GPU thread until the block's other threads have had a
+//                  turn. If two rounds of the block in a row change nothing (no arrival, no
+//                  barrier or warp operation reached, no exit, no note_progress), no thread
+//                  can ever make progress: the launch fails with a deadlock naming what a
+//                  poller waits on, `describe(object)`.
+//   note_progress  tells the scheduler the state a poller may wait on has changed.
+//   in_shared_memory  true when [p, p + bytes) lies in the running block's shared memory
+//                  (dynamic, or a KILN_SHARED variable's arena).
+void poll_yield(const void* object, std::string (*describe)(const void*));
+void note_progress();
+bool in_shared_memory(const void* p, size_t bytes);
 
 }  // namespace kiln::sim
