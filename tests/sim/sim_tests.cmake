@@ -8,6 +8,11 @@ kiln_test(sim_kernel_test SOURCES sim_kernel_test.cpp LABELS sim threads LIBS ki
 kiln_test(sim_streams_test SOURCES sim_streams_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
 # Stream capture and CUDA graphs (sim/graphs.cpp), a simulated cuBLAS call among the captured work.
 kiln_test(sim_graph_test SOURCES sim_graph_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
+# Hopper's mbarriers and TMA (engine/cuda/sm90/mbarrier.h, tma.h; sim/sm90_mbarrier.h, sm90_tma.h),
+# once more with the debug shuffle: the producer/consumer ring must not depend on the order.
+kiln_test(sim_tma_test SOURCES sim_tma_test.cpp LABELS sim threads LIBS kiln_cudasim WITHOUT_ENGINE)
+kiln_test_run(sim_tma_test_shuffle COMMAND sim_tma_test LABELS sim threads
+  ENVIRONMENT KILN_SIM_SHUFFLE=1 KILN_SIM_SHUFFLE_SEED=7)
 
 # The kernel tests once more with the other execution paths switched on from the environment:
 # the portable ucontext fibers, every block on the launching thread, and the debug shuffle for

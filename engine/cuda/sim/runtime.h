@@ -30,6 +30,8 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+// A kernel parameter the GPU reads in place (a TMA tensor map): an ordinary parameter here.
+#define __grid_constant__
 // __shared__: Kiln's kernels declare static shared memory with KILN_SHARED
 // (engine/cuda/runtime.h), which lives in the running block's arena: NaN at every block start,
 // guard zones, counted against the shared-memory limit. Plain __shared__ still compiles, as a
