@@ -239,6 +239,32 @@ TEST(SimTma, ARingOfStagesAlternatesItsPhaseParities) {
     }
 }
 
+// A warp operation waits for a lane that polls an mbarrier: lane 0 of warp 0 waits for warp 1's
+// arrival, then writes `flag`; its warp's other lanes meet it at __syncwarp and read the flag.
+__global__ void warp_waits_for_poller_kernel(int* out) {
+  KILN_SHARED(Mbarrier, bar, [1]);
+  KILN_SHARED(int, flag, [1]);
+  if (threadIdx.x == 0) sm90::mbarrier_init(&bar[0], 1);
+  __syncthreads();
+  if (threadIdx.x == 32) {
+    sm90::mbarrier_arrive(&bar[0]);
+  } else if (threadIdx.x == 0) {
+    sm90::mbarrier_wait(&bar[0], 0);
+    flag[0] = 7;
+  }
+  if (threadIdx.x < 32) {
+    __syncwarp();
+    out[threadIdx.x] = flag[0];
+  }
+}
+
+TEST(SimTma, AWarpOperationWaitsForALanePollingAnMbarrier) {
+  DeviceBuffer<int> out(32);
+  launch(warp_waits_for_poller_kernel, LaunchConfig{1, 64, 0, nullptr}, out.get());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int v : out.to_host()) ASSERT_EQ(v, 7);
+}
+
 // ---- Misuse ---------------------------------------------------------------------------------
 
 // A kernel fault's text (the device's sticky error), then a reset for the next case.
@@ -255,7 +281,7 @@ bool contains(const std::string& text, const char* what) {
   return text.find(what) != std::string::npos;
 }
 
-enum class Misuse { WaitUninitialised, WaitForever, ArriveUnderflow, TxOverflow, BadParity };
+enum class Misuse { WaitUninitialised, WaitForever, WaitWhileOthersSync, ArriveUnderflow, TxOverflow, BadParity };
 
 __global__ void misuse_kernel(Misuse m) {
   KILN_SHARED(Mbarrier, bar, [1]);
@@ -267,6 +293,10 @@ __global__ void misuse_kernel(Misuse m) {
   __syncthreads();
   switch (m) {
     case Misuse::WaitForever: sm90::mbarrier_wait(&bar[0], 0); break;  // nobody arrives
+    case Misuse::WaitWhileOthersSync:  // thread 0 waits for arrivals the others never make
+      if (threadIdx.x == 0) sm90::mbarrier_wait(&bar[0], 0);
+      __syncthreads();
+      break;
     case Misuse::ArriveUnderflow:
       if (threadIdx.x == 0) {
         sm90::mbarrier_arrive_expect_tx(&bar[0], 256);  // bytes no copy will complete
@@ -289,6 +319,10 @@ TEST(SimTmaMisuse, MbarrierRulesAreFaultsNamingTheRule) {
   EXPECT_TRUE(contains(f, "mbarrier_wait") && contains(f, "not initialised")) << f;
   f = run(Misuse::WaitForever);
   EXPECT_TRUE(contains(f, "deadlock") && contains(f, "mbarrier") && contains(f, "1 of 1 arrivals missing"))
+      << f;
+  f = run(Misuse::WaitWhileOthersSync);
+  EXPECT_TRUE(contains(f, "deadlock") && contains(f, "thread (0,0,0)") &&
+              contains(f, "31 at __syncthreads()"))
       << f;
   f = run(Misuse::ArriveUnderflow);
   EXPECT_TRUE(contains(f, "mbarrier_arrive") && contains(f, "underflow")) << f;
