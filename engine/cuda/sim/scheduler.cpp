@@ -6,9 +6,13 @@
 // The schedule, warp by warp (the order a GPU's warp scheduler might also pick):
 //   for each warp w (in order, or shuffled):
 //     repeat: resume each Ready lane of w (in order, or shuffled); it runs until it reaches
-//             __syncthreads (-> AtBarrier), a warp operation (-> AtWarp) or the end (-> Done);
-//             then, if lanes wait at a warp operation, exchange their values and make them
-//             Ready again; until no lane of w is Ready.
+//             __syncthreads (-> AtBarrier), a warp operation (-> AtWarp), an mbarrier poll
+//             (-> Polling) or the end (-> Done); then, if lanes wait at a warp operation (and
+//             none of the lanes it names polls), exchange their values and make them Ready
+//             again; until no lane of w is Ready.
+//   threads that poll an mbarrier (poll_yield: a wait whose condition another thread sets)
+//     are made Ready for the next round, as long as a round changes something; two rounds in
+//     a row that change nothing are a deadlock, reported naming what a poller waits on;
 //   now every thread waits at __syncthreads or has exited:
 //     all exited: the block is done; all waiting: release them and start over;
 //     a mix: the threads disagree about the barrier - on a GPU a hang or undefined; here an
