@@ -2,7 +2,10 @@
 //
 // Under ThreadSanitizer an arrival releases into the barrier and a wait that returns acquires
 // from it (the ordering the PTX memory model gives mbarrier arrive and test_wait/try_wait), and
-// a landing copy's writes are the simulator's, invisible to TSan, like the NaN fills.
+// a landing copy's writes are the simulator's, invisible to TSan, like the NaN fills. The staged
+// bytes pass from the issuing thread to the landing one through the barrier's table entry (a
+// release at issue, an acquire at landing): the landing thread so also sees what the issuer
+// wrote before the issue, a little more ordering than a GPU promises.
 #include "engine/cuda/sim/sm90_mbarrier.h"
 
 #include <cstdio>
@@ -103,6 +106,7 @@ void add_tx(const char* fn, const void* bar, Barrier& b, int64_t delta) {
 // The copies issued against b land now (the model's moment of completion).
 void land_copies(const char* fn, const void* bar, Barrier& b) {
   if (b.copies.empty()) return;
+  KILN_TSAN_ACQUIRE(&b);  // the issuers' staged bytes
   std::vector<PendingCopy> copies = std::move(b.copies);
   b.copies.clear();
   for (PendingCopy& c : copies) {
@@ -185,6 +189,7 @@ void mbarrier_add_copy(void* bar, unsigned char* dst, std::vector<unsigned char>
                        const char* fn) {
   Barrier& b = find(fn, bar);
   b.copies.push_back(PendingCopy{dst, std::move(bytes)});
+  KILN_TSAN_RELEASE(&b);
   note_progress();
 }
 
