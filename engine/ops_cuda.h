@@ -66,7 +66,7 @@ void gemm_vendor(Backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 // The steps of our own GEMM, from naive to fast (engine/cuda/kernels/gemm.cu explains each).
 // All are kept, tested and benchmarked (apps/gemm_bench): a later step must beat an earlier
 // one to earn its complexity. The fourth, on tensor cores, takes 16-bit inputs and has its own
-// function (gemm_tensor_core, below).
+// function (gemm_tensor_core, below), as does the fifth, for Hopper (gemm_sm90).
 enum class GemmKernel {
   Naive,            // one thread per C element, operands straight from global memory
   Tiled,            // 16x16 shared-memory tiles: each operand element read once per tile
@@ -83,6 +83,15 @@ void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n
                       const uint16_t* a, const uint16_t* b, float* c);
 // Whether the current device has the bf16/f16 tensor cores gemm_tensor_core needs (8.0+).
 bool tensor_cores_available();
+// Step 5 (engine/cuda/kernels/gemm_sm90.cu): Hopper's TMA copies, mbarriers and warpgroup MMA.
+// Same contract as gemm_tensor_core. The kernel reads both operands K-major (A (M,K), B stored
+// (N,K), i.e. trans_a false and trans_b true) with 16-byte aligned rows; other layouts are first
+// copied into a workspace (transposed and/or padded). Compute capability exactly 9.0 only.
+void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const uint16_t* a, const uint16_t* b, float* c);
+// Whether gemm_sm90 can run on the current device: compute capability 9.0 and a build holding
+// the kernel's sm_90a code (every nvcc build of Kiln; the simulator too).
+bool sm90_gemm_available();
 
 // Mixed precision: C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in` is
 // DType::BF16 or DType::F16), products summed in f32; row-major and shaped like gemm above

@@ -1,7 +1,8 @@
 # Tests of the engine's CUDA kernels (engine/cuda/kernels) beyond the parity table of
 # tests/parity: the ops' errors, determinism and a second device (ops_cuda_test), every
-# step of the hand GEMM and cuBLAS called directly (gemm_cuda_test, gemm_tensor_core_test), and
-# the fused optimizer updates (optim_cuda_test). Included by CMakeLists.txt here.
+# step of the hand GEMM and cuBLAS called directly (gemm_cuda_test, gemm_tensor_core_test,
+# gemm_sm90_test), and the fused optimizer updates (optim_cuda_test). Included by
+# CMakeLists.txt here.
 kiln_test(ops_cuda_test SOURCES ops_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 kiln_test(gemm_cuda_test SOURCES gemm_cuda_test.cpp
@@ -14,6 +15,9 @@ if(KILN_CUDA_SIM)
   kiln_test_run(gemm_tensor_core_test_shuffle COMMAND gemm_tensor_core_test LABELS sim
                 ENVIRONMENT KILN_SIM_SHUFFLE=1 KILN_SIM_SHUFFLE_SEED=5)
 endif()
+# Step 5, the Hopper GEMM (TMA, mbarriers, wgmma; compute capability 9.0, skipped elsewhere).
+kiln_test(gemm_sm90_test SOURCES gemm_sm90_test.cpp
+          LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
 # The one-launch optimizer step against the per-parameter kernels, bit for bit.

@@ -1,0 +1,378 @@
+// gemm_sm90.cu: step 5 of the GPU GEMM, for Hopper (compute capability 9.0) only. Steps 1-3 are
+// in gemm.cu and step 4 in gemm_tensor_core.cu, whose conventions it shares: row-major, op(A)
+// (M,K), op(B) (K,N), C (M,N) f32, 16-bit inputs passed as their bit patterns. Tested against a
+// double-precision product (tests/cuda/gemm_sm90_test.cpp), timed by apps/gemm_bench, explained
+// in docs/cuda.md.
+//
+// Step 5, gemm_sm90_kernel (bf16 or f16 in, f32 out): the Tensor Memory Accelerator, mbarriers
+// and warpgroup MMA.
+//   What it fixes over step 4. WMMA compiles to mma.sync: every warp loads its fragments from
+//   shared memory into registers (load_matrix_sync, i.e. ldmatrix) before each product, so the
+//   tensor cores wait on shared-memory loads, register-file bandwidth and instruction issue,
+//   and the loads of global memory into shared memory go through registers as well. On an H100
+//   mma.sync reaches about 65% of the tensor cores' peak at best (Luo et al., "Benchmarking and
+//   Dissecting the Nvidia Hopper GPU Architecture", https://arxiv.org/abs/2402.13499). Hopper
+//   adds the instructions that feed them without registers:
+//   - TMA (cp.async.bulk.tensor). One thread hands the copy engine a 2-D box (here 128 rows x
+//     64 elements) of a matrix described once on the host by a tensor map (base, sizes, row
+//     stride, box, swizzle: sm90/tma.h). The engine computes the addresses, writes the box into
+//     shared memory already swizzled for the MMA, and writes zeros for the part of the box
+//     outside the matrix: edge tiles need no bounds checks, and M, N, K need not be multiples
+//     of the tile. It needs 16-byte aligned bases and row strides (see the host side).
+//   - mbarrier. A barrier object in shared memory that counts arrivals *and* transaction bytes
+//     (sm90/mbarrier.h). The thread that issues a stage's loads arrives once announcing the
+//     bytes to expect (arrive_expect_tx); each TMA copy completes its bytes on the barrier; the
+//     phase completes when both counts reach zero, and threads waiting on it wake. Each
+//     completion flips the phase: a thread waits for a phase by its parity, 0, 1, 0, ... for a
+//     barrier's 1st, 2nd, 3rd use, so stage st is waited on with parity (slice / kStages) % 2.
+//   - wgmma (wgmma.mma_async). The four warps of a warpgroup (128 threads) issue together one
+//     64 x N x 16 product whose A and B come straight from shared memory through descriptors
+//     (address, strides, swizzle: sm90/wgmma.h); only the f32 accumulator lives in registers,
+//     spread over the 128 threads. It is asynchronous: wgmma_commit_group closes a group of
+//     issued products, wgmma_wait_group<N> waits until at most N groups are still running.
+//     The pattern of the CUTLASS Hopper kernels (https://github.com/NVIDIA/cutlass),
+//     ThunderKittens (https://github.com/HazyResearch/ThunderKittens) and of the kernels of
+//     pranjalssh's "Outperforming cuBLAS on H100: a Worklog"
+//     (https://cudaforfun.substack.com/p/outperforming-cublas-on-h100-a-worklog), which walks
+//     from this step to cuBLAS's speed.
+//   The kernel. One warpgroup per block computes a 128x128 tile of C as two m64n128k16 products
+//   per 16 of k (rows 0-63 and 64-127 of the tile share B's 128x16 slice): 2 x 64 f32
+//   accumulators per thread. K is walked in slices of 64 elements, 128 bytes of bf16 or f16:
+//   exactly one row of the 128-byte swizzle, so each operand's slice is one TMA box of 128 x 64
+//   (16 KiB) and wgmma reads it with the 128-byte swizzle and no bank conflicts. A ring of
+//   kStages = 4 stages (each A's box and B's box, 32 KiB, aligned to the swizzle's 1024-byte
+//   atom) holds slices s .. s+3: while the tensor cores work on slice s, the copies of the next
+//   three are in flight. Per stage:
+//     bytes loaded   (128 + 128) x 64 x 2 B          = 32 KiB
+//     FLOPs          2 x 128 x 128 x 64              = 2.1 MFLOP (8 wgmma of 262144 FLOPs)
+//     intensity      2.1 MFLOP / 32 KiB              = 64 FLOP per byte loaded
+//   An H100 SXM's 989 dense bf16 TFLOP/s over 132 SMs is 7.5 TFLOP/s per SM, which at 64
+//   FLOP/B needs 117 GB/s of loads per SM (about 64 bytes per clock): the reason for the
+//   square tile (BM = 64, BN = 256 loads (64 + 256) x 64 x 2 B = 40 KiB per stage for the same
+//   FLOPs: 51 FLOP/B) and the reason later steps grow it (128 x 256: 85 FLOP/B), which one
+//   warpgroup cannot: 256 accumulators per thread exceed the 255 registers a thread may have.
+//   Why a wait before a refill. The stage that slice s+3 goes to held slice s-1. Its loads may
+//   only be issued once no wgmma still reads it: after issuing slice s's products each thread
+//   calls wgmma_wait_group<1>, which returns when at most one group (slice s's) is running, so
+//   the group of slice s-1 has finished reading shared memory; a __syncthreads then makes that
+//   true for all four warps (each thread waits only for its own groups) before thread 0 issues
+//   the copies. Waiting with <0> would be correct too, but would leave the tensor cores idle
+//   while the next products are issued; <1> keeps one group running across the refill.
+//   Epilogue. Each thread holds, per 64-row half, d[i] = C(row, col) with row = 16 w + l/4 +
+//   8 ((i/2)%2), col = 8 (i/4) + 2 (l%4) + i%2 (warp w, lane l: the wgmma accumulator layout,
+//   sm90/wgmma.h): pairs of adjacent columns, stored as one float2 where C allows it, each
+//   bounds-checked against M and N.
+//   What limits it next: one warpgroup does everything. Thread 0 issues the copies between the
+//   products, every thread waits on the full barrier and on wgmma_wait_group, and the
+//   __syncthreads per slice stalls all four warps together. Step 6 specialises warps: a
+//   producer warpgroup only issues TMA copies (with few registers, setmaxnreg_dec) and two
+//   consumer warpgroups only issue wgmma (a 128 x 256 tile, "empty" barriers handing stages
+//   back). Step 7 makes the blocks persistent (one per SM, looping over tiles), so one tile's
+//   epilogue overlaps the next tile's loads. apps/gemm_bench measures the gap on a GPU.
+//   wgmma and TMA exist on sm_90a only (the "a": architecture-specific features that later
+//   GPUs do not have), so the build compiles this file for sm_90a too (engine/CMakeLists.txt);
+//   the kernel body exists only there (and under the simulator), and the host refuses other
+//   devices with an error.
+#include "engine/cuda/runtime.h"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/cuda/context.h"
+#include "engine/cuda/kernels/common.h"
+#include "engine/cuda/kernels/gemm_shape.h"
+#include "engine/cuda/launch.h"
+#include "engine/cuda/kernels/copy.h"
+#include "engine/cuda/mma.h"
+#include "engine/cuda/sm90/mbarrier.h"
+#include "engine/cuda/sm90/swizzle.h"
+#include "engine/cuda/sm90/tma.h"
+#include "engine/cuda/sm90/wgmma.h"
+#include "engine/error.h"
+#include "engine/ops_cuda.h"
+#include "engine/tensor.h"
+
+// The kernel body is compiled where wgmma and TMA exist: nvcc's sm_90a pass, and the simulator.
+// (nvcc's host pass parses it too, as it parses every kernel.)
+#if KILN_CUDA_SIM || !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_SM90_BODY 1
+#else
+#define KILN_SM90_BODY 0
+#endif
+
+namespace kiln::cuda {
+
+namespace {
+
+using sm90::Swizzle;
+
+constexpr int kSm90BM = 128;      // block tile: rows of C
+constexpr int kSm90BN = 128;      // block tile: columns of C (the N of each wgmma)
+constexpr int kSm90BK = 64;       // K-slice: 64 16-bit elements, one 128-byte swizzle row
+constexpr int kSm90Stages = 4;    // slices in flight in the ring
+constexpr int kSm90Threads = 128;  // one warpgroup
+constexpr Swizzle kSm90Swizzle = Swizzle::B128;
+constexpr uint32_t kSm90TileBytes = kSm90BM * kSm90BK * 2;  // one operand's box: 16 KiB
+static_assert(kSm90BM == kSm90BN, "A's and B's boxes share one shape and one byte count");
+static_assert(kSm90BK * 2 == sm90::swizzle_row_bytes(kSm90Swizzle),
+              "a slice row is one swizzle row: the TMA box's inner dimension may not exceed it");
+static_assert(kSm90TileBytes % sm90::swizzle_atom_bytes(kSm90Swizzle) == 0,
+              "every box starts on a swizzle atom");
+
+// The dynamic shared memory: the ring, then one "full" barrier per stage. Its base is rounded up
+// to the 1024-byte swizzle atom in the kernel (the launch guarantees 16 bytes only), hence the
+// slack in kSm90SharedBytes.
+struct alignas(1024) Sm90Shared {
+  uint16_t a[kSm90Stages][kSm90BM * kSm90BK];
+  uint16_t b[kSm90Stages][kSm90BN * kSm90BK];
+  sm90::Mbarrier full[kSm90Stages];
+};
+constexpr size_t kSm90SharedBytes = sizeof(Sm90Shared) + 1024;
+
+#if KILN_SM90_BODY  // the kernel's helpers, where its body is compiled
+
+constexpr int kSm90MmaM = 64;  // rows of one wgmma
+constexpr int kSm90MmaK = 16;  // depth of one wgmma
+
+// Builds the descriptor of a 64 x 16 (A) or 128 x 16 (B) K-major operand whose first row is at
+// `rows`, k offset `kk` elements into a 128-byte swizzled slice: consecutive rows are 128 bytes
+// apart, so groups of 8 rows (one swizzle atom, the "stride dimension") are 1024 bytes apart.
+// The leading-dimension offset is unused for a swizzled K-major operand whose 16 k (32 bytes)
+// lie inside one swizzle row; 16 bytes is the conventional value. Moving k by 16 moves the
+// start address by 32 bytes; the swizzle is applied to the address bits by the hardware, which
+// is why the slice must start on an atom.
+__device__ __forceinline__ uint64_t sm90_desc(const uint16_t* rows, int kk) {
+  return sm90::make_smem_desc(rows + kk, kSm90Swizzle, 16, 8 * sm90::swizzle_row_bytes(kSm90Swizzle));
+}
+
+// Stores the thread's accumulator pairs of one 64-row half (rows row0 + ...) into C. vec_c: C is
+// 8-byte aligned and N even, so an even column's pair is one aligned float2.
+__device__ __forceinline__ void sm90_store_half(const float (&d)[kSm90BN / 2], float* __restrict__ c,
+                                                int m, int n, int row0, int col0, bool vec_c) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  KILN_UNROLL
+  for (int i = 0; i < kSm90BN / 2; i += 2) {
+    const int row = row0 + 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
+    const int col = col0 + 8 * (i / 4) + 2 * (lane % 4);
+    if (row >= m || col >= n) continue;
+    float* out = c + static_cast<int64_t>(row) * n + col;
+    if (vec_c && col + 1 < n) {
+      *reinterpret_cast<float2*>(out) = make_float2(d[i], d[i + 1]);
+    } else {
+      out[0] = d[i];
+      if (col + 1 < n) out[1] = d[i + 1];
+    }
+  }
+}
+
+#endif  // KILN_SM90_BODY
+
+// C (m x n) = A B^T with A (m x k) and B (n x k) both K-major, described by the tensor maps
+// (boxes of 128 x 64, 128-byte swizzle). E: __nv_bfloat16 or __half, how wgmma reads the bits.
+template <typename E>
+__global__ void __launch_bounds__(kSm90Threads)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, float* __restrict__ c, int m, int n,
+                     int k, bool vec_c) {
+#if KILN_SM90_BODY
+  KILN_DYNAMIC_SHARED(unsigned char, raw);
+  // Round the base up to the 1024-byte atom (generic addresses of shared memory keep its
+  // alignment: the window starts on a large power of two).
+  auto& s = *reinterpret_cast<Sm90Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  const int m0 = blockIdx.y * kSm90BM, n0 = blockIdx.x * kSm90BN;
+  const int slices = (k + kSm90BK - 1) / kSm90BK;
+  const bool issuer = threadIdx.x == 0;
+
+  if (issuer) {
+    // One arrival per phase: the issuer's arrive_expect_tx; the rest is the copies' bytes.
+    for (int st = 0; st < kSm90Stages; ++st) sm90::mbarrier_init(&s.full[st], 1);
+    sm90::fence_mbarrier_init();  // the initialised barriers, visible to the TMA unit
+  }
+  __syncthreads();  // sm90 init: every thread sees initialised barriers before waiting on them
+
+  // Slice `slice` into its stage: A's box at (m0, k0), B's at (n0, k0), both counted on the
+  // stage's barrier (2 x 16 KiB, out-of-bounds parts included: the TMA writes them as zeros).
+  auto issue = [&](int slice) {
+    const int st = slice % kSm90Stages, k0 = slice * kSm90BK;
+    sm90::mbarrier_arrive_expect_tx(&s.full[st], 2 * kSm90TileBytes);
+    sm90::tma_load_2d(s.a[st], &map_a, m0, k0, &s.full[st]);
+    sm90::tma_load_2d(s.b[st], &map_b, n0, k0, &s.full[st]);
+  };
+  // Prologue: the first kStages - 1 slices; the main loop keeps that many ahead.
+  if (issuer)
+    for (int slice = 0; slice < kSm90Stages - 1 && slice < slices; ++slice) issue(slice);
+
+  float d0[kSm90BN / 2], d1[kSm90BN / 2];  // rows 0-63 and 64-127 of the tile
+  KILN_UNROLL
+  for (int i = 0; i < kSm90BN / 2; ++i) d0[i] = d1[i] = 0.0f;
+
+  for (int slice = 0; slice < slices; ++slice) {
+    const int st = slice % kSm90Stages;
+    sm90::mbarrier_wait(&s.full[st], static_cast<uint32_t>((slice / kSm90Stages) % 2));
+    sm90::wgmma_fence();  // the accumulators' registers are ready for wgmma
+    KILN_UNROLL
+    for (int kk = 0; kk < kSm90BK; kk += kSm90MmaK) {
+      const uint64_t desc_b = sm90_desc(s.b[st], kk);
+      sm90::wgmma_m64k16<kSm90BN, E>(d0, sm90_desc(s.a[st], kk), desc_b, true);
+      sm90::wgmma_m64k16<kSm90BN, E>(d1, sm90_desc(s.a[st] + kSm90MmaM * kSm90BK, kk), desc_b,
+                                     true);
+    }
+    sm90::wgmma_commit_group();
+    // Slice slice-1's group is done (file comment, "Why a wait before a refill"), in every warp
+    // after the barrier: its stage may be refilled with slice slice+3.
+    sm90::wgmma_wait_group<1>();
+    __syncthreads();  // sm90 refill: no warp still reads the stage the issuer overwrites
+    const int next = slice + kSm90Stages - 1;
+    if (issuer && next < slices) issue(next);
+  }
+  sm90::wgmma_wait_group<0>();  // the last group's accumulators are final
+
+  sm90_store_half(d0, c, m, n, m0, n0, vec_c);
+  sm90_store_half(d1, c, m, n, m0 + kSm90MmaM, n0, vec_c);
+#else
+  __trap();  // compiled without sm_90a's wgmma and TMA (the host refuses such devices first)
+#endif
+}
+
+// Copies a rows x cols matrix of 16-bit elements with leading dimension ld_in into one with
+// leading dimension ld_out (>= cols), the gaps untouched: what gives an operand the 16-byte
+// row stride the TMA needs. One thread per element, consecutive threads along a row.
+__global__ void sm90_pad_rows_kernel(const uint16_t* __restrict__ in, int64_t ld_in,
+                                     uint16_t* __restrict__ out, int64_t ld_out, int64_t rows,
+                                     int64_t cols) {
+  const int64_t total = rows * cols, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const int64_t r = i / cols, col = i % cols;
+    out[r * ld_out + col] = in[r * ld_in + col];
+  }
+}
+
+// ---- Host side -----------------------------------------------------------------------------
+
+// Whether this translation unit holds sm_90a code for the kernel (engine/CMakeLists.txt
+// defines KILN_GEMM_SM90A where it adds the sm_90a target); the simulator runs the body on
+// the CPU.
+constexpr bool kHasSm90aCode =
+#if KILN_CUDA_SIM || KILN_GEMM_SM90A
+    true;
+#else
+    false;
+#endif
+
+void check_sm90(const char* who) {
+  const int device = current_device();
+  int major = 0, minor = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (!(major == 9 && minor == 0))
+    throw Error(detail::str(who, ": cuda:", device, " has compute capability ", major, ".", minor,
+                            "; the kernel needs exactly 9.0 (Hopper: TMA and wgmma are sm_90a "
+                            "features): use the step-4 tensor-core GEMM (gemm_tensor_core) on "
+                            "this device"),
+                ErrorKind::Usage);
+  if (!kHasSm90aCode)
+    throw Error(detail::str(who, ": this build of Kiln has no sm_90a code for the kernel: "
+                            "rebuild with the CUDA backend (engine/CMakeLists.txt compiles "
+                            "gemm_sm90.cu for sm_90a), or use gemm_tensor_core"),
+                ErrorKind::Usage);
+}
+
+// An operand as the kernel reads it: `rows` x `k`, K-major (each row's k contiguous), row stride
+// `ld` elements, a multiple of 8 (16 bytes), base 16-byte aligned. `keep` owns a workspace when
+// one was needed.
+struct KMajor {
+  const uint16_t* data;
+  int64_t ld;
+  Tensor keep;
+};
+
+int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// A workspace of n 16-bit elements on the current device: the caching allocator, stream-ordered
+// on the current stream, so it can go back when the call returns while the kernels reading it
+// are still queued (the next user of the block queues behind them).
+Tensor workspace16(int64_t n) {
+  return Tensor::empty({n}, DType::BF16, Device(DeviceType::CUDA, current_device()));
+}
+
+// The operand `rows` x `k` K-major from what the caller passed: p holds it as (rows, k) with
+// leading dimension k, or, when `transposed`, as (k, rows) with leading dimension rows.
+// Transposed: transpose.cu's tiled transpose into a (rows, k) workspace. Then, if the row
+// stride is not a multiple of 8 elements or the base is not 16-byte aligned: a copy into a
+// workspace whose rows are padded to a multiple of 8 (the padding is never read: the tensor
+// map says the matrix is k wide, and the TMA fills beyond it with zeros).
+KMajor k_major(const uint16_t* p, bool transposed, int64_t rows, int64_t k) {
+  KMajor op{p, k, Tensor()};
+  if (transposed) {
+    op.keep = workspace16(rows * k);
+    const int64_t dims[2] = {k, rows};
+    transpose<uint16_t>(Backend{}, p, static_cast<uint16_t*>(op.keep.raw_data()), dims, 2, 0, 1);
+    op.data = static_cast<const uint16_t*>(op.keep.raw_data());
+  }
+  if (op.ld % 8 == 0 && aligned16(op.data)) return op;
+  const int64_t ld = round_up8(k);
+  Tensor padded = workspace16(rows * ld);
+  uint16_t* out = static_cast<uint16_t*>(padded.raw_data());
+  launch(sm90_pad_rows_kernel,
+         LaunchConfig{dim3(elementwise_blocks(rows * k)), dim3(kElementwiseThreads), 0,
+                      current_stream()},
+         op.data, op.ld, out, ld, rows, k);
+  op.data = out, op.ld = ld, op.keep = padded;  // the transposed workspace is freed after use
+  return op;
+}
+
+template <typename E>
+void launch_sm90(int m, int n, int k, const KMajor& a, const KMajor& b, float* c) {
+  const dim3 grid(blocks_for(n, kSm90BN), blocks_for(m, kSm90BM));
+  KILN_CHECK(grid.y <= 65535, "gemm_sm90: M = ", m, " needs more than 65535 block rows");
+  CUtensorMap map_a, map_b;
+  sm90::encode_tma_2d(&map_a, a.data, m, k, a.ld * 2, kSm90BM, kSm90BK, kSm90Swizzle);
+  sm90::encode_tma_2d(&map_b, b.data, n, k, b.ld * 2, kSm90BN, kSm90BK, kSm90Swizzle);
+  // Above 48 KiB of dynamic shared memory a kernel must opt in, once per kernel and device
+  // (cheap to repeat: it sets an attribute).
+  KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<E>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSm90SharedBytes)));
+  const bool vec_c = reinterpret_cast<uintptr_t>(c) % 8 == 0 && n % 2 == 0;
+  launch(gemm_sm90_kernel<E>,
+         LaunchConfig{grid, dim3(kSm90Threads), kSm90SharedBytes, current_stream()}, map_a,
+         map_b, c, m, n, k, vec_c);
+}
+
+}  // namespace
+
+bool sm90_gemm_available() {
+  const int device = current_device();
+  int major = 0, minor = 0;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0 && kHasSm90aCode;
+}
+
+// The kernel computes A B^T with both operands K-major; the transposes and layouts the caller
+// has are brought to that first (k_major): O(MK + NK) bytes moved against the product's
+// 2 MNK FLOPs, so for large products the copies are a few percent at most, and none at all
+// for the common layouts (A (M,K) and a weight stored (N,K), trans_b: a linear layer's forward).
+void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const uint16_t* a, const uint16_t* b, float* c) {
+  if (in != DType::BF16 && in != DType::F16)
+    throw Error(detail::str("gemm_sm90: the inputs are ", dtype_name(in),
+                            "; the Hopper GEMM takes bf16 or f16 (convert with Tensor::to)"),
+                ErrorKind::Usage);
+  const GemmShape s = gemm_shape("gemm_sm90", trans_a, trans_b, m, n, k);
+  if (s.m == 0 || s.n == 0) return;
+  check_sm90("gemm_sm90");
+  if (s.k == 0) {  // an empty sum: zeros (the TMA cannot describe a matrix 0 wide)
+    fill(c, DType::F32, static_cast<int64_t>(s.m) * s.n, 0.0);
+    return;
+  }
+  // op(A) = A is (M,K) K-major as stored; op(A) = A^T comes stored (K,M). op(B) (K,N) is K-major
+  // when stored (N,K), i.e. trans_b; stored (K,N) it must be transposed.
+  const KMajor ka = k_major(a, trans_a, s.m, s.k);
+  const KMajor kb = k_major(b, !trans_b, s.n, s.k);
+  if (in == DType::BF16) launch_sm90<__nv_bfloat16>(s.m, s.n, s.k, ka, kb, c);
+  else launch_sm90<__half>(s.m, s.n, s.k, ka, kb, c);
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,240 @@
+// gemm_sm90_test.cpp: step 5 of the hand GEMM, the Hopper kernel (TMA, mbarriers, wgmma:
+// engine/cuda/kernels/gemm_sm90.cu), against a CPU product in double of the same rounded inputs:
+// bf16 and f16, all four transpose combinations (three of them through the workspace
+// transpose), M, N and K in {1, 17, 129} (below, across and beyond the 128x128 block tile and
+// the 64-deep K-slice) and larger sizes that are multiples of nothing (K up to 16 slices: the
+// 4-stage ring wraps four times, so every barrier's phase parity flips), leading dimensions
+// that are not a multiple of 8 and operands off 16-byte alignment (the padded workspace), C off
+// 8-byte alignment (scalar stores), K = 0, and the errors. Under the simulator TMA and wgmma run
+// on its models of them; on a GPU other than compute capability 9.0 the tests skip.
+//
+// Tolerance: as for step 4 (tests/cuda/gemm_tensor_core_test.cpp), the products of two 16-bit
+// values are exact in f32 and only the f32 summation of K products errs: within
+// K u sum_p |a_ip b_pj| (u = 2^-24; Higham, "Accuracy and Stability of Numerical Algorithms",
+// 2nd ed., section 3.1); the test allows twice that, for tensor cores that truncate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/context.h"
+#include "engine/error.h"
+#include "engine/host_device.h"
+#include "engine/ops_cuda.h"
+#include "engine/tensor.h"
+#include "parity/parity_harness.h"
+#include "support/cuda_skip.h"
+#include "support/gradcheck.h"
+
+namespace kiln {
+namespace {
+
+using testing::kCuda;
+using testing::random_tensor;
+
+// Compute capability of cuda:0 as "major.minor" ("" when it cannot be read).
+std::string capability() {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess)
+    return "";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// The kernel is sm_90a code: on any other GPU it is a usage error and these tests skip. The
+// simulator reports 9.0.
+#define SKIP_WITHOUT_SM90()                                                                  \
+  do {                                                                                       \
+    KILN_SKIP_WITHOUT_CUDA();                                                                \
+    if (capability() != "9.0")                                                               \
+      GTEST_SKIP() << "skipped: cuda:0 has compute capability " << capability()              \
+                   << "; the Hopper GEMM (TMA, wgmma) runs on 9.0 only";                     \
+  } while (0)
+
+struct Mnk {
+  int64_t m, n, k;
+};
+
+float widen_bits(DType in, uint16_t bits) {
+  return in == DType::BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+}
+
+const uint16_t* bits_of(const Tensor& t) { return static_cast<const uint16_t*>(t.raw_data()); }
+
+// C = op(A) op(B) with gemm_sm90 on cuda:0, against double on the CPU.
+// `misalign`: A, B and C start one element into their buffers (A and B not 16-byte aligned, C
+// not 8-byte aligned).
+void check_sm90(DType in, bool ta, bool tb, const Mnk& s, bool misalign) {
+  const std::string what = std::string(dtype_name(in)) + " m" + std::to_string(s.m) + " n" +
+                           std::to_string(s.n) + " k" + std::to_string(s.k) + (ta ? " A^T" : "") +
+                           (tb ? " B^T" : "") + (misalign ? " misaligned" : "");
+  SCOPED_TRACE(what);
+  const int64_t off = misalign ? 1 : 0;
+  // One extra leading element in every buffer; the matrices start at `off`. Rounded on the CPU.
+  const Tensor a = random_tensor({s.m * s.k + 1}, 21, -1.0, 1.0, DType::F32).to(in);
+  const Tensor b = random_tensor({s.k * s.n + 1}, 22, -1.0, 1.0, DType::F32).to(in);
+  Tensor c0 = Tensor::empty({s.m * s.n + 1}, DType::F32);
+  c0.fill_(std::numeric_limits<double>::quiet_NaN());  // C is only written, never read
+
+  const Tensor a_d = a.to(kCuda), b_d = b.to(kCuda);
+  Tensor c_d = c0.to(kCuda);
+  {
+    cuda::DeviceGuard guard(0);
+    cuda::gemm_sm90(in, ta, tb, s.m, s.n, s.k, bits_of(a_d) + off, bits_of(b_d) + off,
+                    static_cast<float*>(c_d.raw_data()) + off);
+  }
+  const std::vector<float> got = c_d.to_vector<float>();
+
+  // op(A)(i, p) and op(B)(p, j) of the rounded inputs, widened once.
+  const uint16_t* ab = bits_of(a) + off;
+  const uint16_t* bb = bits_of(b) + off;
+  const int64_t lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;
+  std::vector<double> opa(s.m * s.k), opb(s.k * s.n);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t p = 0; p < s.k; ++p)
+      opa[i * s.k + p] = widen_bits(in, ta ? ab[p * lda + i] : ab[i * lda + p]);
+  for (int64_t p = 0; p < s.k; ++p)
+    for (int64_t j = 0; j < s.n; ++j)
+      opb[p * s.n + j] = widen_bits(in, tb ? bb[j * ldb + p] : bb[p * ldb + j]);
+  const double u = std::ldexp(1.0, -24);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double t = opa[i * s.k + p] * opb[p * s.n + j];
+        want += t;
+        mag += std::fabs(t);
+      }
+      const double g = got[off + i * s.n + j];
+      const double tol = 2.0 * static_cast<double>(s.k) * u * mag;
+      if (!(std::fabs(g - want) <= tol) && bad++ < 5)  // NaN fails
+        ADD_FAILURE() << what << ": C(" << i << ", " << j << ") = " << g << ", want " << want
+                      << " (tolerance " << tol << ")";
+    }
+  EXPECT_EQ(bad, 0) << what << ": elements out of tolerance";
+  // The one element of the buffer outside C is untouched (still NaN).
+  const size_t outside = off == 1 ? 0 : static_cast<size_t>(s.m * s.n);
+  EXPECT_TRUE(std::isnan(got[outside])) << what << ": the element outside C became " << got[outside];
+}
+
+// Every combination of M, N, K in {1, 17, 129}: one element, a part of a tile and of a slice,
+// and just over the 128x128 tile and two 64-deep slices. 17 and 1 are not multiples of 8, so
+// the K-major operands with those K go through the padded workspace.
+std::vector<Mnk> small_sizes() {
+  std::vector<Mnk> sizes;
+  for (int64_t m : {1, 17, 129})
+    for (int64_t n : {1, 17, 129})
+      for (int64_t k : {1, 17, 129}) sizes.push_back({m, n, k});
+  return sizes;
+}
+
+// Larger and multiples of nothing: several tiles both ways, K of 5 and 16 slices (the ring of
+// 4 stages wraps, each stage's barrier completes phases 0, 1, 0, 1, ...), and one exactly on
+// the tiles.
+const Mnk kLargeSizes[] = {{200, 136, 300}, {72, 264, 1000}, {256, 128, 256}};
+
+TEST(GemmSm90, MatchesCpuBf16) {
+  SKIP_WITHOUT_SM90();
+  for (const Mnk& s : small_sizes())
+    for (int t = 0; t < 4; ++t) check_sm90(DType::BF16, t & 1, t & 2, s, false);
+}
+
+TEST(GemmSm90, MatchesCpuF16) {
+  SKIP_WITHOUT_SM90();
+  for (const Mnk& s : small_sizes())
+    for (int t = 0; t < 4; ++t) check_sm90(DType::F16, t & 1, t & 2, s, false);
+}
+
+TEST(GemmSm90, MatchesCpuOnLargerShapesAcrossTheRing) {
+  SKIP_WITHOUT_SM90();
+  for (const Mnk& s : kLargeSizes)
+    for (int t = 0; t < 4; ++t) check_sm90(t % 2 ? DType::F16 : DType::BF16, t & 1, t & 2, s, false);
+}
+
+// Bases one element off 16-byte alignment, with K a multiple of 8: only the alignment sends the
+// K-major operands through the padded workspace; C takes the scalar stores.
+TEST(GemmSm90, MisalignedOperandsGoThroughTheWorkspace) {
+  SKIP_WITHOUT_SM90();
+  for (DType in : {DType::BF16, DType::F16})
+    for (int t = 0; t < 4; ++t) check_sm90(in, t & 1, t & 2, {40, 48, 136}, true);
+}
+
+// Leading dimensions that are not a multiple of 8 elements: A (M,K) and B^T (N,K) with K = 100
+// (200-byte rows, which no tensor map can describe), and transposed operands whose transposed
+// copy then needs padding too.
+TEST(GemmSm90, UnalignedLeadingDimensionsGoThroughTheWorkspace) {
+  SKIP_WITHOUT_SM90();
+  for (int t = 0; t < 4; ++t) check_sm90(DType::BF16, t & 1, t & 2, {33, 70, 100}, false);
+}
+
+TEST(GemmSm90, EmptyKGivesZeros) {
+  SKIP_WITHOUT_SM90();
+  check_sm90(DType::BF16, false, false, {7, 33, 0}, false);
+  check_sm90(DType::F16, true, true, {7, 33, 0}, false);
+}
+
+// The f32 accumulation across slices and stages: 384 products (6 slices) of 1 + 2^-7 (exact in
+// bf16) and 1 sum to 387, which bf16 cannot hold (its neighbours are 386 and 388).
+TEST(GemmSm90, AccumulatesInF32) {
+  SKIP_WITHOUT_SM90();
+  const int64_t k = 384;
+  const Tensor a = Tensor::full({k}, 1.0 + 1.0 / 128, DType::F32).to(DType::BF16).to(kCuda);
+  const Tensor b = Tensor::full({k}, 1.0, DType::F32).to(DType::BF16).to(kCuda);
+  Tensor c = Tensor::empty({1}, DType::F32, kCuda);
+  {
+    cuda::DeviceGuard guard(0);
+    cuda::gemm_sm90(DType::BF16, false, true, 1, 1, k, bits_of(a), bits_of(b),
+                    static_cast<float*>(c.raw_data()));
+  }
+  EXPECT_EQ(c.to_vector<float>()[0], 387.0f);
+}
+
+TEST(GemmSm90, AvailableExactlyOnComputeCapability90) {
+  KILN_SKIP_WITHOUT_CUDA();
+  cuda::DeviceGuard guard(0);
+  // Every build with a CUDA backend holds the sm_90a code (or simulates it).
+  EXPECT_EQ(cuda::sm90_gemm_available(), capability() == "9.0") << "compute capability " << capability();
+}
+
+TEST(GemmSm90, RejectsOtherDtypesAndNegativeSizes) {
+  KILN_SKIP_WITHOUT_CUDA();  // checked before the device's capability: runs on every GPU
+  const Tensor t = Tensor::zeros({16}, DType::F32, kCuda);
+  cuda::DeviceGuard guard(0);
+  const uint16_t* p = static_cast<const uint16_t*>(t.raw_data());
+  float* c = static_cast<float*>(t.raw_data());
+  try {
+    cuda::gemm_sm90(DType::F32, false, true, 2, 2, 2, p, p, c);
+    ADD_FAILURE() << "f32 inputs were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("bf16 or f16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cuda::gemm_sm90(DType::BF16, false, true, -1, 2, 2, p, p, c), Error);
+}
+
+// On a GPU other than 9.0 the call is a usage error naming the device and what to use instead.
+TEST(GemmSm90, RefusesOtherDevicesWithAUsageError) {
+  KILN_SKIP_WITHOUT_CUDA();
+  if (capability() == "9.0") GTEST_SKIP() << "skipped: cuda:0 is compute capability 9.0";
+  const Tensor t = Tensor::zeros({16}, DType::BF16, kCuda);
+  Tensor c = Tensor::zeros({4}, DType::F32, kCuda);
+  cuda::DeviceGuard guard(0);
+  try {
+    cuda::gemm_sm90(DType::BF16, false, true, 2, 2, 2, bits_of(t), bits_of(t),
+                    static_cast<float*>(c.raw_data()));
+    ADD_FAILURE() << "compute capability " << capability() << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cuda:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("gemm_tensor_core"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
