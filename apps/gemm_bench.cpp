@@ -6,7 +6,8 @@
 // --device cuda (the default in CUDA builds; apps/gemm_bench/cuda_rows.cpp): the steps of our
 //   GEMM against cuBLAS, as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
 //   Kernels: naive, tiled, regblock (the f32 steps of engine/cuda/kernels/gemm.cu), tc_bf16 and
-//   tc_f16 (step 4, gemm_tensor_core.cu: A and B rounded to bf16 / f16, C in f32), hand (what
+//   tc_f16 (step 4, gemm_tensor_core.cu: A and B rounded to bf16 / f16, C in f32), sm90_bf16 and
+//   sm90_f16 (step 5, gemm_sm90.cu: TMA and wgmma, compute capability 9.0 only), hand (what
 //   matmul uses with KILN_KERNELS=hand: regblock for float), vendor (cuBLAS SGEMM; TF32 only with
 //   KILN_TF32=1) and vendor_bf16 (cublasGemmEx on the bf16 inputs); default hand,vendor; sizes
 //   1024,2048,4096,8192 (64,128 under the simulator, where every line says SIMULATED). A bf16 /
@@ -58,11 +59,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(apps::in_range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--kernels", o.kernels, "comma-separated; cuda: naive, tiled, regblock, tc_bf16, "
-                                         "tc_f16, hand, vendor, vendor_bf16 (default hand,vendor); "
-                                         "cpu: blas, hand, vendor, convert (default all)")
+                                         "tc_f16, sm90_bf16, sm90_f16, hand, vendor, vendor_bf16 "
+                                         "(default hand,vendor); cpu: blas, hand, vendor, convert "
+                                         "(default all)")
       ->delimiter(',')
-      ->check(apps::one_of({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "hand", "vendor",
-                             "vendor_bf16", "blas", "convert"}));
+      ->check(apps::one_of({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "sm90_bf16",
+                             "sm90_f16", "hand", "vendor", "vendor_bf16", "blas", "convert"}));
   app.add_option("--precision", o.dtypes, "cpu: the input formats, comma-separated (default "
                                           "bf16,fp16)")
       ->delimiter(',')
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
     if (on_cpu ? !cpu_kernel : !cuda_kernel) {
       std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: blas, "
                            "hand, vendor, convert; cuda: naive, tiled, regblock, tc_bf16, "
-                           "tc_f16, hand, vendor, vendor_bf16)\n",
+                           "tc_f16, sm90_bf16, sm90_f16, hand, vendor, vendor_bf16)\n",
                    k.c_str(), device.c_str());
       return 2;
     }

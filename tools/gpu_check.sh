@@ -14,9 +14,11 @@
 #   4. example: examples/custom_layer (its own CMake project: find_package(Kiln), a Swish layer
 #             with a .cu file) built against this build installed into a prefix, its tests run on
 #             the GPU (custom_layer)
-#   5. bench: gemm_bench (hand vs cuBLAS), gemm_steps (every GEMM step at 4096^3: the f32 steps,
-#             the tensor-core kernel on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on bf16: the
-#             report's tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
+#   5. bench: gemm_bench (hand vs cuBLAS, and steps 4 and 5 on bf16 vs cublasGemmEx at
+#             1024..8192: the report's sm90_bf16/vendor_bf16), gemm_steps (every GEMM step at
+#             4096^3: the f32 steps, the tensor-core kernels of steps 4 (WMMA) and 5 (Hopper: TMA,
+#             wgmma) on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on bf16: the report's
+#             tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
 #             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
 #             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
 #             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh); the
@@ -651,16 +653,22 @@ for step in "${bench_steps[@]}"; do
   fi
   case "$step" in
     gemm_bench)
+      # hand/vendor (f32), and the tensor-core steps 4 and 5 on bf16 over cublasGemmEx on the same
+      # inputs at every size: gemm_bench prints tc_bf16/vendor_bf16, sm90_bf16/vendor_bf16 and
+      # sm90_bf16/tc_bf16 per size (sm90_bf16 is skipped, saying why, on a GPU other than 9.0).
       rm -f "$report/gemm_bench.json"
-      bench_program gemm_bench "$build_dir/apps/gemm_bench" 120 --device cuda --sizes 1024,2048,4096,8192 --kernels hand,vendor \
-        --json "$report/gemm_bench.json" ;;
+      bench_program gemm_bench "$build_dir/apps/gemm_bench" 240 --device cuda --sizes 1024,2048,4096,8192 \
+        --kernels hand,vendor,tc_bf16,sm90_bf16,vendor_bf16 --json "$report/gemm_bench.json" ;;
     gemm_steps)
-      # Step 4 (tensor cores, bf16 and f16 inputs) against the f32 steps, cuBLAS SGEMM and
-      # cublasGemmEx on the same bf16 inputs at 4096^3; gemm_bench prints each tensor-core kernel
-      # over regblock and over cuBLAS, and tc_bf16/vendor_bf16 (the report's headline figure).
+      # Steps 4 and 5 (tensor cores: WMMA, and Hopper's TMA + wgmma; bf16 and f16 inputs) against
+      # the f32 steps, cuBLAS SGEMM and cublasGemmEx on the same bf16 inputs at 4096^3;
+      # gemm_bench prints each tensor-core kernel over regblock and over cuBLAS,
+      # tc_bf16/vendor_bf16 (the report's headline figure), sm90_bf16/vendor_bf16 and
+      # sm90_bf16/tc_bf16.
       rm -f "$report/gemm_steps.json"
       bench_program gemm_steps "$build_dir/apps/gemm_bench" 90 --device cuda --sizes 4096 \
-        --kernels naive,tiled,regblock,tc_bf16,tc_f16,vendor,vendor_bf16 --iters 5 --json "$report/gemm_steps.json" ;;
+        --kernels naive,tiled,regblock,tc_bf16,tc_f16,sm90_bf16,sm90_f16,vendor,vendor_bf16 --iters 5 \
+        --json "$report/gemm_steps.json" ;;
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;

@@ -280,6 +280,9 @@ report = {
     "resnet_graph": resnet_graph(), "mnist_graph": mnist_graph(),
     # Our tensor-core GEMM over cublasGemmEx on the same bf16 inputs, per size (aim >= 0.50).
     "tc_bf16_over_vendor_bf16": gemm_ratio("gemm_steps", "tc_bf16_over_vendor_bf16"),
+    # Step 5 (Hopper: TMA, wgmma) over cublasGemmEx and over step 4, bf16, per size 1024..8192.
+    "sm90_bf16_over_vendor_bf16": gemm_ratio("gemm_bench", "sm90_bf16_over_vendor_bf16"),
+    "sm90_bf16_over_tc_bf16": gemm_ratio("gemm_bench", "sm90_bf16_over_tc_bf16"),
     "gpu_tests": info.get("gpu_tests"), "gpu_tests_without_program": info.get("gpu_tests_without_program"),
     "compute_sanitizer": info.get("compute_sanitizer"),
     "custom_layer": custom_layer(), "sanitizers": sanitizer_runs(),
@@ -423,6 +426,13 @@ for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
     if key == "gemm_steps" and report["tc_bf16_over_vendor_bf16"]:
         md += [f"**tc_bf16 / vendor_bf16** (our tensor-core GEMM over cublasGemmEx, same bf16 inputs), "
                f"N = {size}: {r:.2f} (aim >= 0.50)." for size, r in report["tc_bf16_over_vendor_bf16"].items()]
+        md.append("")
+    if key == "gemm" and report["sm90_bf16_over_vendor_bf16"]:
+        over_tc = report["sm90_bf16_over_tc_bf16"] or {}
+        md += [f"**sm90_bf16 / vendor_bf16** (step 5, TMA and wgmma, over cublasGemmEx, same bf16 "
+               f"inputs), N = {size}: {r:.2f}"
+               + (f" (over step 4: {over_tc[size]:.2f})." if size in over_tc else ".")
+               for size, r in report["sm90_bf16_over_vendor_bf16"].items()]
         md.append("")
     md += ["```", f"$ {b['command']}"] + b["output"] + ["```"]
 if report["sanitizers"]:

@@ -2,9 +2,9 @@
 # gpu_report_test.sh: tools/gpu_report.py renders a report from a made-up REPORT_DIR of
 # tools/gpu_check.sh (no GPU needed): failed tests with their output (from the JUnit file, and from
 # the log when there is none), sanitizer runs that passed, failed, were cut at their time cap,
-# skipped for time or lacked the tool, the example, and the section of what was not run with the
-# commands that run it next. Then tools/gpu_check.sh's argument checks and, on a machine without
-# an NVIDIA driver, its quick exit 2.
+# skipped for time or lacked the tool, the example, step 5's GEMM ratios, and the section of
+# what was not run with the commands that run it next. Then tools/gpu_check.sh's argument
+# checks and, on a machine without an NVIDIA driver, its quick exit 2.
 # Usage: tests/apps/gpu_report_test.sh SOURCE_DIR   (exit 77: no python3, skipped)
 set -uo pipefail
 root=${1:?usage: gpu_report_test.sh SOURCE_DIR}
@@ -35,6 +35,7 @@ step build ok 0 32 logs/build.log ""
 step ctest_gpu failed 8 95 logs/ctest_gpu.log "exit code 8"
 step ctest_gpu_vendor failed 8 97 logs/ctest_gpu_vendor.log "exit code 8"
 step custom_layer ok 0 41 logs/custom_layer.log ""
+step gemm_bench ok 0 60 logs/gemm_bench.log ""
 step gemm_steps skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
 step compute_sanitizer ok 0 6 logs/compute_sanitizer.log "Version 2025.3.1"
 step sanitize_memcheck_ops_cuda_test ok 0 21 logs/sanitize_memcheck_ops_cuda_test.log "ERROR SUMMARY: 0 errors"
@@ -133,6 +134,16 @@ $ compute-sanitizer --tool synccheck --error-exitcode 86 build-gpu/tests/cuda/co
 EOF
 
 # ---- render, then check ----------------------------------------------------------------------
+# gemm_bench's log and JSON: step 5 over cublasGemmEx and over step 4, per size.
+cat >"$dir/logs/gemm_bench.log" <<'EOF'
+$ build-gpu/apps/gemm_bench --device cuda --sizes 1024,4096 --kernels tc_bf16,sm90_bf16,vendor_bf16
+N   1024  sm90_bf16   bf16   300000.0 GFLOP/s      0.007 ms  max err 1.0e-07
+EOF
+cat >"$dir/gemm_bench.json" <<'EOF'
+{"hand_over_vendor": [{"size": 1024, "sm90_bf16_over_vendor_bf16": 0.41},
+                      {"size": 1024, "sm90_bf16_over_tc_bf16": 2.5},
+                      {"size": 4096, "sm90_bf16_over_vendor_bf16": 0.62}]}
+EOF
 if ! "$python" "$root/tools/gpu_report.py" "$dir" 3 >"$dir/render.log" 2>&1; then
   cat "$dir/render.log" >&2
   fail "tools/gpu_report.py exited non-zero"
@@ -169,6 +180,9 @@ expect "| racecheck | gemm_cuda_test | failed | 33 | RACECHECK SUMMARY: 1 hazard
 expect "| synccheck | conv2d_cuda_test | partial | 120 | stopped at the time cap (120s), no error reported before |"
 expect "| initcheck | loader_cuda_test | missing | 0 | compute-sanitizer not found"
 expect "========= Error: Race reported between Write access"
+# Step 5's ratios, with step 4's where the JSON has it.
+expect "(step 5, TMA and wgmma, over cublasGemmEx, same bf16 inputs), N = 1024: 0.41 (over step 4: 2.50)."
+expect "(step 5, TMA and wgmma, over cublasGemmEx, same bf16 inputs), N = 4096: 0.62."
 # The example.
 expect "## examples/custom_layer against this build installed"
 expect "100% tests passed, 0 tests failed out of 2"
