@@ -209,6 +209,8 @@ __global__ void __launch_bounds__(kSm90Threads)
   for (int slice = 0; slice < slices; ++slice) {
     const int st = slice % kSm90Stages;
     sm90::mbarrier_wait(&s.full[st], static_cast<uint32_t>((slice / kSm90Stages) % 2));
+    sm90::wgmma_fence_operand(d0);  // the compiler keeps accumulator accesses on their side
+    sm90::wgmma_fence_operand(d1);
     sm90::wgmma_fence();  // the accumulators' registers are ready for wgmma
     KILN_UNROLL
     for (int kk = 0; kk < kSm90BK; kk += kSm90MmaK) {
@@ -221,11 +223,15 @@ __global__ void __launch_bounds__(kSm90Threads)
     // Slice slice-1's group is done (file comment, "Why a wait before a refill"), in every warp
     // after the barrier: its stage may be refilled with slice slice+3.
     sm90::wgmma_wait_group<1>();
+    sm90::wgmma_fence_operand(d0);
+    sm90::wgmma_fence_operand(d1);
     __syncthreads();  // sm90 refill: no warp still reads the stage the issuer overwrites
     const int next = slice + kSm90Stages - 1;
     if (issuer && next < slices) issue(next);
   }
   sm90::wgmma_wait_group<0>();  // the last group's accumulators are final
+  sm90::wgmma_fence_operand(d0);
+  sm90::wgmma_fence_operand(d1);
 
   sm90_store_half(d0, c, m, n, m0, n0, vec_c);
   sm90_store_half(d1, c, m, n, m0 + kSm90MmaM, n0, vec_c);
