@@ -357,9 +357,12 @@ bool sm90_gemm_available() {
 }
 
 // The kernel computes A B^T with both operands K-major; the transposes and layouts the caller
-// has are brought to that first (k_major): O(MK + NK) bytes moved against the product's
-// 2 MNK FLOPs, so for large products the copies are a few percent at most, and none at all
-// for the common layouts (A (M,K) and a weight stored (N,K), trans_b: a linear layer's forward).
+// has are brought to that first (k_major). The copies move O(MK + NK) bytes against the
+// product's 2 MNK FLOPs: for N = M = K, reading and writing 2-byte elements is 4 N^2 bytes per
+// operand, so at F FLOP/s and B bytes/s of memory they cost about 2F / (B N) of the product's
+// time: with F = 500 TFLOP/s and B = 3 TB/s, 8% at N = 4096 and a third at N = 1024. None at
+// all for the layout the kernel reads (A (M,K) and B stored (N,K), trans_b: a linear layer's
+// forward with its (out, in) weight).
 void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const uint16_t* a, const uint16_t* b, float* c) {
   if (in != DType::BF16 && in != DType::F16)
