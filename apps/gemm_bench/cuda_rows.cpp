@@ -105,7 +105,7 @@ struct Inputs {
 Inputs make_inputs(DType in, const Tensor& a, const Tensor& b, int64_t n, const Device& gpu,
                    bool cublas, bool vendor_f32) {
   const Tensor ar = in == DType::F32 ? a : a.to(in), br = in == DType::F32 ? b : b.to(in);
-  Inputs x{ar.to(gpu), br.to(gpu), {}};
+  Inputs x{ar.to(gpu), br.to(gpu), Tensor(), {}};
   if (in == DType::F32 && vendor_f32) return x;
   const Tensor aw = ar.to(DType::F32), bw = br.to(DType::F32);
   if (cublas) {
