@@ -70,9 +70,8 @@
 //   back). Step 7 makes the blocks persistent (one per SM, looping over tiles), so one tile's
 //   epilogue overlaps the next tile's loads. apps/gemm_bench measures the gap on a GPU.
 //   wgmma and TMA exist on sm_90a only (the "a": architecture-specific features that later
-//   GPUs do not have), so the build compiles this file for sm_90a too (engine/CMakeLists.txt);
-//   the kernel body exists only there (and under the simulator), and the host refuses other
-//   devices with an error.
+//   GPUs do not have), so the build compiles this file for sm_90a alone (engine/CMakeLists.txt:
+//   an image that only a 9.0 device loads); the host refuses other devices with an error.
 #include "engine/cuda/runtime.h"
 
 #include <cstddef>
