@@ -49,6 +49,12 @@ MUTANTS = [
      "tensor-core GEMM: the warp barrier between storing an accumulator and copying it out removed"),
     # The Hopper GEMM's pipeline (gemm_sm90.cu): each ordering that keeps a TMA copy from
     # overwriting a stage a wgmma still reads, and the barriers' phases.
+    ("sm90-full-wait", "engine/cuda/kernels/gemm_sm90.cu",
+     "sm90::mbarrier_wait(&s.full[st], static_cast<uint32_t>((slice / kSm90Stages) % 2));", 1,
+     "", "Hopper GEMM: the wait for a stage's TMA copies (its full barrier) removed"),
+    ("sm90-last-wait", "engine/cuda/kernels/gemm_sm90.cu",
+     "sm90::wgmma_wait_group<0>();", 1, "",
+     "Hopper GEMM: the wait for the last wgmma group before the epilogue removed"),
     ("sm90-refill-wait", "engine/cuda/kernels/gemm_sm90.cu",
      "sm90::wgmma_wait_group<1>();", 1, "",
      "Hopper GEMM: the wgmma wait before a stage is refilled removed"),
