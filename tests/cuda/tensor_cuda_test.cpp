@@ -35,6 +35,9 @@
 #include "engine/tensor.h"
 #include "parity/parity_harness.h"
 #include "support/cuda_skip.h"
+#if KILN_CUDA_SIM
+#include "engine/cuda/launch.h"  // a kernel of the test's own, simulator only
+#endif
 
 namespace kiln {
 namespace {
@@ -382,6 +385,36 @@ TEST(TensorCuda, PinMemory) {
   // Only CPU tensors can be pinned.
   EXPECT_EQ(expect_error([&] { host.to(kCuda0).pin_memory(); }).kind(), ErrorKind::Usage);
 }
+
+#if KILN_CUDA_SIM
+// Waits until *open != 0, then faults (the simulator reports a kernel that throws as a device
+// fault): the device's context fails with a sticky error, as a GPU's does after an illegal
+// address. Simulator only: on a GPU a planted fault would end the context for the process.
+__global__ void fault_when_open_kernel(const int* open) {
+  while (__atomic_load_n(open, __ATOMIC_ACQUIRE) == 0) {
+  }
+  throw Error("a planted kernel fault");
+}
+
+// A pinned block whose stream faulted before the block's copy ran is freed without an
+// exception: its event will never complete, the device runs nothing more, and a tensor's
+// destructor must not throw (as when ranks that lose a peer mid-step free their batches,
+// tools/rank_death.sh). The device's next synchronising call still reports the fault.
+TEST(TensorCuda, APinnedBlockOnAFailedDeviceIsFreedWithoutThrowing) {
+  int* open = nullptr;
+  ASSERT_EQ(cudaMallocHost(&open, sizeof(int)), cudaSuccess);
+  *open = 0;
+  const cudaStream_t stream = cuda::current_stream();
+  void* block = pinned_allocator::allocate(4096);
+  cuda::launch(fault_when_open_kernel, cuda::LaunchConfig{dim3(1), dim3(1), 0, stream}, open);
+  pinned_allocator::record_stream(block, stream);  // the block's event, behind the fault
+  __atomic_store_n(open, 1, __ATOMIC_RELEASE);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorLaunchFailure);
+  EXPECT_NO_THROW(pinned_allocator::deallocate(block));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);  // the fault stays the device's
+  EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+}
+#endif
 
 TEST(TensorCuda, NonBlockingCopiesThroughPinnedMemory) {
   KILN_SKIP_WITHOUT_CUDA();
