@@ -401,11 +401,10 @@ __global__ void fault_when_open_kernel(const int* open) {
 // destructor must not throw (as when ranks that lose a peer mid-step free their batches,
 // tools/rank_death.sh). The device's next synchronising call still reports the fault.
 TEST(TensorCuda, APinnedBlockOnAFailedDeviceIsFreedWithoutThrowing) {
-  int* open = nullptr;
-  ASSERT_EQ(cudaMallocHost(&open, sizeof(int)), cudaSuccess);
-  *open = 0;
   const cudaStream_t stream = cuda::current_stream();
   void* block = pinned_allocator::allocate(4096);
+  int* open = static_cast<int*>(block);  // the kernel's flag: pinned memory, which kernels read
+  __atomic_store_n(open, 0, __ATOMIC_RELEASE);
   cuda::launch(fault_when_open_kernel, cuda::LaunchConfig{dim3(1), dim3(1), 0, stream}, open);
   pinned_allocator::record_stream(block, stream);  // the block's event, behind the fault
   __atomic_store_n(open, 1, __ATOMIC_RELEASE);
