@@ -47,7 +47,7 @@ std::vector<uint16_t> make_tensor(int rows, int cols, int stride) {
 }
 
 // Loads one box at (row, col) and copies the shared-memory bytes as they lie (swizzled) to
-// `out`; with read_early, also what the box held between the issue and the wait.
+// `out`; with read_early, also what the box held between issuing the copy and the wait.
 __global__ void load_box_kernel(const __grid_constant__ CUtensorMap map, int row, int col,
                                 int box_elems, uint16_t* out, uint16_t* early) {
   KILN_DYNAMIC_SHARED(unsigned char, smem);
@@ -121,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, SimTmaSwizzle,
                                                                   : "B128");
                          });
 
-// The race a GPU punishes: reading the box between the issue and the wait reads NaN here.
+// The race a GPU punishes: reading the box between issuing the copy and the wait reads NaN here.
 TEST(SimTma, TheBoxReadsNaNUntilThePhaseCompletes) {
   constexpr int kRows = 16, kCols = 64;
   DeviceBuffer<uint16_t> tensor(make_tensor(kRows, kCols, kCols));

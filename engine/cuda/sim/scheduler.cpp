@@ -46,6 +46,7 @@
 #include "engine/cuda/sim/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

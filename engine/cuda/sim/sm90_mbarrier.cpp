@@ -4,10 +4,11 @@
 // from it (the ordering the PTX memory model gives mbarrier arrive and test_wait/try_wait), and
 // a landing copy's writes are the simulator's, invisible to TSan, like the NaN fills. The staged
 // bytes pass from the issuing thread to the landing one through the barrier's table entry (a
-// release at issue, an acquire at landing): the landing thread so also sees what the issuer
-// wrote before the issue, a little more ordering than a GPU promises.
+// release when the copy is issued, an acquire when it lands): the landing thread so also sees
+// what the issuer wrote before issuing the copy, a little more ordering than a GPU promises.
 #include "engine/cuda/sim/sm90_mbarrier.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>

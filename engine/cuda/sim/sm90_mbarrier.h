@@ -14,8 +14,8 @@
 // yields its fiber (sim/scheduler.h, poll_yield), so the other threads of the block run; a
 // block in which every thread waits and none can progress fails as a deadlock naming the
 // barrier. Copies the TMA has issued against a barrier (sim/sm90_tma.cpp) land, and complete
-// their transaction bytes, the first time some thread tests that barrier after the issue: data
-// read before a wait on it is the NaN the TMA left at issue.
+// their transaction bytes, the first time some thread tests that barrier once they are issued:
+// data read before a wait on it is the NaN the TMA wrote when the copy was issued.
 // Faults of the running kernel (kiln::Error naming the rule): a barrier not initialised in
 // this block, not in shared memory or not 8-byte aligned, an arrival count outside
 // [1, 2^20 - 1], an arrival on a phase that has had all its arrivals (count underflow), a

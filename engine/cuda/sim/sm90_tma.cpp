@@ -2,6 +2,7 @@
 #include "engine/cuda/sim/sm90_tma.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -13,6 +13,7 @@
 #include "engine/cuda/sim/sm90_wgmma.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
