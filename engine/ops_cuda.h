@@ -83,14 +83,24 @@ void gemm_tensor_core(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n
                       const uint16_t* a, const uint16_t* b, float* c);
 // Whether the current device has the bf16/f16 tensor cores gemm_tensor_core needs (8.0+).
 bool tensor_cores_available();
-// Step 5 (engine/cuda/kernels/gemm_sm90.cu): Hopper's TMA copies, mbarriers and warpgroup MMA.
-// Same contract as gemm_tensor_core. The kernel reads both operands K-major (A (M,K), B stored
-// (N,K), i.e. trans_a false and trans_b true) with 16-byte aligned rows; other layouts are first
-// copied into a workspace (transposed and/or padded). Compute capability exactly 9.0 only.
+// Steps 5-7 of our GEMM, for Hopper (compute capability exactly 9.0): TMA copies, mbarriers and
+// warpgroup MMA. Same contract as gemm_tensor_core. The kernels read both operands K-major
+// (A (M,K), B stored (N,K), i.e. trans_a false and trans_b true) with 16-byte aligned rows;
+// other layouts are first copied into a workspace (transposed and/or padded).
+enum class Sm90Step {
+  Pipelined,        // step 5 (gemm_sm90.cu): one warpgroup, 128x128 tile, 4-stage TMA ring
+  WarpSpecialized,  // step 6 (gemm_sm90_ws.cu): a producer warpgroup issues the TMA copies,
+                    // two consumer warpgroups the wgmma, 128x256 tile, full/empty barriers
+  Persistent,       // step 7 (gemm_sm90_ws.cu): step 6 with one block per SM looping over the
+                    // tiles in an L2-friendly order
+};
+const char* sm90_step_name(Sm90Step step);  // "pipelined" | "warp-specialized" | "persistent"
+// blocks: for Persistent, how many blocks loop over the tiles (0: one per SM); else ignored.
 void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-               const uint16_t* a, const uint16_t* b, float* c);
+               const uint16_t* a, const uint16_t* b, float* c,
+               Sm90Step step = Sm90Step::Persistent, int blocks = 0);
 // Whether gemm_sm90 can run on the current device: compute capability 9.0 and a build holding
-// the kernel's sm_90a code (every nvcc build of Kiln; the simulator too).
+// the kernels' sm_90a code (every nvcc build of Kiln; the simulator too).
 bool sm90_gemm_available();
 
 // Mixed precision: C (M,N) f32 = op(A) op(B), A and B bf16 or f16 bit patterns (`in` is

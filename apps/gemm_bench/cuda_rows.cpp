@@ -60,7 +60,7 @@ void run_kernel(const std::string& kernel, int64_t n, const void* a, const void*
     const auto* b16 = static_cast<const uint16_t*>(b);
     if (kernel == "vendor_bf16")
       return cuda::gemm_lowp_vendor(cuda::Backend{}, in, false, false, n, n, n, a16, b16, c);
-    if (is_sm90(kernel)) return cuda::gemm_sm90(in, false, true, n, n, n, a16, b16, c);
+    if (is_sm90(kernel)) return cuda::gemm_sm90(in, false, true, n, n, n, a16, b16, c, cuda::Sm90Step::Pipelined);
     return cuda::gemm_tensor_core(in, false, false, n, n, n, a16, b16, c);
   }
   const auto* af = static_cast<const float*>(a);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -37,14 +38,15 @@ inline const uint16_t* bits_of(const Tensor& t) {
   return static_cast<const uint16_t*>(t.raw_data());
 }
 
-// A GEMM of 16-bit inputs (bit patterns) into f32: cuda::gemm_tensor_core, cuda::gemm_sm90.
-using Gemm16 = void (*)(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                        const uint16_t* a, const uint16_t* b, float* c);
+// A GEMM of 16-bit inputs (bit patterns) into f32: cuda::gemm_tensor_core, cuda::gemm_sm90 with
+// a chosen step.
+using Gemm16 = std::function<void(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                  int64_t k, const uint16_t* a, const uint16_t* b, float* c)>;
 
 // Runs `gemm` on random inputs (seeds `seed` for A, `seed` + 1 for B) and checks every element
 // of C and that the buffer's one element outside C stays NaN. `misalign`: A, B and C start one
 // element into their buffers (A and B not 16-byte aligned, C not 8-byte aligned).
-inline void check_gemm16(Gemm16 gemm, uint32_t seed, DType in, bool ta, bool tb, const Mnk& s,
+inline void check_gemm16(const Gemm16& gemm, uint32_t seed, DType in, bool ta, bool tb, const Mnk& s,
                          bool misalign) {
   const std::string what = std::string(dtype_name(in)) + " m" + std::to_string(s.m) + " n" +
                            std::to_string(s.n) + " k" + std::to_string(s.k) + (ta ? " A^T" : "") +

@@ -60,7 +60,11 @@ std::string capability() {
 
 // C = op(A) op(B) with gemm_sm90 on cuda:0, against double on the CPU (gemm16_check.h).
 void check_sm90(DType in, bool ta, bool tb, const Mnk& s, bool misalign) {
-  testing::check_gemm16(cuda::gemm_sm90, 21, in, ta, tb, s, misalign);
+  const auto step5 = [](DType t, bool a_t, bool b_t, int64_t m, int64_t n, int64_t k,
+                        const uint16_t* a, const uint16_t* b, float* c) {
+    cuda::gemm_sm90(t, a_t, b_t, m, n, k, a, b, c, cuda::Sm90Step::Pipelined);
+  };
+  testing::check_gemm16(step5, 21, in, ta, tb, s, misalign);
 }
 
 // Every combination of M, N, K in {1, 17, 129}: one element, a part of a tile and of a slice,
@@ -130,7 +134,7 @@ TEST(GemmSm90, AccumulatesInF32) {
   {
     cuda::DeviceGuard guard(0);
     cuda::gemm_sm90(DType::BF16, false, true, 1, 1, k, bits_of(a), bits_of(b),
-                    static_cast<float*>(c.raw_data()));
+                    static_cast<float*>(c.raw_data()), cuda::Sm90Step::Pipelined);
   }
   EXPECT_EQ(c.to_vector<float>()[0], 387.0f);
 }

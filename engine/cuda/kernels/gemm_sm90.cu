@@ -362,8 +362,17 @@ bool sm90_gemm_available() {
 // time: with F = 500 TFLOP/s and B = 3 TB/s, 8% at N = 4096 and a third at N = 1024. None at
 // all for the layout the kernel reads (A (M,K) and B stored (N,K), trans_b: a linear layer's
 // forward with its (out, in) weight).
+const char* sm90_step_name(Sm90Step step) {
+  switch (step) {
+    case Sm90Step::Pipelined: return "pipelined";
+    case Sm90Step::WarpSpecialized: return "warp-specialized";
+    case Sm90Step::Persistent: return "persistent";
+  }
+  return "?";
+}
+
 void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-               const uint16_t* a, const uint16_t* b, float* c) {
+               const uint16_t* a, const uint16_t* b, float* c, Sm90Step step, int blocks) {
   if (in != DType::BF16 && in != DType::F16)
     throw Error(detail::str("gemm_sm90: the inputs are ", dtype_name(in),
                             "; the Hopper GEMM takes bf16 or f16 (convert with Tensor::to)"),
@@ -379,6 +388,10 @@ void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   // when stored (N,K), i.e. trans_b; stored (K,N) it must be transposed.
   const KMajor ka = k_major(a, trans_a, s.m, s.k);
   const KMajor kb = k_major(b, !trans_b, s.n, s.k);
+  (void)blocks;
+  if (step != Sm90Step::Pipelined)
+    throw Error(detail::str("gemm_sm90: step ", sm90_step_name(step), " is not built yet"),
+                ErrorKind::Usage);
   if (in == DType::BF16) launch_sm90<__nv_bfloat16>(s.m, s.n, s.k, ka, kb, c);
   else launch_sm90<__half>(s.m, s.n, s.k, ka, kb, c);
 }
