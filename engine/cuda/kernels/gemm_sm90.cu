@@ -80,6 +80,7 @@
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/common.h"
 #include "engine/cuda/kernels/gemm_shape.h"
+#include "engine/cuda/kernels/gemm_sm90_common.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/mma.h"
@@ -91,80 +92,35 @@
 #include "engine/ops_cuda.h"
 #include "engine/tensor.h"
 
-// The kernel body is compiled where wgmma and TMA exist: nvcc's sm_90a pass, and the simulator.
-// (nvcc's host pass parses it too, as it parses every kernel.)
-#if KILN_CUDA_SIM || !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KILN_SM90_BODY 1
-#else
-#define KILN_SM90_BODY 0
-#endif
-
 namespace kiln::cuda {
 
 namespace {
 
-using sm90::Swizzle;
+using sm90_gemm::KMajor;
+using sm90_gemm::kBK;
+using sm90_gemm::kMmaK;
+using sm90_gemm::kMmaM;
+using sm90_gemm::kSwizzle;
 
 constexpr int kSm90BM = 128;      // block tile: rows of C
 constexpr int kSm90BN = 128;      // block tile: columns of C (the N of each wgmma)
-constexpr int kSm90BK = 64;       // K-slice: 64 16-bit elements, one 128-byte swizzle row
 constexpr int kSm90Stages = 4;    // slices in flight in the ring
 constexpr int kSm90Threads = 128;  // one warpgroup
-constexpr Swizzle kSm90Swizzle = Swizzle::B128;
-constexpr uint32_t kSm90TileBytes = kSm90BM * kSm90BK * 2;  // one operand's box: 16 KiB
+constexpr uint32_t kSm90TileBytes = sm90_gemm::box_bytes(kSm90BM);  // one operand's box: 16 KiB
 static_assert(kSm90BM == kSm90BN, "A's and B's boxes share one shape and one byte count");
-static_assert(kSm90BK * 2 == sm90::swizzle_row_bytes(kSm90Swizzle),
-              "a slice row is one swizzle row: the TMA box's inner dimension may not exceed it");
-static_assert(kSm90TileBytes % sm90::swizzle_atom_bytes(kSm90Swizzle) == 0,
+static_assert(kSm90TileBytes % sm90::swizzle_atom_bytes(kSwizzle) == 0,
               "every box starts on a swizzle atom");
 
 // The dynamic shared memory: the ring, then one "full" barrier per stage. Its base is rounded up
 // to the 1024-byte swizzle atom in the kernel (the launch guarantees 16 bytes only), hence the
 // slack in kSm90SharedBytes.
 struct alignas(1024) Sm90Shared {
-  uint16_t a[kSm90Stages][kSm90BM * kSm90BK];
-  uint16_t b[kSm90Stages][kSm90BN * kSm90BK];
+  uint16_t a[kSm90Stages][kSm90BM * kBK];
+  uint16_t b[kSm90Stages][kSm90BN * kBK];
   sm90::Mbarrier full[kSm90Stages];
 };
 constexpr size_t kSm90SharedBytes = sizeof(Sm90Shared) + 1024;
 
-#if KILN_SM90_BODY  // the kernel's helpers, where its body is compiled
-
-constexpr int kSm90MmaM = 64;  // rows of one wgmma
-constexpr int kSm90MmaK = 16;  // depth of one wgmma
-
-// Builds the descriptor of a 64 x 16 (A) or 128 x 16 (B) K-major operand whose first row is at
-// `rows`, k offset `kk` elements into a 128-byte swizzled slice: consecutive rows are 128 bytes
-// apart, so groups of 8 rows (one swizzle atom, the "stride dimension") are 1024 bytes apart.
-// The leading-dimension offset is unused for a swizzled K-major operand whose 16 k (32 bytes)
-// lie inside one swizzle row; 16 bytes is the conventional value. Moving k by 16 moves the
-// start address by 32 bytes; the swizzle is applied to the address bits by the hardware, which
-// is why the slice must start on an atom.
-__device__ __forceinline__ uint64_t sm90_desc(const uint16_t* rows, int kk) {
-  return sm90::make_smem_desc(rows + kk, kSm90Swizzle, 16, 8 * sm90::swizzle_row_bytes(kSm90Swizzle));
-}
-
-// Stores the thread's accumulator pairs of one 64-row half (rows row0 + ...) into C. vec_c: C is
-// 8-byte aligned and N even, so an even column's pair is one aligned float2.
-__device__ __forceinline__ void sm90_store_half(const float (&d)[kSm90BN / 2], float* __restrict__ c,
-                                                int m, int n, int row0, int col0, bool vec_c) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  KILN_UNROLL
-  for (int i = 0; i < kSm90BN / 2; i += 2) {
-    const int row = row0 + 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
-    const int col = col0 + 8 * (i / 4) + 2 * (lane % 4);
-    if (row >= m || col >= n) continue;
-    float* out = c + static_cast<int64_t>(row) * n + col;
-    if (vec_c && col + 1 < n) {
-      *reinterpret_cast<float2*>(out) = make_float2(d[i], d[i + 1]);
-    } else {
-      out[0] = d[i];
-      if (col + 1 < n) out[1] = d[i + 1];
-    }
-  }
-}
-
-#endif  // KILN_SM90_BODY
 
 // C (m x n) = A B^T with A (m x k) and B (n x k) both K-major, described by the tensor maps
 // (boxes of 128 x 64, 128-byte swizzle). E: __nv_bfloat16 or __half, how wgmma reads the bits.
@@ -179,7 +135,7 @@ __global__ void __launch_bounds__(kSm90Threads)
   // alignment: the window starts on a large power of two).
   auto& s = *reinterpret_cast<Sm90Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
   const int m0 = blockIdx.y * kSm90BM, n0 = blockIdx.x * kSm90BN;
-  const int slices = (k + kSm90BK - 1) / kSm90BK;
+  const int slices = (k + kBK - 1) / kBK;
   const bool issuer = threadIdx.x == 0;
 
   if (issuer) {
@@ -192,7 +148,7 @@ __global__ void __launch_bounds__(kSm90Threads)
   // Slice `slice` into its stage: A's box at (m0, k0), B's at (n0, k0), both counted on the
   // stage's barrier (2 x 16 KiB, out-of-bounds parts included: the TMA writes them as zeros).
   auto issue = [&](int slice) {
-    const int st = slice % kSm90Stages, k0 = slice * kSm90BK;
+    const int st = slice % kSm90Stages, k0 = slice * kBK;
     sm90::mbarrier_arrive_expect_tx(&s.full[st], 2 * kSm90TileBytes);
     sm90::tma_load_2d(s.a[st], &map_a, m0, k0, &s.full[st]);
     sm90::tma_load_2d(s.b[st], &map_b, n0, k0, &s.full[st]);
@@ -212,10 +168,10 @@ __global__ void __launch_bounds__(kSm90Threads)
     sm90::wgmma_fence_operand(d1);
     sm90::wgmma_fence();  // the accumulators' registers are ready for wgmma
     KILN_UNROLL
-    for (int kk = 0; kk < kSm90BK; kk += kSm90MmaK) {
-      const uint64_t desc_b = sm90_desc(s.b[st], kk);
-      sm90::wgmma_m64k16<kSm90BN, E>(d0, sm90_desc(s.a[st], kk), desc_b, true);
-      sm90::wgmma_m64k16<kSm90BN, E>(d1, sm90_desc(s.a[st] + kSm90MmaM * kSm90BK, kk), desc_b,
+    for (int kk = 0; kk < kBK; kk += kMmaK) {
+      const uint64_t desc_b = sm90_gemm::slice_desc(s.b[st], kk);
+      sm90::wgmma_m64k16<kSm90BN, E>(d0, sm90_gemm::slice_desc(s.a[st], kk), desc_b, true);
+      sm90::wgmma_m64k16<kSm90BN, E>(d1, sm90_gemm::slice_desc(s.a[st] + kMmaM * kBK, kk), desc_b,
                                      true);
     }
     sm90::wgmma_commit_group();
@@ -232,8 +188,8 @@ __global__ void __launch_bounds__(kSm90Threads)
   sm90::wgmma_fence_operand(d0);
   sm90::wgmma_fence_operand(d1);
 
-  sm90_store_half(d0, c, m, n, m0, n0, vec_c);
-  sm90_store_half(d1, c, m, n, m0 + kSm90MmaM, n0, vec_c);
+  sm90_gemm::store_rows<kSm90BN>(d0, c, m, n, m0, n0, vec_c, threadIdx.x);
+  sm90_gemm::store_rows<kSm90BN>(d1, c, m, n, m0 + kMmaM, n0, vec_c, threadIdx.x);
 #else
   __trap();  // compiled without sm_90a's wgmma and TMA (the host refuses such devices first)
 #endif
@@ -283,15 +239,6 @@ void check_sm90(const char* who) {
                 ErrorKind::Usage);
 }
 
-// An operand as the kernel reads it: `rows` x `k`, K-major (each row's k contiguous), row stride
-// `ld` elements, a multiple of 8 (16 bytes), base 16-byte aligned. `keep` owns a workspace when
-// one was needed.
-struct KMajor {
-  const uint16_t* data;
-  int64_t ld;
-  Tensor keep;
-};
-
 int64_t round_up8(int64_t x) { return (x + 7) / 8 * 8; }
 
 // A workspace of n 16-bit elements on the current device: the caching allocator, stream-ordered
@@ -332,8 +279,8 @@ void launch_sm90(int m, int n, int k, const KMajor& a, const KMajor& b, float* c
   const dim3 grid(blocks_for(n, kSm90BN), blocks_for(m, kSm90BM));
   KILN_CHECK(grid.y <= 65535, "gemm_sm90: M = ", m, " needs more than 65535 block rows");
   CUtensorMap map_a, map_b;
-  sm90::encode_tma_2d(&map_a, a.data, m, k, a.ld * 2, kSm90BM, kSm90BK, kSm90Swizzle);
-  sm90::encode_tma_2d(&map_b, b.data, n, k, b.ld * 2, kSm90BN, kSm90BK, kSm90Swizzle);
+  sm90::encode_tma_2d(&map_a, a.data, m, k, a.ld * 2, kSm90BM, kBK, kSwizzle);
+  sm90::encode_tma_2d(&map_b, b.data, n, k, b.ld * 2, kSm90BN, kBK, kSwizzle);
   // Above 48 KiB of dynamic shared memory a kernel must opt in, once per kernel and device
   // (cheap to repeat: it sets an attribute).
   KILN_CUDA_CHECK(cudaFuncSetAttribute(gemm_sm90_kernel<E>,
@@ -377,6 +324,9 @@ void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
     throw Error(detail::str("gemm_sm90: the inputs are ", dtype_name(in),
                             "; the Hopper GEMM takes bf16 or f16 (convert with Tensor::to)"),
                 ErrorKind::Usage);
+  if (blocks < 0)
+    throw Error(detail::str("gemm_sm90: blocks is ", blocks, "; give 0 (one per SM) or more"),
+                ErrorKind::Usage);
   const GemmShape s = gemm_shape("gemm_sm90", trans_a, trans_b, m, n, k);
   if (s.m == 0 || s.n == 0) return;
   check_sm90("gemm_sm90");
@@ -388,10 +338,9 @@ void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   // when stored (N,K), i.e. trans_b; stored (K,N) it must be transposed.
   const KMajor ka = k_major(a, trans_a, s.m, s.k);
   const KMajor kb = k_major(b, !trans_b, s.n, s.k);
-  (void)blocks;
   if (step != Sm90Step::Pipelined)
-    throw Error(detail::str("gemm_sm90: step ", sm90_step_name(step), " is not built yet"),
-                ErrorKind::Usage);
+    return sm90_gemm::launch_warp_specialized(in, s.m, s.n, s.k, ka, kb, c,
+                                              step == Sm90Step::Persistent, blocks);
   if (in == DType::BF16) launch_sm90<__nv_bfloat16>(s.m, s.n, s.k, ka, kb, c);
   else launch_sm90<__half>(s.m, s.n, s.k, ka, kb, c);
 }
