@@ -11,9 +11,11 @@
 //   the row-major product is asked of the column-major library as C^T = op(B)^T op(A)^T: a
 //   row-major (M,N) matrix is a column-major (N,M) one, so the operands swap places.
 //
-// gemm_lowp (ours): on devices with bf16/f16 tensor cores (compute capability 8.0+, and the
-//   simulator), step 4 of our GEMM (gemm_tensor_core.cu) reads the 16-bit values directly.
-//   Elsewhere A and B are widened to f32 on the device (copy.h's convert: the exact widening of
+// gemm_lowp (ours): on Hopper (compute capability 9.0, and the simulator, which reports 9.0)
+//   step 7 of our GEMM (gemm_sm90_ws.cu: TMA, warp-specialised wgmma, persistent tiles);
+//   KILN_GEMM_SM90=0 in the environment keeps step 4 there, to compare the two. On the other
+//   devices with bf16/f16 tensor cores (compute capability 8.0+) step 4 (gemm_tensor_core.cu)
+//   reads the 16-bit values directly. Elsewhere A and B are widened to f32 on the device (copy.h's convert: the exact widening of
 //   engine/host_device.h) into scratch tensors from the caching allocator, and the f32 hand GEMM
 //   multiplies them. The scratch goes
 //   back to the allocator when the call returns; the kernels that read it are queued on
@@ -23,6 +25,8 @@
 #include "engine/cuda/runtime.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "engine/cuda/blas.h"
 #include "engine/cuda/context.h"
@@ -48,6 +52,20 @@ GemmShape lowp_shape(DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k
   return gemm_shape("gemm_lowp", ta, tb, m, n, k);
 }
 
+// Whether the Hopper step may serve gemm_lowp: KILN_GEMM_SM90 unset or 1 (0: step 4 instead).
+bool sm90_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("KILN_GEMM_SM90");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "1") return true;
+    if (s == "0") return false;
+    throw Error("KILN_GEMM_SM90=" + s + ": use 1 (Hopper GEMM for mixed-precision products on "
+                "compute capability 9.0, the default) or 0 (the WMMA step there too)",
+                ErrorKind::Usage);
+  }();
+  return allowed;
+}
+
 }  // namespace
 
 // A (M,K) or (K,M) and B (K,N) or (N,K) are widened whole: their element counts do not depend
@@ -56,6 +74,10 @@ void gemm_lowp(Backend, DType in, bool ta, bool tb, int64_t m, int64_t n, int64_
                const uint16_t* a, const uint16_t* b, float* c) {
   const GemmShape s = lowp_shape(in, ta, tb, m, n, k);
   if (s.m == 0 || s.n == 0) return;
+  if (sm90_allowed() && sm90_gemm_available()) {  // step 7: TMA and wgmma
+    gemm_sm90(in, ta, tb, s.m, s.n, s.k, a, b, c, Sm90Step::Persistent);
+    return;
+  }
   if (tensor_cores_available()) {  // step 4: the 16-bit values straight in
     gemm_tensor_core(in, ta, tb, s.m, s.n, s.k, a, b, c);
     return;
