@@ -67,6 +67,10 @@ MUTANTS = [
     ("sm90-init-barrier", "engine/cuda/kernels/gemm_sm90.cu",
      "__syncthreads();  // sm90 init", 1, "//",
      "Hopper GEMM: the barrier after the mbarriers are initialised removed"),
+    ("sm90-desc-swizzle", "engine/cuda/kernels/gemm_sm90_common.h",
+     "sm90::make_smem_desc(rows + kk, kSwizzle,", 1,
+     "sm90::make_smem_desc(rows + kk, sm90::Swizzle::B64,",
+     "Hopper GEMM: wgmma descriptors say 64-byte swizzle where the TMA wrote 128-byte"),
     # Steps 6 and 7 (gemm_sm90_ws.cu): the producer's and the consumers' hand-offs.
     ("ws-full-wait", "engine/cuda/kernels/gemm_sm90_ws.cu",
      "sm90::mbarrier_wait(&s.full[st], static_cast<uint32_t>((it / kStages) % 2));", 1, "",
