@@ -5,13 +5,17 @@
 //
 // --device cuda (the default in CUDA builds; apps/gemm_bench/cuda_rows.cpp): the steps of our
 //   GEMM against cuBLAS, as tools/gpu_check.sh reports them (docs/cuda.md has the figures).
-//   Kernels: naive, tiled, regblock (the f32 steps of engine/cuda/kernels/gemm.cu), tc_bf16 and
-//   tc_f16 (step 4, gemm_tensor_core.cu: A and B rounded to bf16 / f16, C in f32), sm90_bf16 and
-//   sm90_f16 (step 5, gemm_sm90.cu: TMA and wgmma, compute capability 9.0 only), hand (what
-//   matmul uses with KILN_KERNELS=hand: regblock for float), vendor (cuBLAS SGEMM; TF32 only with
-//   KILN_TF32=1) and vendor_bf16 (cublasGemmEx on the bf16 inputs); default hand,vendor; sizes
-//   1024,2048,4096,8192 (64,128 under the simulator, where every line says SIMULATED). A bf16 /
-//   f16 result is checked against the f32 product of its rounded inputs.
+//   Kernels (apps/gemm_bench/cuda_kernels.h): naive, tiled, regblock (the f32 steps of
+//   engine/cuda/kernels/gemm.cu), tc_bf16 and tc_f16 (step 4, gemm_tensor_core.cu: A and B
+//   rounded to bf16 / f16, C in f32), the Hopper steps on the same inputs (compute capability
+//   9.0 only, cuda::gemm_sm90): sm90_bf16 and sm90_f16 (step 5, TMA and wgmma), sm90ws_bf16 and
+//   sm90ws_f16 (step 6, warp-specialised), sm90p_bf16 and sm90p_f16 (step 7, persistent), hand
+//   (what matmul uses with KILN_KERNELS=hand: regblock for float), vendor (cuBLAS SGEMM; TF32
+//   only with KILN_TF32=1) and vendor_bf16 (cublasGemmEx on the bf16 inputs); default
+//   hand,vendor; sizes 1024,2048,4096,8192 (64,128 under the simulator, where every line says
+//   SIMULATED). A bf16 / f16 result is checked against the f32 product of its rounded inputs. A
+//   kernel the device cannot run (or a Hopper step not in this build) is a skipped line saying
+//   why.
 // --device cpu (the default without CUDA; apps/gemm_bench/cpu_rows.cpp): mixed precision, bf16
 //   and f16 inputs with f32 sums (cpu::gemm_lowp), against f32 OpenBLAS. Kernels: blas, hand
 //   (the AVX-512 BF16 kernel), vendor (oneDNN), convert (widen to f32, then OpenBLAS); default
@@ -19,8 +23,11 @@
 //   OpenMP/BLAS budget as in the other apps. The old spellings --dtypes and f16 still work
 //   (apps/common/flag_names.h).
 // One line per size and kernel, with the worst error against a reference (a wrong result exits
-// 1), then the ratios (hand/vendor, tc_bf16/vendor_bf16, ...). FLOPs: 2 N^3 per product; time:
-// wall clock of `iters` products after `warmup` untimed ones, divided by iters.
+// 1), then the ratios (hand/vendor, tc_bf16/vendor_bf16, sm90p_bf16/sm90ws_bf16, ...). FLOPs:
+// 2 N^3 per product; time: wall clock of `iters` products after `warmup` untimed ones, divided
+// by iters. --json: {simulated, device, iters, warmup, results: one row per size and kernel
+// ({size, kernel, dtype, ms, gflops, max_rel_error, ok}, or {size, kernel, dtype, skipped: why}),
+// hand_over_vendor: the ratios, {size, "x_over_y": ratio} each}.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -42,6 +49,15 @@
 using namespace kiln;
 using kiln::apps::gemm_bench::Options;
 
+namespace {
+// "a, b, c": a list of flag values for help and error texts.
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"GEMM GFLOP/s: our CUDA GEMM steps (f32, tensor cores) vs cuBLAS, or CPU bf16/f16 "
                "kernels vs f32 OpenBLAS"};
@@ -58,13 +74,16 @@ int main(int argc, char** argv) {
                                      "simulator; cpu 512,1024)")
       ->delimiter(',')
       ->check(apps::in_range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--kernels", o.kernels, "comma-separated; cuda: naive, tiled, regblock, tc_bf16, "
-                                         "tc_f16, sm90_bf16, sm90_f16, hand, vendor, vendor_bf16 "
-                                         "(default hand,vendor); cpu: blas, hand, vendor, convert "
-                                         "(default all)")
+  std::vector<std::string> all_kernels = apps::gemm_bench::kCudaKernels;
+  for (const std::string& k : apps::gemm_bench::kCpuKernels)
+    if (std::find(all_kernels.begin(), all_kernels.end(), k) == all_kernels.end())
+      all_kernels.push_back(k);
+  app.add_option("--kernels", o.kernels,
+                 "comma-separated; cuda: " + joined(apps::gemm_bench::kCudaKernels) +
+                     " (default hand,vendor); cpu: " + joined(apps::gemm_bench::kCpuKernels) +
+                     " (default all)")
       ->delimiter(',')
-      ->check(apps::one_of({"naive", "tiled", "regblock", "tc_bf16", "tc_f16", "sm90_bf16",
-                             "sm90_f16", "hand", "vendor", "vendor_bf16", "blas", "convert"}));
+      ->check(apps::one_of(all_kernels));
   app.add_option("--precision", o.dtypes, "cpu: the input formats, comma-separated (default "
                                           "bf16,fp16)")
       ->delimiter(',')
@@ -97,14 +116,14 @@ int main(int argc, char** argv) {
     o.sizes = on_cpu ? std::vector<int64_t>{512, 1024}
                      : cuda::kSimulated ? std::vector<int64_t>{64, 128}
                                         : std::vector<int64_t>{1024, 2048, 4096, 8192};
+  const std::vector<std::string>& device_kernels =
+      on_cpu ? apps::gemm_bench::kCpuKernels : apps::gemm_bench::kCudaKernels;
   for (const std::string& k : o.kernels) {
-    const bool cpu_kernel = k == "blas" || k == "hand" || k == "vendor" || k == "convert";
-    const bool cuda_kernel = k != "blas" && k != "convert";
-    if (on_cpu ? !cpu_kernel : !cuda_kernel) {
-      std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: blas, "
-                           "hand, vendor, convert; cuda: naive, tiled, regblock, tc_bf16, "
-                           "tc_f16, sm90_bf16, sm90_f16, hand, vendor, vendor_bf16)\n",
-                   k.c_str(), device.c_str());
+    if (std::find(device_kernels.begin(), device_kernels.end(), k) == device_kernels.end()) {
+      std::fprintf(stderr, "gemm_bench: error: --kernels %s is not a %s kernel (cpu: %s; cuda: "
+                           "%s)\n",
+                   k.c_str(), device.c_str(), joined(apps::gemm_bench::kCpuKernels).c_str(),
+                   joined(apps::gemm_bench::kCudaKernels).c_str());
       return 2;
     }
   }

@@ -1,24 +1,17 @@
 // cuda_rows.cpp: gemm_bench on cuda:0: the steps of our GEMM (engine/cuda/kernels/gemm.cu,
-// gemm_tensor_core.cu, gemm_sm90.cu) and cuBLAS on square matrices, C always f32 (contract:
-// rows.h). Kernels:
-//   naive, tiled, regblock  steps 1-3 on f32 inputs
-//   hand                    what matmul uses with KILN_KERNELS=hand: regblock for float
-//   vendor                  cuBLAS SGEMM (TF32 only with KILN_TF32=1)
-//   tc_bf16, tc_f16         step 4, tensor cores (cuda::gemm_tensor_core): A and B rounded to
-//                           bf16 / f16, f32 sums; compute capability 8.0+ (else skipped)
-//   sm90_bf16, sm90_f16     step 5, TMA and wgmma (cuda::gemm_sm90) on the same rounded inputs,
-//                           compute capability 9.0 only (else skipped). B is handed over
-//                           transposed (stored (N,K), made once before timing): the kernel's
-//                           K-major layout, so the time is the kernel's alone, not the
-//                           workspace transpose a (K,N) B would cost on every call
-//   vendor_bf16             cublasGemmEx on the bf16 inputs, f32 sums (cuda::gemm_lowp_vendor)
+// gemm_tensor_core.cu, gemm_sm90*.cu) and cuBLAS on square matrices, C always f32 (contract:
+// rows.h; the kernels: cuda_kernels.h). A kernel the device cannot run is a skipped row saying
+// why: step 4 below compute capability 8.0, steps 5-7 off 9.0, and a Hopper step gemm_sm90
+// refuses with a usage error (a step not in this build). The Hopper rows share one B^T per
+// input dtype, made once before timing.
 // Each result is checked against the f32 product of exactly its inputs (bf16 / f16 widened
 // exactly): cuBLAS SGEMM's when a vendor kernel runs (for f32 with vendor, vendor's own result),
-// else the CPU's BLAS up to N = 2048. Then the ratios: hand/vendor, each tensor-core kernel over
-// the fastest f32 step and over cuBLAS SGEMM, and tc_bf16/vendor_bf16 and sm90_bf16/vendor_bf16
-// (our tensor-core steps against cuBLAS on the same inputs), sm90_bf16/tc_bf16 (step 5 over 4). Time: wall clock of `iters` back-to-back products on the stream,
-// after `warmup` untimed ones, divided by iters. Under the CUDA simulator every line says
-// SIMULATED.
+// else the CPU's BLAS up to N = 2048. Then the ratios: hand/vendor; each tensor-core kernel over
+// the fastest f32 step and over cuBLAS SGEMM; steps 4-7 on bf16 over cublasGemmEx on the same
+// inputs (vendor_bf16); each Hopper step over the one before (sm90_bf16/tc_bf16,
+// sm90ws_bf16/sm90_bf16, sm90p_bf16/sm90ws_bf16) and the f16 ones over tc_f16. Time: wall clock
+// of `iters` back-to-back products on the stream, after `warmup` untimed ones, divided by iters.
+// Under the CUDA simulator every line says SIMULATED.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -27,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "apps/gemm_bench/cuda_kernels.h"
 #include "apps/gemm_bench/rows.h"
 #include "engine/cuda/blas.h"
 #include "engine/cuda/context.h"
+#include "engine/error.h"
 #include "engine/impl.h"
 #include "engine/ops.h"
 #include "engine/ops_cpu.h"
@@ -39,39 +34,6 @@ namespace kiln::apps::gemm_bench {
 namespace {
 
 const char* const kSimTag = cuda::kSimulated ? "  SIMULATED" : "";
-
-// The input dtype of a kernel: bf16 / f16 for the tensor-core and cublasGemmEx rows, else f32.
-DType input_dtype(const std::string& kernel) {
-  if (kernel == "tc_bf16" || kernel == "sm90_bf16" || kernel == "vendor_bf16") return DType::BF16;
-  if (kernel == "tc_f16" || kernel == "sm90_f16") return DType::F16;
-  return DType::F32;
-}
-
-bool is_tensor_core(const std::string& kernel) { return kernel == "tc_bf16" || kernel == "tc_f16"; }
-bool is_sm90(const std::string& kernel) { return kernel == "sm90_bf16" || kernel == "sm90_f16"; }
-
-// One product with the named kernel, queued on the current stream of cuda:0. a and b are float,
-// or bf16 / f16 bit patterns for the kernels whose input_dtype says so; for the sm90 kernels b
-// holds B^T (stored (N,K)), which they multiply as B.
-void run_kernel(const std::string& kernel, int64_t n, const void* a, const void* b, float* c) {
-  const DType in = input_dtype(kernel);
-  if (in != DType::F32) {
-    const auto* a16 = static_cast<const uint16_t*>(a);
-    const auto* b16 = static_cast<const uint16_t*>(b);
-    if (kernel == "vendor_bf16")
-      return cuda::gemm_lowp_vendor(cuda::Backend{}, in, false, false, n, n, n, a16, b16, c);
-    if (is_sm90(kernel)) return cuda::gemm_sm90(in, false, true, n, n, n, a16, b16, c, cuda::Sm90Step::Pipelined);
-    return cuda::gemm_tensor_core(in, false, false, n, n, n, a16, b16, c);
-  }
-  const auto* af = static_cast<const float*>(a);
-  const auto* bf = static_cast<const float*>(b);
-  if (kernel == "vendor")
-    return cuda::gemm_vendor<float>(cuda::Backend{}, false, false, n, n, n, af, bf, c);
-  cuda::GemmKernel k = cuda::GemmKernel::RegisterBlocked;  // "hand" and "regblock"
-  if (kernel == "naive") k = cuda::GemmKernel::Naive;
-  if (kernel == "tiled") k = cuda::GemmKernel::Tiled;
-  cuda::gemm_hand<float>(k, false, false, n, n, n, af, bf, c);
-}
 
 // Milliseconds per product: `iters` back-to-back after `warmup`, the stream drained around them.
 double time_ms(const Options& o, const std::string& kernel, int64_t n, const void* a,
@@ -91,7 +53,7 @@ double time_ms(const Options& o, const std::string& kernel, int64_t n, const voi
 double tolerance() { return cuda::tf32_enabled() ? 1e-2 : 1e-4; }
 
 // The operands of one input dtype on the GPU, and the reference: the product of exactly those
-// values (empty when nothing computed one). bt_d: B^T, made when an sm90 kernel first needs it.
+// values (empty when nothing computed one). bt_d: B^T, made when a Hopper kernel first needs it.
 struct Inputs {
   Tensor a_d, b_d, bt_d;
   std::vector<float> reference;
@@ -133,7 +95,7 @@ bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios
   if (cuda::kSimulated)
     std::printf("gemm_bench: SIMULATED: the CUDA simulator runs the kernels on the CPU; these "
                 "figures say nothing about a GPU\n");
-  std::printf("gemm_bench: C (f32) = A B on %s (A and B f32, or bf16 / f16 for tc_*, sm90_* and "
+  std::printf("gemm_bench: C (f32) = A B on %s (A and B f32, or bf16 / f16 for tc_*, sm90*_* and "
               "vendor_bf16), %d timed iteration(s) after %d warm-up%s\n",
               gpu.str().c_str(), o.iters, o.warmup, kSimTag);
   bool tensor_cores = true, sm90 = true;
@@ -155,17 +117,22 @@ bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios
     std::vector<std::string> order = o.kernels;
     std::stable_partition(order.begin(), order.end(),
                           [](const std::string& k) { return k == "vendor"; });
+    // A kernel that cannot run here: a line saying why, and the row {size, kernel, dtype, skipped}.
+    const auto skip = [&](const std::string& kernel, const std::string& why) {
+      std::printf("N %6lld  %-11s skipped: %s\n", static_cast<long long>(n), kernel.c_str(),
+                  why.c_str());
+      results.push_back({{"size", n}, {"kernel", kernel},
+                         {"dtype", dtype_name(input_dtype(kernel))}, {"skipped", why}});
+    };
     for (const std::string& kernel : order) {
+      const bool hopper = sm90_step(kernel).has_value();
       if (is_tensor_core(kernel) && !tensor_cores) {
-        std::printf("N %6lld  %-11s skipped: %s has no bf16/f16 tensor cores (compute capability "
-                    "8.0+)\n",
-                    static_cast<long long>(n), kernel.c_str(), gpu.str().c_str());
+        skip(kernel, gpu.str() + " has no bf16/f16 tensor cores (compute capability 8.0+)");
         continue;
       }
-      if (is_sm90(kernel) && !sm90) {
-        std::printf("N %6lld  %-11s skipped: %s is not compute capability 9.0 (TMA and wgmma "
-                    "are sm_90a features)\n",
-                    static_cast<long long>(n), kernel.c_str(), gpu.str().c_str());
+      if (hopper && !sm90) {
+        skip(kernel, gpu.str() + " is not compute capability 9.0 (TMA and wgmma are sm_90a "
+                                 "features)");
         continue;
       }
       const DType in = input_dtype(kernel);
@@ -173,13 +140,22 @@ bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios
       if (it == inputs.end())
         it = inputs.emplace(in, make_inputs(in, a, b, n, gpu, cublas, vendor_f32)).first;
       Inputs& x = it->second;
-      if (is_sm90(kernel) && !x.bt_d.defined()) {
+      if (hopper && !x.bt_d.defined()) {
         cuda::DeviceGuard guard(0);
         x.bt_d = transpose(x.b_d, 0, 1);
       }
       Tensor c_d = Tensor::empty({n, n}, DType::F32, gpu);
-      const Tensor& b_d = is_sm90(kernel) ? x.bt_d : x.b_d;
-      const double ms = time_ms(o, kernel, n, x.a_d.raw_data(), b_d.raw_data(), c_d.data<float>());
+      const Tensor& b_d = hopper ? x.bt_d : x.b_d;
+      double ms = 0;
+      try {
+        ms = time_ms(o, kernel, n, x.a_d.raw_data(), b_d.raw_data(), c_d.data<float>());
+      } catch (const Error& e) {
+        // gemm_sm90 refuses what it cannot run (a step this build lacks) with a usage error,
+        // before queueing any work: a skipped row. Anything else still ends the benchmark.
+        if (!hopper || e.kind() != ErrorKind::Usage) throw;
+        skip(kernel, e.what());
+        continue;
+      }
       const double gflops = 2.0 * n * n * n / (ms * 1e6);
       const std::vector<float> got = c_d.to_vector<float>();
       double err = -1;
@@ -210,17 +186,21 @@ bool cuda_rows(const Options& o, nlohmann::json& results, nlohmann::json& ratios
     };
     ratio("hand", "vendor");
     // Each tensor-core kernel against the fastest f32 step (regblock, which hand is for float)
-    // and cuBLAS SGEMM; tc_bf16 and sm90_bf16 also against cuBLAS on the same bf16 inputs, and
-    // step 5 against step 4.
+    // and cuBLAS SGEMM.
     const std::string f32_step = gflops_of.count("regblock") ? "regblock" : "hand";
-    for (const char* tc : {"tc_bf16", "tc_f16", "sm90_bf16", "sm90_f16"}) {
+    for (const char* tc : {"tc_bf16", "tc_f16", "sm90_bf16", "sm90_f16", "sm90ws_bf16",
+                           "sm90ws_f16", "sm90p_bf16", "sm90p_f16"}) {
       ratio(tc, f32_step);
       ratio(tc, "vendor");
     }
-    ratio("tc_bf16", "vendor_bf16");
-    ratio("sm90_bf16", "vendor_bf16");
+    // Steps 4-7 against cuBLAS on the same bf16 inputs; each step against the one before on
+    // bf16, and the Hopper steps on f16 against step 4.
+    for (const char* step : {"tc_bf16", "sm90_bf16", "sm90ws_bf16", "sm90p_bf16"})
+      ratio(step, "vendor_bf16");
     ratio("sm90_bf16", "tc_bf16");
-    ratio("sm90_f16", "tc_f16");
+    ratio("sm90ws_bf16", "sm90_bf16");
+    ratio("sm90p_bf16", "sm90ws_bf16");
+    for (const char* step : {"sm90_f16", "sm90ws_f16", "sm90p_f16"}) ratio(step, "tc_f16");
   }
   return all_ok;
 }

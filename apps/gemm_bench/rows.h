@@ -16,6 +16,15 @@
 
 namespace kiln::apps::gemm_bench {
 
+// The --kernels words per device (cuda_kernels.h and cpu_rows.cpp say what each runs).
+inline const std::vector<std::string> kCudaKernels = {
+    "naive", "tiled", "regblock",                             // steps 1-3, f32
+    "tc_bf16", "tc_f16",                                      // step 4
+    "sm90_bf16", "sm90_f16", "sm90ws_bf16", "sm90ws_f16",     // steps 5 and 6
+    "sm90p_bf16", "sm90p_f16",                                // step 7
+    "hand", "vendor", "vendor_bf16"};
+inline const std::vector<std::string> kCpuKernels = {"blas", "hand", "vendor", "convert"};
+
 struct Options {
   std::vector<int64_t> sizes;         // N of the N x N x N products
   std::vector<std::string> kernels;   // per device: see gemm_bench.cpp
