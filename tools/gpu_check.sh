@@ -14,19 +14,21 @@
 #   4. example: examples/custom_layer (its own CMake project: find_package(Kiln), a Swish layer
 #             with a .cu file) built against this build installed into a prefix, its tests run on
 #             the GPU (custom_layer)
-#   5. bench: gemm_bench (hand vs cuBLAS, and steps 4 and 5 on bf16 vs cublasGemmEx at
-#             1024..8192: the report's sm90_bf16/vendor_bf16), gemm_steps (every GEMM step at
-#             4096^3: the f32 steps, the tensor-core kernels of steps 4 (WMMA) and 5 (Hopper: TMA,
-#             wgmma) on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on bf16: the report's
-#             tc_bf16/vendor_bf16), conv_bench (hand vs cuDNN, ResNet-50 shapes),
-#             mnist_train --device cuda --epochs 3 with --kernels vendor and hand, and the same
-#             training in PyTorch (tools/pytorch_mnist.py) for the ratio; ResNet-50 training on the
-#             GPU against torchvision's, TF32 off and on (tools/bench_resnet_vs_pytorch.sh); the
-#             fast MNIST recipe with the training step as one CUDA graph and the data on the GPU
-#             (mnist_graph: seconds of training to 99.0%); ResNet-50's training step as one CUDA
-#             graph (train_step_bench --cuda-graph) against PyTorch eager (NCHW, channels_last)
-#             and torch.compile (reduce-overhead) at 128x128 batch 32 and 224x224 batch 128, one
-#             step per precision (resnet_graph_fp32, _tf32, _bf16, _fp16)
+#   5. bench: gemm_bench (hand vs cuBLAS, and steps 4-7 on bf16 vs cublasGemmEx at
+#             1024..8192: the report's sm90_bf16/vendor_bf16), gemm_steps and gemm_steps_8192
+#             (every GEMM step at 2048^3 and 4096^3, then at 8192^3 with fewer iterations: the f32
+#             steps, the tensor-core kernels of steps 4 (WMMA), 5 (Hopper: TMA, wgmma), 6 (warp-
+#             specialised) and 7 (persistent) on bf16 and f16, cuBLAS SGEMM and cublasGemmEx on
+#             bf16: the report's ladder of steps 1-7 and its targets), conv_bench (hand vs
+#             cuDNN, ResNet-50 shapes), mnist_train --device cuda --epochs 3 with --kernels
+#             vendor and hand, and the same training in PyTorch (tools/pytorch_mnist.py) for the
+#             ratio; ResNet-50 training on the GPU against torchvision's, TF32 off and on
+#             (tools/bench_resnet_vs_pytorch.sh); the fast MNIST recipe with the training step
+#             as one CUDA graph and the data on the GPU (mnist_graph: seconds of training to
+#             99.0%); ResNet-50's training step as one CUDA graph (train_step_bench
+#             --cuda-graph) against PyTorch eager (NCHW, channels_last) and torch.compile
+#             (reduce-overhead) at 128x128 batch 32 and 224x224 batch 128, one step per precision
+#             (resnet_graph_fp32, _tf32, _bf16, _fp16)
 #   6. sanitize: compute-sanitizer memcheck, racecheck, synccheck and initcheck over a few gpu
 #             test programs (elementwise ops and reductions, GEMM, convolution, pooling,
 #             BatchNorm, the loader), several at a time, each under a time cap, once a trivial
@@ -41,8 +43,8 @@
 #                   report merges every step recorded in REPORT_DIR, so a check split over two
 #                   calls into one REPORT_DIR ends with one full report.
 #                   Single steps too: ctest_gpu, ctest_gpu_vendor, ctest_cpu, custom_layer,
-#                   gemm_bench, gemm_steps, conv_bench, mnist_vendor, pytorch, mnist_hand,
-#                   mnist_graph, resnet_gpu, resnet_graph_fp32, resnet_graph_tf32,
+#                   gemm_bench, gemm_steps, gemm_steps_8192, conv_bench, mnist_vendor, pytorch,
+#                   mnist_hand, mnist_graph, resnet_gpu, resnet_graph_fp32, resnet_graph_tf32,
 #                   resnet_graph_bf16, resnet_graph_fp16 (all four: resnet_graph), mp_gpu,
 #                   mp_cpu; one sanitizer's runs (memcheck, racecheck,
 #                   synccheck, initcheck) or one run (sanitize_TOOL_PROGRAM, e.g.
@@ -113,7 +115,7 @@ done
 
 # The ResNet-50 CUDA-graph comparison, one step per precision (resnet_graph: all four).
 graph_precisions=(fp32 tf32 bf16 fp16)
-steps_vocabulary="ctest_gpu ctest_gpu_vendor ctest_cpu custom_layer gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu ${graph_precisions[*]/#/resnet_graph_} mp_gpu mp_cpu ${sanitize_tools[*]}"
+steps_vocabulary="ctest_gpu ctest_gpu_vendor ctest_cpu custom_layer gemm_bench gemm_steps gemm_steps_8192 conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu ${graph_precisions[*]/#/resnet_graph_} mp_gpu mp_cpu ${sanitize_tools[*]}"
 for s in ${only//,/ }; do
   [[ " build test example bench sanitize report resnet_graph $steps_vocabulary " == *" $s "* ]] && continue
   if [[ "$s" =~ ^sanitize_([a-z]+)_(.+)$ && " ${sanitize_runs[*]} " == *" ${BASH_REMATCH[1]}:${BASH_REMATCH[2]} "* ]]; then
@@ -441,7 +443,7 @@ build_targets() {
       want_sanitize "${run%%:*}" "${run#*:}" && echo "${run#*:}"
     done
     want custom_layer example && printf '%s\n' kiln_engine kiln_layers kiln_data kiln_comm kiln_models kiln_pipeline
-    { want gemm_bench bench || want gemm_steps bench; } && echo gemm_bench
+    { want gemm_bench bench || want gemm_steps bench || want gemm_steps_8192 bench; } && echo gemm_bench
     want conv_bench bench && echo conv_bench
     { want mnist_vendor bench || want mnist_hand bench || want mnist_graph bench; } && echo mnist_train
     { want resnet_gpu bench || want_resnet_graph; } && echo train_step_bench
@@ -643,7 +645,7 @@ run_mnist() {  # run_mnist hand|vendor
 # PyTorch runs in the machine's own library environment, without the bundle's (pt_env: the
 # words of PYTHON for tools/bench_resnet_vs_pytorch.sh).
 if [[ -n "$orig_ld_library_path" ]]; then pt_env="env LD_LIBRARY_PATH=$orig_ld_library_path"; else pt_env="env -u LD_LIBRARY_PATH"; fi
-bench_steps=(gemm_bench gemm_steps conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu
+bench_steps=(gemm_bench gemm_steps gemm_steps_8192 conv_bench mnist_vendor pytorch mnist_hand mnist_graph resnet_gpu
              "${graph_precisions[@]/#/resnet_graph_}" mp_gpu mp_cpu)
 for step in "${bench_steps[@]}"; do
   want "$step" bench || continue
@@ -653,22 +655,29 @@ for step in "${bench_steps[@]}"; do
   fi
   case "$step" in
     gemm_bench)
-      # hand/vendor (f32), and the tensor-core steps 4 and 5 on bf16 over cublasGemmEx on the same
-      # inputs at every size: gemm_bench prints tc_bf16/vendor_bf16, sm90_bf16/vendor_bf16 and
-      # sm90_bf16/tc_bf16 per size (sm90_bf16 is skipped, saying why, on a GPU other than 9.0).
+      # hand/vendor (f32), and the tensor-core steps 4-7 on bf16 over cublasGemmEx on the same
+      # inputs at every size: gemm_bench prints tc_bf16/vendor_bf16, sm90_bf16/vendor_bf16,
+      # sm90ws_bf16/vendor_bf16, sm90p_bf16/vendor_bf16 and each step over the one before per
+      # size (the Hopper steps are skipped, saying why, on a GPU other than 9.0, and a step not
+      # in this build says so).
       rm -f "$report/gemm_bench.json"
       bench_program gemm_bench "$build_dir/apps/gemm_bench" 240 --device cuda --sizes 1024,2048,4096,8192 \
-        --kernels hand,vendor,tc_bf16,sm90_bf16,vendor_bf16 --json "$report/gemm_bench.json" ;;
-    gemm_steps)
-      # Steps 4 and 5 (tensor cores: WMMA, and Hopper's TMA + wgmma; bf16 and f16 inputs) against
-      # the f32 steps, cuBLAS SGEMM and cublasGemmEx on the same bf16 inputs at 4096^3;
-      # gemm_bench prints each tensor-core kernel over regblock and over cuBLAS,
-      # tc_bf16/vendor_bf16 (the report's headline figure), sm90_bf16/vendor_bf16 and
-      # sm90_bf16/tc_bf16.
-      rm -f "$report/gemm_steps.json"
-      bench_program gemm_steps "$build_dir/apps/gemm_bench" 90 --device cuda --sizes 4096 \
-        --kernels naive,tiled,regblock,tc_bf16,tc_f16,sm90_bf16,sm90_f16,vendor,vendor_bf16 --iters 5 \
-        --json "$report/gemm_steps.json" ;;
+        --kernels hand,vendor,tc_bf16,sm90_bf16,sm90ws_bf16,sm90p_bf16,vendor_bf16 --json "$report/gemm_bench.json" ;;
+    gemm_steps|gemm_steps_8192)
+      # The ladder: every step (f32 steps 1-3; tensor cores: 4 WMMA, 5 Hopper TMA + wgmma, 6
+      # warp-specialised, 7 persistent; bf16 and f16 inputs) against cuBLAS SGEMM and
+      # cublasGemmEx on the same bf16 inputs, at 2048^3 and 4096^3 (10 timed products each),
+      # then at 8192^3 in a step of its own with 3 timed products after 1 warm-up: there the
+      # naive and tiled steps take about 0.2 s a product (5-6 TFLOP/s on an H200), and the
+      # host's inputs, references and checks of 256 MiB matrices most of the step's time. The
+      # report's targets: step 5 >= 0.55 x cublasGemmEx at 4096^3, step 7 >= 0.8 x at 4096^3
+      # and 8192^3.
+      rm -f "$report/$step.json"
+      if [[ "$step" == gemm_steps ]]; then size_args=(--sizes 2048,4096 --iters 10) cap=120
+      else size_args=(--sizes 8192 --iters 3 --warmup 1) cap=150; fi
+      bench_program "$step" "$build_dir/apps/gemm_bench" "$cap" --device cuda "${size_args[@]}" \
+        --kernels naive,tiled,regblock,tc_bf16,tc_f16,sm90_bf16,sm90_f16,sm90ws_bf16,sm90ws_f16,sm90p_bf16,sm90p_f16,vendor,vendor_bf16 \
+        --json "$report/$step.json" ;;
     conv_bench) bench_program conv_bench "$build_dir/apps/conv_bench" 150 --device cuda --shapes resnet50 ;;
     mnist_vendor) run_mnist vendor ;;
     mnist_hand) run_mnist hand ;;

@@ -2,7 +2,8 @@
 """tools/gpu_report.py: the report of tools/gpu_check.sh (report.md and report.json) from the
 steps it recorded in REPORT_DIR (steps.tsv, info.txt, logs/, the benchmarks' JSON files, the
 ctest runs' JUnit files): every step, the failed tests' output, the sanitizer runs' summaries,
-the benchmarks, and what was not run or not finished with the command that runs it.
+the benchmarks (the GEMM ladder: tools/gpu_report_gemm.py), and what was not run or not
+finished with the command that runs it.
 
     tools/gpu_report.py REPORT_DIR EPOCHS
 
@@ -10,6 +11,8 @@ Any python3, standard library only (the GPU machine's own Python).
 """
 import json, os, re, statistics, sys
 import xml.etree.ElementTree as ET
+
+import gpu_report_gemm  # the GEMM ladder and its targets (tools/gpu_report_gemm.py)
 
 rdir, epochs = sys.argv[1], int(sys.argv[2])
 info = {}
@@ -23,7 +26,7 @@ for line in open(os.path.join(rdir, "steps.tsv")):
     if len(f) >= 6:
         steps[f[0]] = {"status": f[1], "exit_code": f[2], "seconds": f[3], "log": f[4], "note": f[5]}
 order = ["prerequisites", "configure", "build", "ctest_gpu", "ctest_gpu_vendor", "ctest_cpu", "custom_layer",
-         "gemm_bench", "gemm_steps", "conv_bench", "mnist_vendor", "pytorch", "mnist_hand", "mnist_graph", "resnet_gpu",
+         "gemm_bench", "gemm_steps", "gemm_steps_8192", "conv_bench", "mnist_vendor", "pytorch", "mnist_hand", "mnist_graph", "resnet_gpu",
          "resnet_graph_fp32", "resnet_graph_tf32", "resnet_graph_bf16", "resnet_graph_fp16", "mp_gpu",
          "mp_cpu", "compute_sanitizer"]
 # --only's names for groups of steps: all of them at once, one name.
@@ -229,10 +232,13 @@ def bench(step):
             "gflops_lines": [l for l in lines if "GFLOP" in l],
             "json": load(step + ".json")}
 
-def gemm_ratio(step, key):
-    """gemm_bench's ratio `key` (e.g. tc_bf16_over_vendor_bf16) from the step's JSON, per size."""
-    j = load(step + ".json") or {}
-    return {str(r["size"]): r[key] for r in j.get("hand_over_vendor", []) if key in r} or None
+def gemm_ratio(steps_, key):
+    """gemm_bench's ratio `key` (e.g. tc_bf16_over_vendor_bf16) from the steps' JSON, per size."""
+    out = {}
+    for step in steps_:
+        j = load(step + ".json") or {}
+        out.update({str(r["size"]): r[key] for r in j.get("hand_over_vendor", []) if key in r})
+    return out or None
 
 def mnist_graph():
     """mnist_train --recipe fast --cuda-graph --data-on-device: the seconds of training (the
@@ -265,6 +271,11 @@ def resnet_graph():
             out[k] += j.get(k, [])
     return out if found else None
 
+# The Hopper steps on bf16 (gemm_bench's kernels), each with the step before it.
+HOPPER_STEPS = {"sm90_bf16": "tc_bf16", "sm90ws_bf16": "sm90_bf16", "sm90p_bf16": "sm90ws_bf16"}
+HOPPER_NAMES = {"sm90_bf16": "step 5, TMA and wgmma", "sm90ws_bf16": "step 6, warp-specialised",
+                "sm90p_bf16": "step 7, persistent"}
+gemm_ladder = gpu_report_gemm.ladder(load)
 report = {
     "date": info.get("date"), "commit": info.get("commit"), "changed_files": info.get("changed_files"),
     "commit_source": info.get("commit_source"),
@@ -275,14 +286,17 @@ report = {
     "epochs": epochs, "steps": steps, "mnist": runs, "ratio_kiln_vendor_over_pytorch": ratio,
     "tests": {"gpu": ctest_summary("ctest_gpu"), "gpu_vendor": ctest_summary("ctest_gpu_vendor"),
               "cpu": ctest_summary("ctest_cpu")},
-    "gemm": bench("gemm_bench"), "gemm_steps": bench("gemm_steps"), "conv": bench("conv_bench"),
+    "gemm": bench("gemm_bench"), "gemm_steps": bench("gemm_steps"),
+    "gemm_steps_8192": bench("gemm_steps_8192"), "conv": bench("conv_bench"),
     "resnet": bench("resnet_gpu"),
     "resnet_graph": resnet_graph(), "mnist_graph": mnist_graph(),
     # Our tensor-core GEMM over cublasGemmEx on the same bf16 inputs, per size (aim >= 0.50).
-    "tc_bf16_over_vendor_bf16": gemm_ratio("gemm_steps", "tc_bf16_over_vendor_bf16"),
-    # Step 5 (Hopper: TMA, wgmma) over cublasGemmEx and over step 4, bf16, per size 1024..8192.
-    "sm90_bf16_over_vendor_bf16": gemm_ratio("gemm_bench", "sm90_bf16_over_vendor_bf16"),
-    "sm90_bf16_over_tc_bf16": gemm_ratio("gemm_bench", "sm90_bf16_over_tc_bf16"),
+    "tc_bf16_over_vendor_bf16": gemm_ratio(["gemm_steps", "gemm_steps_8192"], "tc_bf16_over_vendor_bf16"),
+    # The Hopper steps 5-7 over cublasGemmEx and over the step before, bf16, per size 1024..8192.
+    **{f"{k}_over_{ref}": gemm_ratio(["gemm_bench"], f"{k}_over_{ref}")
+       for k, before in HOPPER_STEPS.items() for ref in ("vendor_bf16", before)},
+    # Steps 1-7 against cuBLAS per size, and the targets of steps 5 and 7.
+    "gemm_ladder": gemm_ladder, "gemm_targets": gpu_report_gemm.targets(gemm_ladder),
     "gpu_tests": info.get("gpu_tests"), "gpu_tests_without_program": info.get("gpu_tests_without_program"),
     "compute_sanitizer": info.get("compute_sanitizer"),
     "custom_layer": custom_layer(), "sanitizers": sanitizer_runs(),
@@ -413,8 +427,10 @@ if cl:
     md += [f"    {l}" for l in cl["tests"] + cl["summary"]]
     if cl["tail"]:
         md += ["", "Its log's last lines:", "", "```"] + cl["tail"] + ["```"]
+md += gpu_report_gemm.markdown(report["gemm_ladder"], report["gemm_targets"])
 for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
-                   ("gemm_steps", "GEMM steps at 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM and bf16 GemmEx (gemm_bench)"),
+                   ("gemm_steps", "GEMM steps at 2048^3 and 4096^3: f32 steps, tensor cores (bf16, f16), cuBLAS SGEMM and bf16 GemmEx (gemm_bench)"),
+                   ("gemm_steps_8192", "GEMM steps at 8192^3 (gemm_bench)"),
                    ("conv", "Convolution: hand vs cuDNN (conv_bench)"),
                    ("resnet", "ResNet-50 training, Kiln vs PyTorch, TF32 off and on (tools/bench_resnet_vs_pytorch.sh)")):
     b = report[key]
@@ -427,12 +443,15 @@ for key, title in (("gemm", "GEMM: hand vs cuBLAS (gemm_bench)"),
         md += [f"**tc_bf16 / vendor_bf16** (our tensor-core GEMM over cublasGemmEx, same bf16 inputs), "
                f"N = {size}: {r:.2f} (aim >= 0.50)." for size, r in report["tc_bf16_over_vendor_bf16"].items()]
         md.append("")
-    if key == "gemm" and report["sm90_bf16_over_vendor_bf16"]:
-        over_tc = report["sm90_bf16_over_tc_bf16"] or {}
-        md += [f"**sm90_bf16 / vendor_bf16** (step 5, TMA and wgmma, over cublasGemmEx, same bf16 "
+    for k, before in HOPPER_STEPS.items():
+        if key != "gemm" or not report[f"{k}_over_vendor_bf16"]:
+            continue
+        over_before = report[f"{k}_over_{before}"] or {}
+        step_before = "step 4" if before == "tc_bf16" else HOPPER_NAMES[before].split(",")[0]
+        md += [f"**{k} / vendor_bf16** ({HOPPER_NAMES[k]}, over cublasGemmEx, same bf16 "
                f"inputs), N = {size}: {r:.2f}"
-               + (f" (over step 4: {over_tc[size]:.2f})." if size in over_tc else ".")
-               for size, r in report["sm90_bf16_over_vendor_bf16"].items()]
+               + (f" (over {step_before}: {over_before[size]:.2f})." if size in over_before else ".")
+               for size, r in report[f"{k}_over_vendor_bf16"].items()]
         md.append("")
     md += ["```", f"$ {b['command']}"] + b["output"] + ["```"]
 if report["sanitizers"]:

@@ -2,8 +2,10 @@
 # gpu_report_test.sh: tools/gpu_report.py renders a report from a made-up REPORT_DIR of
 # tools/gpu_check.sh (no GPU needed): failed tests with their output (from the JUnit file, and from
 # the log when there is none), sanitizer runs that passed, failed, were cut at their time cap,
-# skipped for time or lacked the tool, the example, step 5's GEMM ratios, and the section of
-# what was not run with the commands that run it next. Then tools/gpu_check.sh's argument
+# skipped for time or lacked the tool, the example, the Hopper GEMM steps' ratios, the GEMM
+# ladder of steps 1-7 with its targets (from a full run, an older one without steps 6 and 7, and
+# one on a GPU other than compute capability 9.0), and the section of what was not run with the
+# commands that run it next. Then tools/gpu_check.sh's argument
 # checks and, on a machine without an NVIDIA driver, its quick exit 2.
 # Usage: tests/apps/gpu_report_test.sh SOURCE_DIR   (exit 77: no python3, skipped)
 set -uo pipefail
@@ -240,6 +242,76 @@ expect "tools/gpu_check.sh $dir --only gemm_steps,resnet_graph_tf32,resnet_graph
 step resnet_graph_fp32 skipped - 0 "" "out of time (budget 540s): run again with --only and the same report directory"
 "$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (CUDA-graph steps skipped)"
 expect "tools/gpu_check.sh $dir --only gemm_steps,sanitize_initcheck_ops_cuda_test,resnet_graph,synccheck --sanitize-timeout 480"
+
+# The GEMM ladder: gemm_steps at 2048 and 4096 (step 6 not built: skipped rows), gemm_steps_8192,
+# and gemm_bench's ratios of steps 6 and 7; the targets at 4096^3 (step 5 met, step 7 not) and
+# 8192^3 (step 7 met).
+row() {  # row SIZE KERNEL DTYPE GFLOPS: a result of gemm_bench's JSON
+  printf '{"size": %s, "kernel": "%s", "dtype": "%s", "ms": 1.0, "gflops": %s, "max_rel_error": 1e-7, "ok": true}\n' "$@"
+}
+skipped_row() {  # skipped_row SIZE KERNEL DTYPE WHY: a kernel gemm_bench could not run
+  printf '{"size": %s, "kernel": "%s", "dtype": "%s", "skipped": "%s"}\n' "$@"
+}
+gemm_json() {  # gemm_json FILE < ROWS: gemm_bench's JSON with those results, one a line
+  { echo '{"results": ['; paste -sd, -; echo '], "hand_over_vendor": []}'; } >"$1"
+}
+for n in 2048 4096; do
+  row $n naive f32 5000; row $n tiled f32 6000; row $n regblock f32 42000
+  row $n tc_bf16 bf16 137000; row $n tc_f16 f16 247000
+  row $n sm90_bf16 bf16 420000; row $n sm90_f16 f16 430000
+  skipped_row $n sm90ws_bf16 bf16 "gemm_sm90: step warp-specialized is not built yet"
+  row $n sm90p_bf16 bf16 540000; row $n vendor f32 50000; row $n vendor_bf16 bf16 700000
+done | gemm_json "$dir/gemm_steps.json"
+{ row 8192 sm90_bf16 bf16 500000; row 8192 sm90p_bf16 bf16 600000; row 8192 vendor_bf16 bf16 720000; } |
+  gemm_json "$dir/gemm_steps_8192.json"
+cat >"$dir/gemm_bench.json" <<'EOF'
+{"hand_over_vendor": [{"size": 4096, "sm90_bf16_over_vendor_bf16": 0.62},
+                      {"size": 4096, "sm90ws_bf16_over_vendor_bf16": 0.71},
+                      {"size": 4096, "sm90ws_bf16_over_sm90_bf16": 1.15},
+                      {"size": 4096, "sm90p_bf16_over_vendor_bf16": 0.77},
+                      {"size": 4096, "sm90p_bf16_over_sm90ws_bf16": 1.08}]}
+EOF
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (GEMM ladder)"
+expect "## GEMM ladder: steps 1-7 against cuBLAS"
+expect "- step 5 (sm90_bf16) >= 0.55 x cublasGemmEx bf16 at 4096^3: 0.60, **met**"
+expect "- step 7 (sm90p_bf16) >= 0.80 x cublasGemmEx bf16 at 4096^3: 0.77, **not met**"
+expect "- step 7 (sm90p_bf16) >= 0.80 x cublasGemmEx bf16 at 8192^3: 0.83, **met**"
+expect "N = 2048 (gemm_steps):"
+expect "N = 8192 (gemm_steps_8192):"
+expect "| 1 | naive (naive: one thread per element) | f32 | 5.0 | 0.01 | 0.10 |"
+expect "| 5 | sm90_bf16 (Hopper: TMA, mbarriers, wgmma) | bf16 | 420.0 | 0.60 | - |"
+expect "| 6 | sm90ws_bf16 (warp-specialised) | bf16 | skipped: gemm_sm90: step warp-specialized is not built yet | | |"
+expect "| cuBLAS | vendor_bf16 (cublasGemmEx) | bf16 | 700.0 | 1.00 | - |"
+expect "(step 6, warp-specialised, over cublasGemmEx, same bf16 inputs), N = 4096: 0.71 (over step 5: 1.15)."
+expect "(step 7, persistent, over cublasGemmEx, same bf16 inputs), N = 4096: 0.77 (over step 6: 1.08)."
+"$python" - "$dir/report.json" <<'EOF' || fail "report.json (GEMM ladder)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert [(t["step"], t["size"], t["status"]) for t in r["gemm_targets"]] == \
+    [("5", 4096, "met"), ("7", 4096, "not met"), ("7", 8192, "met")], r["gemm_targets"]
+assert sorted(r["gemm_ladder"]) == ["2048", "4096", "8192"], sorted(r["gemm_ladder"])
+assert r["sm90p_bf16_over_sm90ws_bf16"] == {"4096": 1.08}, r["sm90p_bf16_over_sm90ws_bf16"]
+EOF
+# An older report (gemm_steps at 4096 only, without steps 6 and 7), then one from a GPU other
+# than compute capability 9.0 (the Hopper rows skipped): the targets say why they were not
+# measured. Last, no GEMM results at all.
+rm -f "$dir/gemm_steps_8192.json" "$dir/gemm_bench.json"
+{ row 4096 tc_bf16 bf16 137000; row 4096 sm90_bf16 bf16 300000; row 4096 vendor_bf16 bf16 700000; } |
+  gemm_json "$dir/gemm_steps.json"
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (older GEMM report)"
+expect "at 4096^3: 0.43, **not met**"
+expect "- step 7 (sm90p_bf16) >= 0.80 x cublasGemmEx bf16 at 4096^3: **not measured** (no sm90p_bf16 row at 4096^3 in this report)"
+expect "at 8192^3: **not measured** (no sm90p_bf16 row at 8192^3 in this report)"
+why="cuda:0 is not compute capability 9.0 (TMA and wgmma are sm_90a features)"
+{ row 4096 tc_bf16 bf16 137000; skipped_row 4096 sm90_bf16 bf16 "$why"; skipped_row 4096 sm90p_bf16 bf16 "$why"
+  row 4096 vendor_bf16 bf16 700000; } | gemm_json "$dir/gemm_steps.json"
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (GEMM off 9.0)"
+expect "at 4096^3: **not measured** (sm90_bf16 skipped: $why)"
+expect "| 5 | sm90_bf16 (Hopper: TMA, mbarriers, wgmma) | bf16 | skipped: $why | | |"
+expect "| 4 | tc_bf16 (tensor cores, WMMA) | bf16 | 137.0 | 0.20 | - |"
+rm -f "$dir/gemm_steps.json"
+"$python" "$root/tools/gpu_report.py" "$dir" 3 || fail "tools/gpu_report.py exited non-zero (no GEMM results)"
+expect "Not run: no GEMM results in this report directory."
 
 # ---- tools/gpu_check.sh: arguments, and no GPU ------------------------------------------------
 check() {  # check EXIT_CODE TEXT ARGS...: gpu_check.sh ARGS exits EXIT_CODE saying TEXT on stderr
