@@ -6,7 +6,10 @@
 // accumulators before the wait, wait_group<1> leaving the newest group pending, mmas chained on
 // one accumulator across groups), the dynamic shared memory's atom alignment, and the rules
 // as faults (an operand overwritten before the wait, a missing fence, partial or broken
-// warpgroups, bad descriptors, groups left pending at exit).
+// warpgroups, bad descriptors, groups left pending at exit). Then the warpgroup-wide completion
+// a warp-specialised kernel relies on (one thread's wait frees the operands for the whole
+// warpgroup) and setmaxnreg's register pool (a producer's .dec pays for the consumers' .inc;
+// the counts' direction and an .inc the pool can never meet are faults).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +22,7 @@
 #include "engine/cuda/launch.h"
 #include "engine/cuda/mma.h"
 #include "engine/cuda/runtime.h"
+#include "engine/cuda/sm90/mbarrier.h"
 #include "engine/cuda/sm90/swizzle.h"
 #include "engine/cuda/sm90/wgmma.h"
 #include "engine/host_device.h"
@@ -339,6 +343,170 @@ TEST(SimWgmma, TheRulesAreFaults) {
   // Two whole warpgroups are fine.
   const std::vector<float> two = run_misuse(Misuse::None, 256);
   EXPECT_EQ(two[200], 16.0f);
+}
+
+// The stage release of warp-specialised kernels (CUTLASS's sm90 pipelines): warpgroup 0
+// multiplies an all-ones tile, and once its group is done one thread arrives on `freed`, after
+// which warpgroup 1 overwrites operand A (row 0, k 3: 1 -> 2) and arrives on `refilled`.
+// Warps 1-3 of warpgroup 0 reach their own wait only after that, as a GPU allows: the
+// group completed warpgroup-wide when thread 0's wait returned. With `early`, all of warpgroup
+// 0 arrives right after the commit and waits for the overwrite before its wait_group: the
+// operand changed under a running group, a fault.
+__global__ void stage_release_kernel(bool early, float* out) {
+  KILN_DYNAMIC_SHARED(unsigned char, smem);
+  KILN_SHARED(sm90::Mbarrier, bars, [2]);
+  sm90::Mbarrier& freed = bars[0];
+  sm90::Mbarrier& refilled = bars[1];
+  auto* s16 = reinterpret_cast<uint16_t*>(smem);
+  const unsigned t = threadIdx.x;
+  for (unsigned i = t; i < 4096; i += blockDim.x) s16[i] = 0x3f80;  // bf16 1.0: A, then B
+  if (t == 0) {
+    sm90::mbarrier_init(&freed, early ? 128 : 1);
+    sm90::mbarrier_init(&refilled, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t >= 128) {  // warpgroup 1: one thread refills the stage
+    if (t == 128) {
+      sm90::mbarrier_wait(&freed, 0);
+      s16[3] = 0x4000;  // A (0, 3) = 2 (the core-matrix layout: row 0's k 0-7 come first)
+      sm90::mbarrier_arrive(&refilled);
+    }
+    return;
+  }
+  float d[32];
+  for (float& v : d) v = 0.0f;
+  sm90::wgmma_fence();
+  const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
+  const uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
+  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  sm90::wgmma_commit_group();
+  if (early) {
+    sm90::mbarrier_arrive(&freed);
+    sm90::mbarrier_wait(&refilled, 0);
+  } else if (t >= 32) {
+    sm90::mbarrier_wait(&refilled, 0);
+  }
+  sm90::wgmma_wait_group<0>();
+  if (!early && t == 0) sm90::mbarrier_arrive(&freed);
+  for (int i = 0; i < 32; ++i) out[t * 32 + i] = d[i];
+}
+
+TEST(SimWgmma, OneThreadsWaitCompletesTheGroupForItsWarpgroup) {
+  DeviceBuffer<float> out(std::vector<float>(128 * 32, -1.0f));
+  launch(stage_release_kernel, LaunchConfig{1, 256, 8192, nullptr}, false, out.get());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kiln::sim::fault_message();
+  const std::vector<float> got = out.to_host();
+  // 16 products of 1 * 1 everywhere: the group read A before the overwrite (row 0 would be 17).
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 32; ++i)
+      ASSERT_EQ(got[t * 32 + i], 16.0f) << "thread " << t << " d[" << i << "]";
+}
+
+TEST(SimWgmma, AnOperandOverwrittenBeforeTheWarpgroupsFirstWaitFaults) {
+  const std::string f = fault_of([] {
+    DeviceBuffer<float> out(128 * 32);
+    launch(stage_release_kernel, LaunchConfig{1, 256, 8192, nullptr}, true, out.get());
+    (void)cudaDeviceSynchronize();
+  });
+  EXPECT_TRUE(contains(f, "written before wgmma.wait_group") && contains(f, "operand A") &&
+              contains(f, "element (0, 3)"))
+      << f;
+}
+
+// Warps 1-3 never commit the group warp 0 waits for (they wait on a barrier nobody arrives on).
+__global__ void uncommitted_kernel(float* out) {
+  KILN_DYNAMIC_SHARED(unsigned char, smem);
+  KILN_SHARED(sm90::Mbarrier, never, [1]);
+  auto* s16 = reinterpret_cast<uint16_t*>(smem);
+  const unsigned t = threadIdx.x;
+  for (unsigned i = t; i < 4096; i += blockDim.x) s16[i] = 0x3f80;
+  if (t == 0) {
+    sm90::mbarrier_init(never, 1);
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  float d[32];
+  for (float& v : d) v = 0.0f;
+  sm90::wgmma_fence();
+  const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
+  const uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
+  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  if (t >= 32) sm90::mbarrier_wait(never, 0);
+  sm90::wgmma_commit_group();
+  sm90::wgmma_wait_group<0>();
+  out[t] = d[0];
+}
+
+TEST(SimWgmma, AWaitNeedsEveryThreadOfTheWarpgroupToCommit) {
+  std::string f = fault_of([] {
+    DeviceBuffer<float> out(128);
+    launch(uncommitted_kernel, LaunchConfig{1, 128, 8192, nullptr}, out.get());
+    (void)cudaDeviceSynchronize();
+  });
+  EXPECT_TRUE(contains(f, "deadlock") && contains(f, "wgmma group 0 of warpgroup 0") &&
+              contains(f, "32 of its 128 threads have committed it, not thread 32"))
+      << f;
+  // Warp 3 returned before its wgmma calls: warps 0-2 wait for a group it never commits.
+  f = fault_of([] {
+    DeviceBuffer<float> out(512);
+    launch(misuse_kernel, LaunchConfig{1, 128, 8192, nullptr}, Misuse::EarlyExit, out.get());
+    (void)cudaDeviceSynchronize();
+  });
+  EXPECT_TRUE(contains(f, "thread 96 exited without committing")) << f;
+}
+
+// A warp-specialised block of three warpgroups (384 threads: 168 registers each to start):
+// warpgroup `producer` lowers its count to P, the other two raise theirs to C.
+template <int P, int C>
+__global__ void registers_kernel(int producer, int* out) {
+  if (static_cast<int>(threadIdx.x / 128) == producer) {
+    sm90::setmaxnreg_dec<P>();
+  } else {
+    sm90::setmaxnreg_inc<C>();
+  }
+  out[threadIdx.x] = 1;
+}
+
+template <int P, int C>
+void launch_registers(int producer, DeviceBuffer<int>& out) {
+  launch(registers_kernel<P, C>, LaunchConfig{1, 384, 0, nullptr}, producer, out.get());
+}
+
+TEST(SimWgmma, SetmaxnregMovesRegistersFromTheProducerToTheConsumers) {
+  // 128 * (24 + 240 + 240) and 128 * (40 + 232 + 232) fit the block's 65536. With the producer
+  // last, the consumers' .inc waits for its .dec.
+  for (int producer : {0, 2}) {
+    DeviceBuffer<int> out(std::vector<int>(384, 0)), out2(std::vector<int>(384, 0));
+    launch_registers<24, 240>(producer, out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kiln::sim::fault_message();
+    launch_registers<40, 232>(producer, out2);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kiln::sim::fault_message();
+    EXPECT_EQ(out.to_host(), std::vector<int>(384, 1));
+    EXPECT_EQ(out2.to_host(), std::vector<int>(384, 1));
+  }
+}
+
+TEST(SimWgmma, SetmaxnregRulesAreFaults) {
+  const auto fault = [](auto launch_it) {
+    return fault_of([&] {
+      DeviceBuffer<int> out(384);
+      launch_it(out);
+      (void)cudaDeviceSynchronize();
+    });
+  };
+  // .dec above the current 168, .inc below it.
+  std::string f = fault([](DeviceBuffer<int>& out) { launch_registers<176, 240>(0, out); });
+  EXPECT_TRUE(contains(f, "setmaxnreg_dec") && contains(f, "to 176") && contains(f, "holds 168"))
+      << f;
+  f = fault([](DeviceBuffer<int>& out) { launch_registers<24, 160>(0, out); });
+  EXPECT_TRUE(contains(f, "setmaxnreg_inc") && contains(f, "to 160") && contains(f, "holds 168"))
+      << f;
+  // 128 * (24 + 256 + 256) = 68608 > 65536: the second .inc waits forever.
+  f = fault([](DeviceBuffer<int>& out) { launch_registers<24, 256>(0, out); });
+  EXPECT_TRUE(contains(f, "deadlock") && contains(f, "setmaxnreg.inc") &&
+              contains(f, "from 168 to 256"))
+      << f;
 }
 
 }  // namespace

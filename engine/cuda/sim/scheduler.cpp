@@ -568,8 +568,9 @@ void BlockRunner::report_deadlock() const {
                                                  : std::string("a condition");
   throw Error("CUDA simulator: deadlock in " + where(*poller) + ": it waits on " + what +
               ", and no thread of the block can make progress (" + std::to_string(polling) +
-              " threads wait on mbarriers, " + std::to_string(at_barrier) +
-              " at __syncthreads(), " + std::to_string(at_warp) + " at a warp operation, " +
+              " threads poll (an mbarrier, a wgmma group, setmaxnreg), " +
+              std::to_string(at_barrier) + " at __syncthreads(), " + std::to_string(at_warp) +
+              " at a warp operation, " +
               std::to_string(exited) + " have exited; on a GPU the block hangs)");
 }
 

@@ -26,9 +26,10 @@ bool inside_kernel();
 
 namespace detail {
 // Simulator parts with state of their own per block (sim/sm90_wgmma.cpp, the warpgroup MMA's
-// pending operations): block_start(threads) runs on the OS thread at every block start, before
-// any of the block's threads; thread_exit() runs in each fiber when its kernel body returns,
-// and what it throws is that thread's kernel fault. Registered once, before any launch.
+// pending operations; sim/sm90_setmaxnreg.cpp, the register pool): block_start(threads) runs
+// on the OS thread at every block start, before any of the block's threads; thread_exit() (may
+// be null) runs in each fiber when its kernel body returns, and what it throws is that
+// thread's kernel fault. Registered once, before any launch.
 struct BlockHooks {
   void (*block_start)(unsigned threads);
   void (*thread_exit)();
@@ -37,7 +38,8 @@ void add_block_hooks(BlockHooks hooks);
 }  // namespace detail
 
 // For primitives whose waits are polls of a condition another thread of the block sets (the
-// Hopper mbarriers, sim/sm90_mbarrier.cpp):
+// Hopper mbarriers, sim/sm90_mbarrier.cpp; wgmma groups, sim/sm90_wgmma.cpp; setmaxnreg's
+// register pool, sim/sm90_setmaxnreg.cpp):
 //   poll_yield     suspends the calling GPU thread until the block's other threads have had a
 //                  turn. If two rounds of the block in a row change nothing (no arrival, no
 //                  barrier or warp operation reached, no exit, no note_progress), no thread

@@ -1,12 +1,24 @@
 // sim/sm90_wgmma.cpp: the simulator's warpgroup MMA (the model: sim/sm90_wgmma.h).
 //
-// No gathering of the warpgroup: each thread computes only its own share of D (its bn / 2
-// accumulators, 16 products each), which is exactly what the warpgroup's product gives it.
-// What a GPU does warpgroup-wide is checked from each thread's records instead: every thread
-// keeps a running hash of its wgmma calls (kind and arguments, not its d), and when the last
-// thread of a warpgroup exits, all 128 hashes must agree (a thread that skipped or changed a call,
-// or exited early, breaks it). Per-thread state lives in vectors of the OS thread running the
-// block (a block's fibers never leave it), reset by the scheduler's block-start hook.
+// Each thread records its own mmas (its d, the descriptors, a snapshot of the operands) and
+// commits them in groups, counted per thread in commit order. A group completes warpgroup-wide,
+// as on a GPU: the first thread whose wait_group must retire group g waits (poll_yield) until
+// all 128 threads of its warpgroup have committed g, then executes g for all of them at once
+// (each thread's records, its share of the accumulator layout by its index in the warpgroup).
+// So when one thread's wait returns, the operands have been read, as a warp-specialised kernel
+// that frees a stage after one thread's wait assumes. Each thread's share waits in its records
+// (a Result) and reaches its d at the thread's own wait that retires g: until then its
+// accumulators read NaN, whoever executed the group. What a GPU does warpgroup-wide is also
+// checked from each thread's records: every thread keeps a running hash of its wgmma calls
+// (kind and arguments, not its d), and when the last thread of a warpgroup exits, all 128
+// hashes must agree (a thread that skipped or changed a call, or exited early, breaks it).
+// Per-thread state lives in vectors of the OS thread running the block (a block's fibers never
+// leave it), reset by the block-start hook.
+//
+// ThreadSanitizer: a thread's records are also touched by the thread of its warpgroup that
+// executes a group, so the threads of a warpgroup take turns on them: each wgmma call acquires
+// the warpgroup's sync object first and releases it last. This orders the warpgroup's threads
+// at every wgmma call, a little more than a GPU promises.
 //
 // Arithmetic: inputs widened to f32 (exact), each product exact in f32, and each accumulator
 // sums onto its old value (or 0) the 16 products in order k = 0..15, rounding after every add.
@@ -23,6 +35,7 @@
 
 #include "engine/cuda/sim/kernel.h"
 #include "engine/cuda/sim/scheduler.h"
+#include "engine/cuda/sim/sm90_setmaxnreg.h"
 #include "engine/cuda/sm90/swizzle.h"
 #include "engine/error.h"
 #include "engine/host_device.h"
@@ -67,15 +80,28 @@ struct Mma {
   Operand a, b;
 };
 
+// The accumulators an executed mma leaves to one thread, which its d receives at the thread's
+// own wait that retires the group (until then they read NaN there, as before execution).
+struct Result {
+  uint64_t group;
+  float* d;
+  std::vector<float> values;
+};
+
 struct ThreadState {
   bool fenced = false;              // wgmma_fence since kernel start or the last wait_group
+  bool exited = false;              // the kernel body returned
   std::vector<Mma> open;            // issued, not yet committed
-  std::vector<std::vector<Mma>> groups;  // committed, oldest first
+  // Committed and not yet executed, oldest first: groups[i] is the thread's group number
+  // WarpgroupState::executed + i (every thread's pending groups start there).
+  std::vector<std::vector<Mma>> groups;
+  std::vector<Result> results;      // executed, not yet retired by this thread's wait
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the thread's wgmma calls
   uint64_t calls = 0;
 };
 
 struct WarpgroupState {
+  uint64_t executed = 0;  // groups executed for the whole warpgroup (numbers 0 .. executed-1)
   unsigned exited = 0;
   uint64_t hash = 0, calls = 0;
   unsigned first = 0;  // the linear id of the first thread to exit
@@ -93,6 +119,20 @@ ThreadState& me() {
   __atomic_store_n(&t_touched, true, __ATOMIC_RELAXED);
   return t_threads[detail::t_thread->linear];
 }
+
+WarpgroupState& my_warpgroup() { return t_groups[detail::t_thread->linear / 128]; }
+
+// A wgmma call's turn on its warpgroup's records (see the top of the file).
+class Turn {
+ public:
+  explicit Turn(WarpgroupState& wg) : wg_(wg) { KILN_TSAN_ACQUIRE(&wg_.tsan_sync); }
+  ~Turn() { KILN_TSAN_RELEASE(&wg_.tsan_sync); }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+ private:
+  WarpgroupState& wg_;
+};
 
 void mix(ThreadState& s, uint64_t v) {
   for (int i = 0; i < 8; ++i) {
@@ -219,14 +259,15 @@ void check_unchanged(const Operand& op, const std::vector<uint16_t>& now) {
                hex(op.address[i]) + " (wait for the group before overwriting its operands)");
 }
 
-// Runs mma `index` of group `group`: the calling thread's share of D.
-void execute(ThreadState& s, size_t group, size_t index) {
-  Mma& m = s.groups[group][index];
+// Runs mma `index` of the oldest pending group (number `group`) of thread `t` (its index in the
+// warpgroup) whose records are `s`: that thread's share of D.
+void execute(ThreadState& s, unsigned t, uint64_t group, size_t index) {
+  Mma& m = s.groups[0][index];
   const std::vector<uint16_t> a = read_bits(m.a), b = read_bits(m.b);
   check_unchanged(m.a, a);
   check_unchanged(m.b, b);
   const auto widen = [&](uint16_t v) { return m.bf16 ? bf16_to_f32(v) : f16_to_f32(v); };
-  const unsigned t = detail::t_thread->linear % 128, w = t / 32, l = t % 32;
+  const unsigned w = t / 32, l = t % 32;
   const int n = m.bn / 2;
   std::vector<float> out(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -236,13 +277,49 @@ void execute(ThreadState& s, size_t group, size_t index) {
     for (unsigned k = 0; k < 16; ++k) acc += widen(a[row * 16 + k]) * widen(b[col * 16 + k]);
     out[static_cast<size_t>(i)] = acc;
   }
-  if (Mma* next = next_on(s, m.d, group, index)) {
+  if (Mma* next = next_on(s, m.d, 0, index)) {
     // A later mma accumulates onto this one: it gets the result, the registers stay undefined.
     next->c = std::move(out);
     next->has_c = true;
   } else {
-    std::memcpy(m.d, out.data(), sizeof(float) * static_cast<size_t>(n));
+    s.results.push_back(Result{group, m.d, std::move(out)});
   }
+}
+
+// The first thread of warpgroup `w` that has not committed its group number wg.executed (128:
+// all have).
+unsigned first_uncommitted(unsigned w) {
+  for (unsigned t = 0; t < 128; ++t)
+    if (t_threads[w * 128 + t].groups.empty()) return t;
+  return 128;
+}
+
+// Executes the warpgroup's oldest pending group (every thread has committed it) for all 128
+// threads: the operands are read (and checked) now, each thread's share waits in its records.
+void execute_group(unsigned w, WarpgroupState& wg) {
+  for (unsigned t = 0; t < 128; ++t) {
+    ThreadState& s = t_threads[w * 128 + t];
+    for (size_t i = 0; i < s.groups[0].size(); ++i) execute(s, t, wg.executed, i);
+    s.groups.erase(s.groups.begin());
+  }
+  ++wg.executed;
+  note_progress();
+}
+
+// For the deadlock report: the group a waiter of warpgroup `object` needs.
+std::string describe_group(const void* object) {
+  const auto* wg = static_cast<const WarpgroupState*>(object);
+  KILN_TSAN_ACQUIRE(&wg->tsan_sync);
+  const auto w = static_cast<unsigned>(wg - t_groups.data());
+  const unsigned missing = first_uncommitted(w);
+  unsigned committed = 0;
+  for (unsigned t = 0; t < 128; ++t) committed += t_threads[w * 128 + t].groups.empty() ? 0 : 1;
+  const std::string absent = missing < 128 ? ", not thread " + std::to_string(w * 128 + missing)
+                                           : std::string();
+  return "wgmma group " + std::to_string(wg->executed) + " of warpgroup " + std::to_string(w) +
+         " (wgmma_wait_group: " + std::to_string(committed) + " of its 128 threads have "
+         "committed it" + absent + "; a group completes when every thread of the warpgroup has "
+         "committed it)";
 }
 
 // Every block of every kernel passes here: the per-thread states are rebuilt only after a block
@@ -258,15 +335,16 @@ void block_start(unsigned threads) {
 
 void thread_exit() {
   if (t_threads.empty()) return;
-  const ThreadState& s = t_threads[detail::t_thread->linear];
-  if (!s.open.empty() || !s.groups.empty())
+  const unsigned linear = detail::t_thread->linear;
+  WarpgroupState& g = t_groups[linear / 128];
+  KILN_TSAN_ACQUIRE(&g.tsan_sync);
+  ThreadState& s = t_threads[linear];
+  s.exited = true;
+  if (!s.open.empty() || !s.groups.empty() || !s.results.empty())
     fail("wgmma_wait_group", "the kernel exited with wgmma.mma_async operations " +
                                  std::string(s.open.empty() ? "" : "never committed and ") +
                                  "never waited for (wgmma_commit_group, then "
                                  "wgmma_wait_group<0>, before the thread exits)");
-  const unsigned linear = detail::t_thread->linear;
-  WarpgroupState& g = t_groups[linear / 128];
-  KILN_TSAN_ACQUIRE(&g.tsan_sync);
   const bool first = g.exited++ == 0;
   if (first) {
     g.hash = s.hash;
@@ -315,6 +393,7 @@ uint64_t make_smem_desc(const void* smem, unsigned swizzle_code, uint32_t leadin
 
 void wgmma_fence() {
   enter_warpgroup("wgmma_fence");
+  const Turn turn(my_warpgroup());
   ThreadState& s = me();
   s.fenced = true;
   record_call(s, 1);
@@ -323,6 +402,7 @@ void wgmma_fence() {
 void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc_b,
                      bool accumulate) {
   enter_warpgroup("wgmma_m64k16");
+  const Turn turn(my_warpgroup());
   ThreadState& s = me();
   if (!s.fenced)
     fail("wgmma_m64k16", "wgmma.mma_async without a wgmma_fence() before it (since the kernel "
@@ -334,7 +414,16 @@ void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc
   m.a.bits = read_bits(m.a);
   m.b.bits = read_bits(m.b);
   const int n = bn / 2;
-  if (accumulate && !pending_on(s, d)) {
+  auto result = s.results.begin();
+  while (result != s.results.end() && result->d != d) ++result;
+  if (result != s.results.end()) {
+    // An executed mma on d whose group this thread has not retired: this one takes over d.
+    if (accumulate) {
+      m.c = std::move(result->values);
+      m.has_c = true;
+    }
+    s.results.erase(result);
+  } else if (accumulate && !pending_on(s, d)) {
     m.c.assign(d, d + n);
     m.has_c = true;
   }
@@ -344,6 +433,7 @@ void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc
 
 void wgmma_commit_group() {
   enter_warpgroup("wgmma_commit_group");
+  const Turn turn(my_warpgroup());
   ThreadState& s = me();
   record_call(s, 3);
   s.groups.push_back(std::move(s.open));
@@ -352,14 +442,43 @@ void wgmma_commit_group() {
 
 void wgmma_wait_group(int n) {
   enter_warpgroup("wgmma_wait_group");
+  const unsigned linear = detail::t_thread->linear, w = linear / 128;
+  WarpgroupState& wg = t_groups[w];
+  KILN_TSAN_ACQUIRE(&wg.tsan_sync);
   ThreadState& s = me();
   record_call(s, 4, static_cast<uint64_t>(n));
-  const size_t keep = static_cast<size_t>(n);
-  const size_t run = s.groups.size() > keep ? s.groups.size() - keep : 0;
-  for (size_t g = 0; g < run; ++g)
-    for (size_t i = 0; i < s.groups[g].size(); ++i) execute(s, g, i);
-  s.groups.erase(s.groups.begin(), s.groups.begin() + static_cast<std::ptrdiff_t>(run));
+  // This thread's groups are numbered in commit order; it retires all but the n newest.
+  const uint64_t committed = wg.executed + s.groups.size();
+  const uint64_t retire = committed > static_cast<uint64_t>(n) ? committed - n : 0;
+  while (wg.executed < retire) {
+    const unsigned missing = first_uncommitted(w);
+    if (missing == 128) {
+      execute_group(w, wg);
+      continue;
+    }
+    const unsigned other = w * 128 + missing;
+    if (t_threads[other].exited)
+      fail("wgmma_wait_group",
+           "the threads of warpgroup " + std::to_string(w) + " made different warpgroup calls: "
+           "thread " + std::to_string(linear) + " waits for wgmma group " +
+           std::to_string(wg.executed) + ", which thread " + std::to_string(other) +
+           " exited without committing (a group completes when all 128 threads have committed "
+           "it; wgmma calls are made by the whole warpgroup)");
+    KILN_TSAN_RELEASE(&wg.tsan_sync);
+    poll_yield(&wg, &describe_group);
+    KILN_TSAN_ACQUIRE(&wg.tsan_sync);
+  }
+  // The retired groups' accumulators reach this thread's registers now.
+  for (auto r = s.results.begin(); r != s.results.end();) {
+    if (r->group >= retire) {
+      ++r;
+      continue;
+    }
+    std::memcpy(r->d, r->values.data(), sizeof(float) * r->values.size());
+    r = s.results.erase(r);
+  }
   s.fenced = false;
+  KILN_TSAN_RELEASE(&wg.tsan_sync);
 }
 
 void setmaxnreg(bool increase, int regs) {
@@ -368,7 +487,11 @@ void setmaxnreg(bool increase, int regs) {
     fail(fn, "the register count " + std::to_string(regs) +
                  " must be a multiple of 8 in [24, 256]");
   enter_warpgroup(fn);
-  record_call(me(), increase ? 5 : 6, static_cast<uint64_t>(regs));
+  {
+    const Turn turn(my_warpgroup());
+    record_call(me(), increase ? 5 : 6, static_cast<uint64_t>(regs));
+  }
+  change_register_limit(increase, regs);
 }
 
 }  // namespace kiln::sim::sm90

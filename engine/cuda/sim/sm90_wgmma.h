@@ -8,9 +8,14 @@
 //     aligned, so swizzling on offset bits is swizzling on address bits;
 //   - mma_async records the operation (the descriptors, the thread's d, a snapshot of the
 //     operands) and fills d with NaN: the accumulator is undefined until wait_group;
-//   - commit_group closes a group; wait_group(n) runs every committed group but the n newest,
-//     each thread computing its own share of D (the accumulator layout) from shared memory as it
-//     is then, and faults if an operand changed since issue;
+//   - commit_group closes a group (numbered per thread in commit order); a group completes
+//     warpgroup-wide: the first wait_group(n) that must retire group g waits until all 128
+//     threads of the warpgroup have committed g, then computes D for all of them from shared
+//     memory as it is then (faulting if an operand changed since issue), so every later wait
+//     of the warpgroup finds g done, as on a GPU; a thread's d receives its share at its own
+//     wait that retires g;
+//   - setmaxnreg moves registers between the block's warpgroups through a pool of 65536
+//     (sim/sm90_setmaxnreg.h): .inc waits while the pool lacks them;
 //   - the rules (fence before mma_async, whole warpgroups, descriptors inside shared memory,
 //     swizzled operands on their atom, nothing pending at exit) are kernel faults.
 #pragma once
