@@ -403,6 +403,21 @@ TEST(SimWgmma, OneThreadsWaitCompletesTheGroupForItsWarpgroup) {
       ASSERT_EQ(got[t * 32 + i], 16.0f) << "thread " << t << " d[" << i << "]";
 }
 
+__global__ void plain_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+
+// The per-block state resets between blocks whatever ran in between: the exits of a kernel
+// without wgmma do not count as early exits in the next wgmma kernel (whose warp 0 waits while
+// warps 1-3 have yet to commit).
+TEST(SimWgmma, ExitsOfAKernelWithoutWgmmaDoNotLeakIntoTheNext) {
+  DeviceBuffer<float> out(std::vector<float>(128 * 32, -1.0f));
+  for (int run = 0; run < 2; ++run) {
+    launch(stage_release_kernel, LaunchConfig{1, 256, 8192, nullptr}, false, out.get());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kiln::sim::fault_message();
+    launch(plain_kernel, LaunchConfig{1, 256, 0, nullptr}, out.get());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << kiln::sim::fault_message();
+  }
+}
+
 TEST(SimWgmma, AnOperandOverwrittenBeforeTheWarpgroupsFirstWaitFaults) {
   const std::string f = fault_of([] {
     DeviceBuffer<float> out(128 * 32);

@@ -90,7 +90,6 @@ struct Result {
 
 struct ThreadState {
   bool fenced = false;              // wgmma_fence since kernel start or the last wait_group
-  bool exited = false;              // the kernel body returned
   std::vector<Mma> open;            // issued, not yet committed
   // Committed and not yet executed, oldest first: groups[i] is the thread's group number
   // WarpgroupState::executed + i (every thread's pending groups start there).
@@ -102,6 +101,9 @@ struct ThreadState {
 
 struct WarpgroupState {
   uint64_t executed = 0;  // groups executed for the whole warpgroup (numbers 0 .. executed-1)
+  // Bit t: thread t of the warpgroup has exited. Here rather than in ThreadState, which a block
+  // without wgmma leaves as it is, so every block starts with none gone.
+  uint64_t gone[2] = {0, 0};
   unsigned exited = 0;
   uint64_t hash = 0, calls = 0;
   unsigned first = 0;  // the linear id of the first thread to exit
@@ -338,8 +340,8 @@ void thread_exit() {
   const unsigned linear = detail::t_thread->linear;
   WarpgroupState& g = t_groups[linear / 128];
   KILN_TSAN_ACQUIRE(&g.tsan_sync);
-  ThreadState& s = t_threads[linear];
-  s.exited = true;
+  const ThreadState& s = t_threads[linear];
+  g.gone[linear % 128 / 64] |= uint64_t{1} << (linear % 64);
   if (!s.open.empty() || !s.groups.empty() || !s.results.empty())
     fail("wgmma_wait_group", "the kernel exited with wgmma.mma_async operations " +
                                  std::string(s.open.empty() ? "" : "never committed and ") +
@@ -457,7 +459,7 @@ void wgmma_wait_group(int n) {
       continue;
     }
     const unsigned other = w * 128 + missing;
-    if (t_threads[other].exited)
+    if (wg.gone[missing / 64] >> (missing % 64) & 1u)
       fail("wgmma_wait_group",
            "the threads of warpgroup " + std::to_string(w) + " made different warpgroup calls: "
            "thread " + std::to_string(linear) + " waits for wgmma group " +
