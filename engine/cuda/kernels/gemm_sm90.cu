@@ -54,17 +54,19 @@
 //   Why a wait before a refill. The stage that slice s+3 goes to held slice s-1. Its loads may
 //   only be issued once no wgmma still reads it: after issuing slice s's products each thread
 //   calls wgmma_wait_group<1>, which returns when at most one group (slice s's) is running, so
-//   the group of slice s-1 has finished reading shared memory; a __syncthreads then makes that
-//   true for all four warps (each thread waits only for its own groups) before thread 0 issues
-//   the copies. Waiting with <0> would be correct too, but would leave the tensor cores idle
+//   the group of slice s-1 has finished reading shared memory. A group is one operation of the
+//   whole warpgroup (each of its products waits for all four warps to issue it), so once thread
+//   0's own wait returns, no warp reads the stage any more and thread 0 may issue the copies:
+//   no __syncthreads is needed (CUTLASS's pipelines, too, release a stage from one thread per
+//   warpgroup). Waiting with <0> would be correct too, but would leave the tensor cores idle
 //   while the next products are issued; <1> keeps one group running across the refill.
 //   Epilogue. Each thread holds, per 64-row half, d[i] = C(row, col) with row = 16 w + l/4 +
 //   8 ((i/2)%2), col = 8 (i/4) + 2 (l%4) + i%2 (warp w, lane l: the wgmma accumulator layout,
 //   sm90/wgmma.h): pairs of adjacent columns, stored as one float2 where C allows it, each
 //   bounds-checked against M and N.
 //   What limits it next: one warpgroup does everything. Thread 0 issues the copies between the
-//   products, every thread waits on the full barrier and on wgmma_wait_group, and the
-//   __syncthreads per slice stalls all four warps together. Step 6 specialises warps: a
+//   products, so the copies of slice s+3 start only after slice s's products were issued and
+//   slice s-1's finished, and every warp waits on the same barriers in lockstep. Step 6 specialises warps: a
 //   producer warpgroup only issues TMA copies (with few registers, setmaxnreg_dec) and two
 //   consumer warpgroups only issue wgmma (a 128 x 256 tile, "empty" barriers handing stages
 //   back). Step 7 makes the blocks persistent (one per SM, looping over tiles), so one tile's
@@ -175,12 +177,11 @@ __global__ void __launch_bounds__(kSm90Threads)
                                      true);
     }
     sm90::wgmma_commit_group();
-    // Slice slice-1's group is done (file comment, "Why a wait before a refill"), in every warp
-    // after the barrier: its stage may be refilled with slice slice+3.
+    // Slice slice-1's group is done, for the whole warpgroup (file comment, "Why a wait before a
+    // refill"): its stage may be refilled with slice slice+3.
     sm90::wgmma_wait_group<1>();
     sm90::wgmma_fence_operand(d0);
     sm90::wgmma_fence_operand(d1);
-    __syncthreads();  // sm90 refill: no warp still reads the stage the issuer overwrites
     const int next = slice + kSm90Stages - 1;
     if (issuer && next < slices) issue(next);
   }
