@@ -100,10 +100,10 @@ done
 # The sanitizer runs, TOOL:PROGRAM (a gpu test program's target), in the order they start:
 # memcheck over every program first, then racecheck and synccheck over those whose kernels share
 # memory between threads and meet at barriers (reductions, GEMM tiles, convolution, pooling,
-# BatchNorm; the loader's CUDA work is copies), then initcheck. Each is the step
-# sanitize_TOOL_PROGRAM.
+# BatchNorm, the Hopper GEMM's TMA ring and mbarriers; the loader's CUDA work is copies), then
+# initcheck. Each is the step sanitize_TOOL_PROGRAM.
 sanitize_programs=(ops_cuda_test gemm_cuda_test gemm_tensor_core_test conv2d_cuda_test pool2d_cuda_test
-                   batchnorm2d_cuda_test loader_cuda_test)
+                   batchnorm2d_cuda_test loader_cuda_test gemm_sm90_test)
 sanitize_tools=(memcheck racecheck synccheck initcheck)
 sanitize_runs=()
 for tool in "${sanitize_tools[@]}"; do
