@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,11 @@
 #include "support/gradcheck.h"
 
 namespace kiln {
+namespace cuda {
+// The step's name in test listings (gtest_discover_tests prints each test's parameter).
+void PrintTo(Sm90Step step, std::ostream* os) { *os << sm90_step_name(step); }
+}  // namespace cuda
+
 namespace {
 
 using testing::kCuda;
