@@ -2,12 +2,13 @@
 #include "engine/cuda/blas.h"
 
 #include <atomic>
-#include <cstdlib>
+#include <cstddef>
 #include <string>
 #include <vector>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/context.h"
+#include "engine/env_switch.h"
 #include "engine/error.h"
 
 namespace kiln::cuda {
@@ -16,14 +17,9 @@ namespace {
 std::atomic<int> tf32_setting{-1};  // -1: never set in code, the environment decides
 
 bool tf32_from_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_TF32");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "0") return false;
-    if (s == "1") return true;
-    throw Error("KILN_TF32=" + s + ": use 1 (allow TF32 tensor cores in FP32 products) or 0",
-                ErrorKind::Usage);
-  }();
+  static const bool on = env_switch("KILN_TF32", false,
+                                    "allow TF32 tensor cores in FP32 products",
+                                    "FP32 products in full FP32, the default");
   return on;
 }
 

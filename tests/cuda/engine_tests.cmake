@@ -31,9 +31,12 @@ kiln_test(optim_cuda_test SOURCES optim_cuda_test.cpp
 # The one-launch optimizer step against the per-parameter kernels, bit for bit.
 kiln_test(optim_multi_cuda_test SOURCES optim_multi_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
-# The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS.
+# The mixed-precision GEMM (bf16 / f16 inputs, f32 output), hand and cuBLAS; once more with the
+# Hopper step switched off (KILN_GEMM_SM90=0: the WMMA step on compute capability 9.0 too).
 kiln_test(gemm_lowp_cuda_test SOURCES gemm_lowp_cuda_test.cpp
           LABELS ${KILN_CUDA_TEST_LABEL} LIBS kiln_engine)
+kiln_test_run(gemm_lowp_cuda_test_wmma COMMAND gemm_lowp_cuda_test
+              LABELS ${KILN_CUDA_TEST_LABEL} ENVIRONMENT KILN_GEMM_SM90=0)
 # How kernels compile a * b + c: contracted into a fused multiply-add as nvcc does it, the _rn
 # intrinsics never (a kernel of the test's own, fp_contract_kernels.cu, compiled as Kiln's are).
 kiln_test(fp_contract_cuda_test SOURCES fp_contract_cuda_test.cpp

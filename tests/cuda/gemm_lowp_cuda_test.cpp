@@ -15,11 +15,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "engine/cuda/context.h"
+#include "engine/cuda/lowp_gemm_choice.h"
 #include "engine/impl.h"
 #include "engine/ops_cuda.h"
 #include "parity/parity_harness.h"
@@ -166,8 +168,8 @@ TEST(GemmLowpCuda, EmptyKWritesZeros) {
 
 TEST(GemmLowpCuda, HandIsAnF32GemmOfTheWidenedInputs) {
   KILN_SKIP_WITHOUT_CUDA();
-  // The Hand path is the tensor-core GEMM where the device has bf16/f16 tensor cores (compute
-  // capability 8.0+, and the simulator), else the register-blocked f32 GEMM on inputs widened
+  // The Hand path is a tensor-core GEMM where the device has bf16/f16 tensor cores (step 7 on
+  // compute capability 9.0 and the simulator, step 4 on 8.0+: lowp_gemm_choice), else the register-blocked f32 GEMM on inputs widened
   // exactly. Either way an f32 GEMM of the widened inputs, as is gemm_hand<float> called on
   // inputs converted by Tensor::to: all three stay within the f32 bound of the exact product.
   // Bit for bit only where they are the same kernel: a tensor core's order and rounding of the
@@ -177,7 +179,7 @@ TEST(GemmLowpCuda, HandIsAnF32GemmOfTheWidenedInputs) {
   const Mnk s{130, 33, 40};
   const bool tensor_cores = [] {
     cuda::DeviceGuard guard(0);
-    return cuda::tensor_cores_available();
+    return cuda::lowp_gemm_choice() != cuda::LowpGemm::WidenedF32;
   }();
   for (DType in : {DType::BF16, DType::F16}) {
     const Tensor a16 = random_tensor({s.k * s.m}, 40, -1, 1, DType::F32).to(in).to(kCuda);
@@ -200,6 +202,26 @@ TEST(GemmLowpCuda, HandIsAnF32GemmOfTheWidenedInputs) {
       EXPECT_TRUE(bit_identical(name, got, want));
     }
   }
+}
+
+// Which step gemm_lowp runs: the Hopper GEMM's step 7 exactly on compute capability 9.0 (the
+// simulator reports 9.0) unless KILN_GEMM_SM90=0 (ctest runs this test a second time so:
+// gemm_lowp_cuda_test_wmma), step 4 on the other devices with tensor cores, and the product
+// of the widened inputs elsewhere. The choice is what the hand path computed with: HandBf16 and
+// the tests above ran through it.
+TEST(GemmLowpCuda, RunsTheHopperStepOnComputeCapability90UnlessSwitchedOff) {
+  KILN_SKIP_WITHOUT_CUDA();
+  cuda::DeviceGuard guard(0);
+  const char* env = std::getenv("KILN_GEMM_SM90");
+  const bool switched_off = env != nullptr && std::string(env) == "0";
+  const cuda::LowpGemm choice = cuda::lowp_gemm_choice();
+  SCOPED_TRACE(cuda::lowp_gemm_name(choice));
+  if (cuda::sm90_gemm_available() && !switched_off)
+    EXPECT_EQ(choice, cuda::LowpGemm::Sm90Persistent);
+  else if (cuda::tensor_cores_available())
+    EXPECT_EQ(choice, cuda::LowpGemm::TensorCore);
+  else
+    EXPECT_EQ(choice, cuda::LowpGemm::WidenedF32);
 }
 
 TEST(GemmLowpCuda, OtherDtypesAreAnError) {

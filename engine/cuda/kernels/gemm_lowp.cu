@@ -21,17 +21,18 @@
 //   back to the allocator when the call returns; the kernels that read it are queued on
 //   current_stream(), where the next user of the block queues too.
 //
-// Which of the two an op runs is decided by gemm_impl (engine/impl.h), not here.
+// Which of the two an op runs is decided by gemm_impl (engine/impl.h), not here; which step
+// gemm_lowp runs, by lowp_gemm_choice (engine/cuda/lowp_gemm_choice.h).
 #include "engine/cuda/runtime.h"
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "engine/cuda/blas.h"
 #include "engine/cuda/context.h"
 #include "engine/cuda/kernels/copy.h"
 #include "engine/cuda/kernels/gemm_shape.h"
+#include "engine/cuda/lowp_gemm_choice.h"
+#include "engine/env_switch.h"
 #include "engine/error.h"
 #include "engine/ops_cuda.h"
 #include "engine/tensor.h"
@@ -54,19 +55,30 @@ GemmShape lowp_shape(DType in, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 
 // Whether the Hopper step may serve gemm_lowp: KILN_GEMM_SM90 unset or 1 (0: step 4 instead).
 bool sm90_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("KILN_GEMM_SM90");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "1") return true;
-    if (s == "0") return false;
-    throw Error("KILN_GEMM_SM90=" + s + ": use 1 (Hopper GEMM for mixed-precision products on "
-                "compute capability 9.0, the default) or 0 (the WMMA step there too)",
-                ErrorKind::Usage);
-  }();
+  static const bool allowed =
+      env_switch("KILN_GEMM_SM90", true,
+                 "the Hopper GEMM for mixed-precision products on compute capability 9.0, the "
+                 "default",
+                 "the WMMA step there too");
   return allowed;
 }
 
 }  // namespace
+
+LowpGemm lowp_gemm_choice() {
+  if (sm90_allowed() && sm90_gemm_available()) return LowpGemm::Sm90Persistent;
+  if (tensor_cores_available()) return LowpGemm::TensorCore;
+  return LowpGemm::WidenedF32;
+}
+
+const char* lowp_gemm_name(LowpGemm choice) {
+  switch (choice) {
+    case LowpGemm::Sm90Persistent: return "sm90-persistent";
+    case LowpGemm::TensorCore: return "tensor-core";
+    case LowpGemm::WidenedF32: return "widened-f32";
+  }
+  return "?";
+}
 
 // A (M,K) or (K,M) and B (K,N) or (N,K) are widened whole: their element counts do not depend
 // on the transposes.
@@ -74,11 +86,12 @@ void gemm_lowp(Backend, DType in, bool ta, bool tb, int64_t m, int64_t n, int64_
                const uint16_t* a, const uint16_t* b, float* c) {
   const GemmShape s = lowp_shape(in, ta, tb, m, n, k);
   if (s.m == 0 || s.n == 0) return;
-  if (sm90_allowed() && sm90_gemm_available()) {  // step 7: TMA and wgmma
+  const LowpGemm choice = lowp_gemm_choice();
+  if (choice == LowpGemm::Sm90Persistent) {  // step 7: TMA and wgmma
     gemm_sm90(in, ta, tb, s.m, s.n, s.k, a, b, c, Sm90Step::Persistent);
     return;
   }
-  if (tensor_cores_available()) {  // step 4: the 16-bit values straight in
+  if (choice == LowpGemm::TensorCore) {  // step 4: the 16-bit values straight in
     gemm_tensor_core(in, ta, tb, s.m, s.n, s.k, a, b, c);
     return;
   }
