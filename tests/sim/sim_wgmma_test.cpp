@@ -207,7 +207,7 @@ bool contains(const std::string& text, const char* what) { return text.find(what
 // A 64 x 16 A and 64 x 16 B without swizzle (core matrices: LBO 1024, SBO 128), filled with 1.
 enum class Misuse { None, ReadBeforeWait, OverwriteA, OverwriteB, NoFence, NoWait, NoCommit,
                     MisalignedSwizzle, PastSharedMemory, EarlyExit, TwoGroups, BadRegs,
-                    ChainAcrossGroups, StaticShared };
+                    ChainAcrossGroups, StaticShared, OtherDescriptor, SkippedMma };
 
 __global__ void misuse_kernel(Misuse what, float* out) {
   KILN_DYNAMIC_SHARED(unsigned char, smem);
@@ -228,7 +228,9 @@ __global__ void misuse_kernel(Misuse what, float* out) {
   }
   if (what == Misuse::MisalignedSwizzle) db = sm90::make_smem_desc(smem + 2048 + 128, Swizzle::B128, 16, 1024);
   if (what == Misuse::PastSharedMemory) db = sm90::make_smem_desc(smem + 7168, Swizzle::None, 1024, 128);
-  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  if (what == Misuse::OtherDescriptor && t == 40) db = da;
+  if (what != Misuse::SkippedMma || t / 32 != 1)  // SkippedMma: warp 1 skips it
+    sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
   // The overwrites come after a warp barrier, so only the wgmma's own read (asynchronous on a
   // GPU, at the wait here) conflicts with them, not the snapshot taken at issue (which
   // ThreadSanitizer would report as a race between lanes).
@@ -332,6 +334,14 @@ TEST(SimWgmma, TheRulesAreFaults) {
   EXPECT_TRUE(contains(f, "past the block's 8192 bytes")) << f;
   f = fault(Misuse::EarlyExit);
   EXPECT_TRUE(contains(f, "made different warpgroup calls")) << f;
+  // A thread whose mma differs from the warpgroup's faults at its issue, one that skips an mma
+  // when the group executes, both before any thread exits.
+  f = fault(Misuse::OtherDescriptor);
+  EXPECT_TRUE(contains(f, "made different warpgroup calls") &&
+              contains(f, "mma 0 of wgmma group 0") && contains(f, "in thread 40")) << f;
+  f = fault(Misuse::SkippedMma);
+  EXPECT_TRUE(contains(f, "made different warpgroup calls") &&
+              contains(f, "issued 1 mmas in wgmma group 0, thread 32 0")) << f;
   f = fault(Misuse::None, 64);
   EXPECT_TRUE(contains(f, "all 128 threads of an aligned warpgroup")) << f;
   f = fault(Misuse::None, 160);

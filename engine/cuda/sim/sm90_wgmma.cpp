@@ -1,10 +1,14 @@
 // sim/sm90_wgmma.cpp: the simulator's warpgroup MMA (the model: sim/sm90_wgmma.h).
 //
-// Each thread records its own mmas (its d, the descriptors, a snapshot of the operands) and
-// commits them in groups, counted per thread in commit order. A group completes warpgroup-wide,
-// as on a GPU: the first thread whose wait_group must retire group g waits (poll_yield) until
-// all 128 threads of its warpgroup have committed g, then executes g for all of them at once
-// (each thread's records, its share of the accumulator layout by its index in the warpgroup).
+// A warpgroup mma is one operation issued by 128 threads. The warpgroup's first thread to issue
+// it (mma i of its group g) decodes the descriptors and snapshots the operands into a record the
+// warpgroup shares (a SharedMma); the other threads' issues of it must name the same descriptors,
+// shape and type (else a fault at once) and record only their own part: their d and its old
+// value. Groups are counted per thread in commit order. A group completes warpgroup-wide, as on
+// a GPU: the first thread whose wait_group must retire group g waits (poll_yield) until all 128
+// threads of its warpgroup have committed g, then executes g for all of them at once: each mma's
+// operands are read from shared memory once and compared with the snapshot, and every thread's
+// share of the accumulator layout (by its index in the warpgroup) is computed from them.
 // So when one thread's wait returns, the operands have been read, as a warp-specialised kernel
 // that frees a stage after one thread's wait assumes. Each thread's share waits in its records
 // (a Result) and reaches its d at the thread's own wait that retires g: until then its
@@ -28,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <string>
 #include <utility>
@@ -61,7 +66,7 @@ std::string hex(uint64_t v) {
 }
 
 // One operand of a recorded mma: where each of its rows x 16 elements lives, and their bits at
-// issue.
+// the warpgroup's first issue.
 struct Operand {
   const char* name;  // "A" or "B"
   uint64_t desc;
@@ -70,14 +75,20 @@ struct Operand {
   std::vector<uint16_t> bits;     // the snapshot
 };
 
-struct Mma {
-  float* d;
+// A warpgroup mma as the first of its threads to issue it recorded it.
+struct SharedMma {
   int bn;
   bool bf16;
+  unsigned first;  // the linear id of the thread that recorded it
+  Operand a, b;
+};
+
+// One thread's part of a warpgroup mma (its index in the group is that of its SharedMma).
+struct Mma {
+  float* d;
   bool accumulate;
   bool has_c;          // c holds the accumulator's old value (else it is taken at execution)
   std::vector<float> c;
-  Operand a, b;
 };
 
 // The accumulators an executed mma leaves to one thread, which its d receives at the thread's
@@ -101,6 +112,9 @@ struct ThreadState {
 
 struct WarpgroupState {
   uint64_t executed = 0;  // groups executed for the whole warpgroup (numbers 0 .. executed-1)
+  // The issued mmas of groups executed, executed + 1, ...: pending[g - executed][i] is mma i of
+  // group g, recorded by the first thread to issue it.
+  std::deque<std::vector<SharedMma>> pending;
   // Bit t: thread t of the warpgroup has exited. Here rather than in ThreadState, which a block
   // without wgmma leaves as it is, so every block starts with none gone.
   uint64_t gone[2] = {0, 0};
@@ -261,22 +275,30 @@ void check_unchanged(const Operand& op, const std::vector<uint16_t>& now) {
                hex(op.address[i]) + " (wait for the group before overwriting its operands)");
 }
 
-// Runs mma `index` of the oldest pending group (number `group`) of thread `t` (its index in the
-// warpgroup) whose records are `s`: that thread's share of D.
-void execute(ThreadState& s, unsigned t, uint64_t group, size_t index) {
+std::vector<float> widened(const SharedMma& m, const Operand& op) {
+  const std::vector<uint16_t> now = read_bits(op);
+  check_unchanged(op, now);
+  std::vector<float> values(now.size());
+  for (size_t i = 0; i < now.size(); ++i)
+    values[i] = m.bf16 ? bf16_to_f32(now[i]) : f16_to_f32(now[i]);
+  return values;
+}
+
+// Runs thread `t`'s (its index in the warpgroup) share of mma `index` of its oldest pending
+// group (number `group`), whose records are `s`, from the operands a (64 x 16) and b (bn x 16).
+void execute(ThreadState& s, unsigned t, uint64_t group, size_t index, int bn,
+             const std::vector<float>& a, const std::vector<float>& b) {
   Mma& m = s.groups[0][index];
-  const std::vector<uint16_t> a = read_bits(m.a), b = read_bits(m.b);
-  check_unchanged(m.a, a);
-  check_unchanged(m.b, b);
-  const auto widen = [&](uint16_t v) { return m.bf16 ? bf16_to_f32(v) : f16_to_f32(v); };
   const unsigned w = t / 32, l = t % 32;
-  const int n = m.bn / 2;
+  const int n = bn / 2;
   std::vector<float> out(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const unsigned row = 16 * w + l / 4 + 8 * ((i / 2) % 2);
     const unsigned col = 8 * (i / 4) + 2 * (l % 4) + (i % 2);
+    const float* a_row = &a[row * 16];
+    const float* b_col = &b[col * 16];
     float acc = !m.accumulate ? 0.0f : m.has_c ? m.c[static_cast<size_t>(i)] : m.d[i];
-    for (unsigned k = 0; k < 16; ++k) acc += widen(a[row * 16 + k]) * widen(b[col * 16 + k]);
+    for (unsigned k = 0; k < 16; ++k) acc += a_row[k] * b_col[k];
     out[static_cast<size_t>(i)] = acc;
   }
   if (Mma* next = next_on(s, m.d, 0, index)) {
@@ -286,6 +308,13 @@ void execute(ThreadState& s, unsigned t, uint64_t group, size_t index) {
   } else {
     s.results.push_back(Result{group, m.d, std::move(out)});
   }
+}
+
+[[noreturn]] void different_calls(unsigned w, const std::string& what) {
+  fail("wgmma_m64k16", "the threads of warpgroup " + std::to_string(w) +
+                           " made different warpgroup calls: " + what +
+                           ". wgmma_fence, wgmma_m64k16, commit, wait and setmaxnreg are called "
+                           "by all 128 threads of the warpgroup with the same arguments");
 }
 
 // The first thread of warpgroup `w` that has not committed its group number wg.executed (128:
@@ -299,9 +328,26 @@ unsigned first_uncommitted(unsigned w) {
 // Executes the warpgroup's oldest pending group (every thread has committed it) for all 128
 // threads: the operands are read (and checked) now, each thread's share waits in its records.
 void execute_group(unsigned w, WarpgroupState& wg) {
+  std::vector<SharedMma> mmas;
+  if (!wg.pending.empty()) {
+    mmas = std::move(wg.pending.front());
+    wg.pending.pop_front();
+  }
+  for (unsigned t = 0; t < 128; ++t) {
+    const size_t issued = t_threads[w * 128 + t].groups[0].size();
+    if (issued != mmas.size())
+      different_calls(w, "thread " + std::to_string(mmas.empty() ? w * 128 : mmas[0].first) +
+                             " issued " + std::to_string(mmas.size()) + " mmas in wgmma group " +
+                             std::to_string(wg.executed) + ", thread " +
+                             std::to_string(w * 128 + t) + " " + std::to_string(issued));
+  }
+  for (size_t i = 0; i < mmas.size(); ++i) {
+    const std::vector<float> a = widened(mmas[i], mmas[i].a), b = widened(mmas[i], mmas[i].b);
+    for (unsigned t = 0; t < 128; ++t)
+      execute(t_threads[w * 128 + t], t, wg.executed, i, mmas[i].bn, a, b);
+  }
   for (unsigned t = 0; t < 128; ++t) {
     ThreadState& s = t_threads[w * 128 + t];
-    for (size_t i = 0; i < s.groups[0].size(); ++i) execute(s, t, wg.executed, i);
     s.groups.erase(s.groups.begin());
   }
   ++wg.executed;
@@ -353,17 +399,43 @@ void thread_exit() {
     g.calls = s.calls;
     g.first = linear;
   }
-  const WarpgroupState seen = g;
+  const uint64_t seen_hash = g.hash, seen_calls = g.calls;
+  const unsigned seen_first = g.first;
   KILN_TSAN_RELEASE(&g.tsan_sync);
-  if (!first && (seen.hash != s.hash || seen.calls != s.calls))
-    fail("wgmma_m64k16", "the threads of warpgroup " + std::to_string(linear / 128) +
-                             " made different warpgroup calls: thread " +
-                             std::to_string(seen.first) + " made " + std::to_string(seen.calls) +
-                             ", thread " + std::to_string(linear) + " " +
-                             std::to_string(s.calls) +
-                             " (or the same number with other arguments). wgmma_fence, "
-                             "wgmma_m64k16, commit, wait and setmaxnreg are called by all 128 "
-                             "threads of the warpgroup with the same arguments");
+  if (!first && (seen_hash != s.hash || seen_calls != s.calls))
+    different_calls(linear / 128, "thread " + std::to_string(seen_first) + " made " +
+                                      std::to_string(seen_calls) + ", thread " +
+                                      std::to_string(linear) + " " + std::to_string(s.calls) +
+                                      " (or the same number with other arguments)");
+}
+
+// The calling thread's issue of the next mma of its open group: the first thread of the
+// warpgroup to issue it records it (the operands as they are now), the others must match it.
+void issue(WarpgroupState& wg, const ThreadState& s, uint64_t desc_a, uint64_t desc_b, int bn,
+           bool bf16) {
+  const size_t group = s.groups.size(), index = s.open.size();  // group: after wg.executed
+  if (wg.pending.size() <= group) wg.pending.resize(group + 1);
+  std::vector<SharedMma>& mmas = wg.pending[group];
+  const unsigned linear = detail::t_thread->linear;
+  if (index == mmas.size()) {
+    SharedMma m{bn, bf16, linear, decode("A", desc_a, 64), decode("B", desc_b, bn)};
+    m.a.bits = read_bits(m.a);
+    m.b.bits = read_bits(m.b);
+    mmas.push_back(std::move(m));
+    return;
+  }
+  const SharedMma& m = mmas[index];
+  if (m.a.desc == desc_a && m.b.desc == desc_b && m.bn == bn && m.bf16 == bf16) return;
+  const auto call = [](uint64_t a, uint64_t b, int n, bool bf) {
+    return "(A " + hex(a) + ", B " + hex(b) + ", N " + std::to_string(n) +
+           (bf ? ", bf16)" : ", f16)");
+  };
+  different_calls(linear / 128,
+                  "mma " + std::to_string(index) + " of wgmma group " +
+                      std::to_string(wg.executed + group) + " is " +
+                      call(m.a.desc, m.b.desc, m.bn, m.bf16) + " in thread " +
+                      std::to_string(m.first) + ", " + call(desc_a, desc_b, bn, bf16) +
+                      " in thread " + std::to_string(linear));
 }
 
 const bool registered = (detail::add_block_hooks({&block_start, &thread_exit}), true);
@@ -404,7 +476,8 @@ void wgmma_fence() {
 void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc_b,
                      bool accumulate) {
   enter_warpgroup("wgmma_m64k16");
-  const Turn turn(my_warpgroup());
+  WarpgroupState& wg = my_warpgroup();
+  const Turn turn(wg);
   ThreadState& s = me();
   if (!s.fenced)
     fail("wgmma_m64k16", "wgmma.mma_async without a wgmma_fence() before it (since the kernel "
@@ -412,9 +485,8 @@ void wgmma_mma_async(float* d, int bn, bool bf16, uint64_t desc_a, uint64_t desc
                          "before the first mma_async and after registers were touched");
   record_call(s, 2, desc_a, desc_b,
               static_cast<uint64_t>(bn) << 2 | static_cast<uint64_t>(bf16) << 1 | accumulate);
-  Mma m{d, bn, bf16, accumulate, false, {}, decode("A", desc_a, 64), decode("B", desc_b, bn)};
-  m.a.bits = read_bits(m.a);
-  m.b.bits = read_bits(m.b);
+  issue(wg, s, desc_a, desc_b, bn, bf16);
+  Mma m{d, accumulate, false, {}};
   const int n = bn / 2;
   auto result = s.results.begin();
   while (result != s.results.end() && result->d != d) ++result;

@@ -6,8 +6,9 @@
 //   - shared addresses: a descriptor's start address is the byte offset within the block's
 //     dynamic shared memory (its only window here), which the simulator allocates 1024-byte
 //     aligned, so swizzling on offset bits is swizzling on address bits;
-//   - mma_async records the operation (the descriptors, the thread's d, a snapshot of the
-//     operands) and fills d with NaN: the accumulator is undefined until wait_group;
+//   - mma_async records the operation and fills d with NaN: the accumulator is undefined until
+//     wait_group. The warpgroup's first thread to issue an mma decodes the descriptors and
+//     snapshots the operands for all 128; the others' issues must match it and record their d;
 //   - commit_group closes a group (numbered per thread in commit order); a group completes
 //     warpgroup-wide: the first wait_group(n) that must retire group g waits until all 128
 //     threads of the warpgroup have committed g, then computes D for all of them from shared
