@@ -275,6 +275,7 @@ void check_unchanged(const Operand& op, const std::vector<uint16_t>& now) {
                hex(op.address[i]) + " (wait for the group before overwriting its operands)");
 }
 
+// Operand `op` of `m` as shared memory holds it now (which must be its snapshot), widened to f32.
 std::vector<float> widened(const SharedMma& m, const Operand& op) {
   const std::vector<uint16_t> now = read_bits(op);
   check_unchanged(op, now);
