@@ -355,6 +355,16 @@ TEST(SimWgmma, TheRulesAreFaults) {
   EXPECT_EQ(two[200], 16.0f);
 }
 
+// Issues one m64n64k16 of the all-ones tiles the stage kernels below store at smem (A, no
+// swizzle) and smem + 2048 (B) into d, zeroed first (the group is left open).
+__device__ void issue_ones_mma(unsigned char* smem, float (&d)[32]) {
+  for (float& v : d) v = 0.0f;
+  sm90::wgmma_fence();
+  const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
+  const uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
+  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+}
+
 // The stage release of warp-specialised kernels (CUTLASS's sm90 pipelines): warpgroup 0
 // multiplies an all-ones tile, and once its group is done one thread arrives on `freed`, after
 // which warpgroup 1 overwrites operand A (row 0, k 3: 1 -> 2) and arrives on `refilled`.
@@ -385,11 +395,7 @@ __global__ void stage_release_kernel(bool early, float* out) {
     return;
   }
   float d[32];
-  for (float& v : d) v = 0.0f;
-  sm90::wgmma_fence();
-  const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
-  const uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
-  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  issue_ones_mma(smem, d);
   sm90::wgmma_commit_group();
   if (early) {
     sm90::mbarrier_arrive(&freed);
@@ -452,11 +458,7 @@ __global__ void uncommitted_kernel(float* out) {
   }
   __syncthreads();
   float d[32];
-  for (float& v : d) v = 0.0f;
-  sm90::wgmma_fence();
-  const uint64_t da = sm90::make_smem_desc(smem, Swizzle::None, 1024, 128);
-  const uint64_t db = sm90::make_smem_desc(smem + 2048, Swizzle::None, 1024, 128);
-  sm90::wgmma_m64k16<64, __nv_bfloat16>(d, da, db, false);
+  issue_ones_mma(smem, d);
   if (t >= 32) sm90::mbarrier_wait(never, 0);
   sm90::wgmma_commit_group();
   sm90::wgmma_wait_group<0>();
