@@ -15,11 +15,11 @@
 //   step 7 of our GEMM (gemm_sm90_ws.cu: TMA, warp-specialised wgmma, persistent tiles);
 //   KILN_GEMM_SM90=0 in the environment keeps step 4 there, to compare the two. On the other
 //   devices with bf16/f16 tensor cores (compute capability 8.0+) step 4 (gemm_tensor_core.cu)
-//   reads the 16-bit values directly. Elsewhere A and B are widened to f32 on the device (copy.h's convert: the exact widening of
-//   engine/host_device.h) into scratch tensors from the caching allocator, and the f32 hand GEMM
-//   multiplies them. The scratch goes
-//   back to the allocator when the call returns; the kernels that read it are queued on
-//   current_stream(), where the next user of the block queues too.
+//   reads the 16-bit values directly. Elsewhere A and B are widened to f32 on the device
+//   (copy.h's convert: the exact widening of engine/host_device.h) into scratch tensors from the
+//   caching allocator, and the f32 hand GEMM multiplies them. The scratch goes back to the
+//   allocator when the call returns; the kernels that read it are queued on current_stream(),
+//   where the next user of the block queues too.
 //
 // Which of the two an op runs is decided by gemm_impl (engine/impl.h), not here; which step
 // gemm_lowp runs, by lowp_gemm_choice (engine/cuda/lowp_gemm_choice.h).

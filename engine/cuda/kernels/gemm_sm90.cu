@@ -66,8 +66,8 @@
 //   bounds-checked against M and N.
 //   What limits it next: one warpgroup does everything. Thread 0 issues the copies between the
 //   products, so the copies of slice s+3 start only after slice s's products were issued and
-//   slice s-1's finished, and every warp waits on the same barriers in lockstep. Step 6 specialises warps: a
-//   producer warpgroup only issues TMA copies (with few registers, setmaxnreg_dec) and two
+//   slice s-1's finished, and every warp waits on the same barriers in lockstep. Step 6
+//   specialises warps: a producer warpgroup only issues TMA copies (with few registers, setmaxnreg_dec) and two
 //   consumer warpgroups only issue wgmma (a 128 x 256 tile, "empty" barriers handing stages
 //   back). Step 7 makes the blocks persistent (one per SM, looping over tiles), so one tile's
 //   epilogue overlaps the next tile's loads. apps/gemm_bench measures the gap on a GPU.
@@ -133,9 +133,7 @@ __global__ void __launch_bounds__(kSm90Threads)
                      int k, bool vec_c) {
 #if KILN_SM90_BODY
   KILN_DYNAMIC_SHARED(unsigned char, raw);
-  // Round the base up to the 1024-byte atom (generic addresses of shared memory keep its
-  // alignment: the window starts on a large power of two).
-  auto& s = *reinterpret_cast<Sm90Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  auto& s = sm90_gemm::atom_aligned<Sm90Shared>(raw);
   const int m0 = blockIdx.y * kSm90BM, n0 = blockIdx.x * kSm90BN;
   const int slices = (k + kBK - 1) / kBK;
   const bool issuer = threadIdx.x == 0;
@@ -222,11 +220,21 @@ constexpr bool kHasSm90aCode =
     false;
 #endif
 
+struct Capability {
+  int major = 0, minor = 0;
+  bool is_9_0() const { return major == 9 && minor == 0; }
+};
+
+Capability capability_of(int device) {
+  Capability c;
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&c.major, cudaDevAttrComputeCapabilityMajor, device));
+  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&c.minor, cudaDevAttrComputeCapabilityMinor, device));
+  return c;
+}
+
 void check_sm90(const char* who) {
   const int device = current_device();
-  int major = 0, minor = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const auto [major, minor] = capability_of(device);
   if (!(major == 9 && minor == 0))
     throw Error(detail::str(who, ": cuda:", device, " has compute capability ", major, ".", minor,
                             "; the kernel needs exactly 9.0 (Hopper: TMA and wgmma are sm_90a "
@@ -295,21 +303,8 @@ void launch_sm90(int m, int n, int k, const KMajor& a, const KMajor& b, float* c
 
 }  // namespace
 
-bool sm90_gemm_available() {
-  const int device = current_device();
-  int major = 0, minor = 0;
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  KILN_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0 && kHasSm90aCode;
-}
+bool sm90_gemm_available() { return capability_of(current_device()).is_9_0() && kHasSm90aCode; }
 
-// The kernel computes A B^T with both operands K-major; the transposes and layouts the caller
-// has are brought to that first (k_major). The copies move O(MK + NK) bytes against the
-// product's 2 MNK FLOPs: for N = M = K, reading and writing 2-byte elements is 4 N^2 bytes per
-// operand, so at F FLOP/s and B bytes/s of memory they cost about 2F / (B N) of the product's
-// time: with F = 500 TFLOP/s and B = 3 TB/s, 8% at N = 4096 and a third at N = 1024. None at
-// all for the layout the kernel reads (A (M,K) and B stored (N,K), trans_b: a linear layer's
-// forward with its (out, in) weight).
 const char* sm90_step_name(Sm90Step step) {
   switch (step) {
     case Sm90Step::Pipelined: return "pipelined";
@@ -319,6 +314,13 @@ const char* sm90_step_name(Sm90Step step) {
   return "?";
 }
 
+// The kernel computes A B^T with both operands K-major; the transposes and layouts the caller
+// has are brought to that first (k_major). The copies move O(MK + NK) bytes against the
+// product's 2 MNK FLOPs: for N = M = K, reading and writing 2-byte elements is 4 N^2 bytes per
+// operand, so at F FLOP/s and B bytes/s of memory they cost about 2F / (B N) of the product's
+// time: with F = 500 TFLOP/s and B = 3 TB/s, 8% at N = 4096 and a third at N = 1024. None at
+// all for the layout the kernel reads (A (M,K) and B stored (N,K), trans_b: a linear layer's
+// forward with its (out, in) weight).
 void gemm_sm90(DType in, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const uint16_t* a, const uint16_t* b, float* c, Sm90Step step, int blocks) {
   if (in != DType::BF16 && in != DType::F16)

@@ -34,6 +34,15 @@ static_assert(kBK * 2 == sm90::swizzle_row_bytes(kSwizzle),
 constexpr uint32_t box_bytes(int rows) { return static_cast<uint32_t>(rows) * kBK * 2; }
 
 #if KILN_SM90_BODY
+// The kernel's shared-memory layout S placed at `raw`, the block's dynamic shared memory, rounded
+// up to the 1024-byte swizzle atom (the launch guarantees 16 bytes only, hence the kernels ask
+// for sizeof(S) + 1024; generic addresses of shared memory keep its alignment: the window starts
+// on a large power of two).
+template <typename S>
+__device__ __forceinline__ S& atom_aligned(unsigned char* raw) {
+  return *reinterpret_cast<S*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+}
+
 // The descriptor of a K-major operand whose first row is at `rows`, k offset `kk` elements
 // into a 128-byte swizzled slice: consecutive rows are 128 bytes apart, so groups of 8 rows
 // (one swizzle atom, the "stride dimension") are 1024 bytes apart. The leading-dimension

@@ -107,8 +107,7 @@ struct alignas(1024) Shared {
   sm90::Mbarrier full[kStages];   // the stage holds its slice (the producer's copies landed)
   sm90::Mbarrier empty[kStages];  // both consumers are done reading the stage
 };
-// The launch aligns dynamic shared memory to 16 bytes; the kernel rounds up to the 1024-byte
-// atom, hence the slack.
+// With the slack atom_aligned needs.
 constexpr size_t kSharedBytes = sizeof(Shared) + 1024;
 
 // Tile `tile` of tiles_m x tiles_n as (tile row, tile column): row-major for step 6 (the order
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    int k, bool vec_c, int tiles_m, int tiles_n) {
 #if KILN_SM90_BODY
   KILN_DYNAMIC_SHARED(unsigned char, raw);
-  auto& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  auto& s = atom_aligned<Shared>(raw);
   const int slices = (k + kBK - 1) / kBK, tiles = tiles_m * tiles_n;
   const int warpgroup = threadIdx.x / 128, t = threadIdx.x % 128;
   // Step 6: this block's one tile. Step 7: every gridDim.x-th tile from blockIdx.x.
@@ -213,7 +212,8 @@ void launch_ws(int m, int n, int k, const KMajor& a, const KMajor& b, float* c, 
   if (Persistent) {
     int sms = blocks;
     if (sms == 0)
-      KILN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
+      KILN_CUDA_CHECK(
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, current_device()));
     grid = std::min(tiles, sms);
   }
   CUtensorMap map_a, map_b;
